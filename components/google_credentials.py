@@ -16,13 +16,13 @@ import google.auth.credentials
 import google.oauth2.credentials
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-ACCESS_TOKEN_ENV = "GOOGLE_OAUTH_ACCESS_TOKEN"
+ACCESS_TOKEN_ENV = "GOOGLE_OAUTH_ACCESS_TOKEN"  # noqa: S105 - a variable name
 
 
 def google_credentials() -> google.auth.credentials.Credentials:
     """Return credentials from ``GOOGLE_OAUTH_ACCESS_TOKEN`` if set, else ADC."""
     token = os.environ.get(ACCESS_TOKEN_ENV, "").strip()
     if token:
-        return google.oauth2.credentials.Credentials(token=token)
+        return google.oauth2.credentials.Credentials(token=token)  # type: ignore[no-untyped-call]
     credentials, _project = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
     return credentials

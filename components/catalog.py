@@ -1,0 +1,196 @@
+"""Chips and models the program can reason about before anything is requested.
+
+Every figure here decides money or a failed boot: HBM decides whether a model fits, the gcloud
+spelling and runtime decide whether the API accepts the request, and the price decides the cost
+outputs. Each number names its source. "seed 000" is `shared/seeds/000_b725c05a82784bed.txt`
+(the v5e-1 build log), "seed 003" is `shared/seeds/003_34d7b74390953b68.txt` (the 31B on v6e-4
+deployment). Where a seed guesses, the two disagree, or a figure is not in either, the comment
+says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+Provisioning = Literal["flex-start", "spot", "on-demand"]
+
+
+@dataclass(frozen=True)
+class ChipFamily:
+    """One TPU generation: per-chip figures shared by all of its single-host slices."""
+
+    name: str
+    #: HBM per chip as the runtime reports it (size against this, not the marketing number).
+    hbm_gib_per_chip: float
+    #: gcloud / API accelerator type prefix: `v5litepod-N`, `v6e-N`.
+    accelerator_prefix: str
+    runtime_version: str
+    peak_bf16_tflops: float
+    hbm_bandwidth_gbps: float
+    #: Indicative US-region prices, $ per chip-hour.
+    usd_per_chip_hour: Mapping[Provisioning, float]
+
+
+@dataclass(frozen=True)
+class Chip:
+    """A single-host slice: what `tpu.chip` names."""
+
+    name: str  # our spelling, e.g. "v5e-1"
+    family: ChipFamily
+    chips: int
+
+    @property
+    def accelerator_type(self) -> str:
+        """The spelling the TPU API and gcloud accept (`v5litepod-1`; `v5e-1` is never valid)."""
+        return f"{self.family.accelerator_prefix}-{self.chips}"
+
+    @property
+    def hbm_gib(self) -> float:
+        return self.family.hbm_gib_per_chip * self.chips
+
+    def hourly_usd(self, provisioning: Provisioning) -> float:
+        return round(self.family.usd_per_chip_hour[provisioning] * self.chips, 4)
+
+
+V5E = ChipFamily(
+    name="v5e",
+    # seed 000 Part 2 "The chip" table: 16 GB nominal, 15.75 GiB visible to the runtime
+    # (measured; also total_hbm_limit_gb=15.75GiB in the §1.4 Memory statistics line).
+    hbm_gib_per_chip=15.75,
+    # seed 000 §1.2 and Part 2 table: gcloud spells v5e "v5litepod-N" (measured).
+    accelerator_prefix="v5litepod",
+    # seed 000 §1.2 and Part 2 table: runtime v2-alpha-tpuv5-lite (measured).
+    runtime_version="v2-alpha-tpuv5-lite",
+    # seed 000 Part 2 table: 197 TFLOPS peak bf16 (vendor figure).
+    peak_bf16_tflops=197.0,
+    # seed 000 Part 2 table: 800 GiBps (vendor; Google quotes v5e in GiBps, seed 000 warns) =
+    # 858.99 GB/s, normalised to GB/s so it compares with v6e.
+    hbm_bandwidth_gbps=858.99,
+    usd_per_chip_hour=MappingProxyType(
+        {
+            # seed 000 intro: "about $0.58/hour on spot" (an approximate figure).
+            "spot": 0.58,
+            # seed 000 §1.2: flex-start is "only 3.8% more than spot" -> 0.58 * 1.038 = 0.602.
+            # Derived, not quoted: the seed's cost section is not in the copy we have.
+            "flex-start": 0.602,
+            # Not in either seed: Google Cloud's published v5e on-demand list price
+            # ($1.20/chip-hour, us-west4). Unverified here; override with cost.hourlyUsd.
+            "on-demand": 1.20,
+        }
+    ),
+)
+
+V6E = ChipFamily(
+    name="v6e",
+    # seed 003 "HBM layout" section: 32 GB physical per chip, "reported as 31.25 GiB usable".
+    hbm_gib_per_chip=31.25,
+    # seed 003 "TPU VM Infrastructure Details": accelerator type v6e-4 (measured).
+    accelerator_prefix="v6e",
+    # seed 003 "TPU VM Infrastructure Details": runtime v2-alpha-tpuv6e (measured).
+    runtime_version="v2-alpha-tpuv6e",
+    # Not in either seed: Google's published v6e peak bf16 (918 TFLOPS). Unverified here.
+    peak_bf16_tflops=918.0,
+    # seed 003 "are you sure?" section: 1.63 TB/s = 1,630 GB/s (vendor, quoted by an LLM in
+    # the seed; consistent with seed 000's "~1.9x" v5e -> v6e ratio: 1630 / 859 = 1.9).
+    hbm_bandwidth_gbps=1630.0,
+    usd_per_chip_hour=MappingProxyType(
+        {
+            # seed 003 "cost comparison": $1.35/hr per chip, in a column headed
+            # "Flex-start Rate (Preem...". That seed conflates flex-start with preemptible.
+            "flex-start": 1.35,
+            # Not given separately in either seed. Derived with seed 000's "flex-start is 3.8%
+            # above spot" (measured on v5e): 1.35 / 1.038 = 1.30. A guess.
+            "spot": 1.30,
+            # seed 003 "cost comparison": $2.70/hr on-demand per chip.
+            "on-demand": 2.70,
+        }
+    ),
+)
+
+# Single-host slices only: one VM, so one `docker run` and tensor parallelism == chip count.
+# v5e single hosts carry 1, 4 or 8 chips and v6e single hosts 1, 4 or 8 (seed 003 mentions v6e-8
+# as "8 chips/256GB", the next single-host size up).
+CHIPS: Mapping[str, Chip] = MappingProxyType(
+    {
+        name: Chip(name=name, family=family, chips=n)
+        for family in (V5E, V6E)
+        for n in (1, 4, 8)
+        for name in (f"{family.name}-{n}",)
+    }
+)
+
+# Zones where the TPU API was measured to reject flex-start for a chip, and the API's own words.
+# seed 000 §1.1: "europe-west4-a and -b reject it at the API with FLEX_START provisioning model is
+# not supported for accelerator type "v5litepod-1", regardless of quota." Only v5e-1 was measured.
+FLEX_START_REJECTED_ZONES: Mapping[str, frozenset[str]] = MappingProxyType(
+    {"v5e-1": frozenset({"europe-west4-a", "europe-west4-b"})}
+)
+FLEX_START_REJECTION_TEXT = (
+    'FLEX_START provisioning model is not supported for accelerator type "{accelerator}"'
+)
+
+# seed 000 §1.2 / DESIGN.md: flex-start runs at most 7 days.
+FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the program knows about a model before it is served."""
+
+    id: str
+    #: Weights resident in HBM, GiB: what must fit before any KV cache.
+    weights_gib: float
+    #: Checkpoint size on disk / download, GiB.
+    checkpoint_gib: float
+    layers: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+
+
+MODELS: Mapping[str, Model] = MappingProxyType(
+    {
+        "google/gemma-4-E2B-it": Model(
+            id="google/gemma-4-E2B-it",
+            # seed 000 Part 2 "Quantization": "Weights are 8.97 of the 14.49 GiB budget (62%)";
+            # the same 8.97 GiB is total_hbm_used_gb in the §1.4 Memory statistics line.
+            weights_gib=8.97,
+            # seed 000 §1.4: "the 9.54 GiB checkpoint downloads in about 10 seconds".
+            checkpoint_gib=9.54,
+            # Layer geometry: seed 000 derives its 3.15 GiB/step from it but the copy we have
+            # does not state it, so it is left unknown rather than guessed.
+        ),
+        "google/gemma-4-31B-it": Model(
+            id="google/gemma-4-31B-it",
+            # seed 003 "Model Weight Distribution": 58.25 GiB in bfloat16, ~14.56 GiB per chip
+            # at TP=4. The seed calls it "Total Checkpoint Size" and uses it as the HBM figure.
+            weights_gib=58.25,
+            # seed 003: the same 58.25 GiB (bf16 checkpoint); no separate download size given.
+            checkpoint_gib=58.25,
+            # seed 003 "KV Cache Formula": 60 layers, 8 KV heads (GQA), head dim 256.
+            layers=60,
+            kv_heads=8,
+            head_dim=256,
+        ),
+    }
+)
+
+# KV-cache dtypes. seed 000 Part 2 "Quantization" table: auto (bf16) is the only one worth running;
+# fp8_e4m3 / fp8_e5m2 are reachable (no capacity gain on v5e, ~2% slower); seed 003 runs
+# fp8_e5m2 on v6e-4.
+KV_CACHE_DTYPES: frozenset[str] = frozenset({"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"})
+# seed 000 Part 2: "int8 | rejected by the CLI enum - never reaches the engine".
+KV_CACHE_DTYPES_REJECTED_BY_CLI: frozenset[str] = frozenset({"int8"})
+# seed 000 Part 2: "accepted by the CLI, then kill the server at boot". turboquant_* is a family.
+KV_CACHE_DTYPES_KILLING_BOOT: frozenset[str] = frozenset(
+    {"int8_per_token_head", "nvfp4", "fp8_inc", "fp8_ds_mla"}
+)
+KV_CACHE_DTYPE_KILLING_PREFIXES: tuple[str, ...] = ("turboquant_",)
+
+# vLLM's --dtype choices. seed 000 Part 2: bf16 is the only compute format that runs for Gemma 4
+# on this stack; the others are vLLM's valid spellings and are left to the user.
+MODEL_DTYPES: frozenset[str] = frozenset(
+    {"auto", "bfloat16", "half", "float16", "float", "float32"}
+)

@@ -1,0 +1,775 @@
+"""The stack's configuration: the one place that knows the config keys.
+
+A TPU hour is paid for whether the server boots or not, so every mistake this module can see is
+raised here, before a single resource is registered: one error that names each bad key, the
+value it had and the fix. Components receive the resulting immutable `StackConfig` and never
+read Pulumi config themselves.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import pulumi
+
+from components import catalog
+from components.catalog import Chip, Model, Provisioning
+
+NAMESPACE = "tpu-vllm"
+
+# Every key of every section, with its meaning; unknown keys are rejected with a suggestion so a
+# typo (`maxModelLength`) cannot silently fall back to a default.
+KEYS: Mapping[str, Mapping[str, str]] = {
+    "tpu": {
+        "chip": "TPU slice: v5e-1, v5e-4, v5e-8, v6e-1, v6e-4, v6e-8 (or gcloud's v5litepod-N)",
+        "zones": "candidate zones, tried in order",
+        "provisioning": "flex-start | spot | on-demand",
+        "maxRunDuration": "flex-start run limit, e.g. 4h, 90m, 2d (at most 7d)",
+        "runtimeVersion": "TPU VM runtime; default from the catalog",
+    },
+    "model": {
+        "id": "Hugging Face model id",
+        "weightsGiB": "weights resident in HBM; required for models not in the catalog",
+    },
+    "vllm": {
+        "image": "serving image",
+        "port": "serving port",
+        "dtype": "--dtype",
+        "kvCacheDtype": "--kv-cache-dtype",
+        "maxModelLen": "--max-model-len",
+        "maxNumBatchedTokens": "--max-num-batched-tokens",
+        "tensorParallelSize": "--tensor-parallel-size; must equal the chip count",
+        "gpuMemoryUtilization": "--gpu-memory-utilization, in (0, 1]",
+        "enablePrefixCaching": "--enable-prefix-caching",
+        "toolCallParser": "--tool-call-parser (implies --enable-auto-tool-choice)",
+        "reasoningParser": "--reasoning-parser",
+        "limitMmPerPrompt": "--limit-mm-per-prompt, an object such as {image: 4, audio: 1}",
+        "extraArgs": "other vllm serve flags, verbatim",
+        "readinessTimeout": "how long to wait for 'Application startup complete.'",
+    },
+    "access": {
+        "allowedCidrs": "who may reach the serving port",
+        "allowPublic": "must be true to allow 0.0.0.0/0",
+        "sshCidrs": "who may reach port 22; default allowedCidrs",
+        "hfTokenSecret": "Secret Manager secret holding the Hugging Face token",
+        "allowUnverifiedHostKey": "connect without verifying the node's SSH host key",
+    },
+    "cost": {
+        "hourlyUsd": "override of the catalog's hourly price for the whole slice",
+    },
+}
+
+# vLLM's default port: the flag is rendered only when the stack asks for another one.
+VLLM_DEFAULT_PORT = 8000
+DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
+DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
+DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
+# seed 000 §1.1 `gcloud secrets create hf-token`.
+PROVISIONING_MODELS: tuple[Provisioning, ...] = ("flex-start", "spot", "on-demand")
+
+# Modalities are written in this order so the rendered flag is stable whatever order the
+# config engine hands the object over in (Pulumi serialises objects with sorted keys).
+MM_MODALITY_ORDER = ("image", "audio", "video")
+
+# Flags that have a key of their own, so `extraArgs` may not repeat them.
+FLAG_KEYS: Mapping[str, str] = {
+    "--dtype": "vllm.dtype",
+    "--kv-cache-dtype": "vllm.kvCacheDtype",
+    "--max-model-len": "vllm.maxModelLen",
+    "--max-num-batched-tokens": "vllm.maxNumBatchedTokens",
+    "--tensor-parallel-size": "vllm.tensorParallelSize",
+    "-tp": "vllm.tensorParallelSize",
+    "--gpu-memory-utilization": "vllm.gpuMemoryUtilization",
+    "--enable-prefix-caching": "vllm.enablePrefixCaching",
+    "--tool-call-parser": "vllm.toolCallParser",
+    "--enable-auto-tool-choice": "vllm.toolCallParser",
+    "--reasoning-parser": "vllm.reasoningParser",
+    "--limit-mm-per-prompt": "vllm.limitMmPerPrompt",
+    "--port": "vllm.port",
+}
+# Flags that would put a secret on the command line, where `ps` and `docker inspect` show it.
+FORBIDDEN_FLAGS: Mapping[str, str] = {
+    "--api-key": "the API key is generated per stack and handed to vLLM from a file",
+    "--hf-token": "the HF token is read by the container from a mounted file",
+}
+
+_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+_SECRET_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+_DOC_NETS = tuple(
+    ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+)
+
+
+class ConfigError(pulumi.RunError):
+    """Bad stack configuration. A RunError, so Pulumi prints the message without a traceback."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(
+            f"tpu-vllm: the stack configuration has {len(self.problems)} problem(s); "
+            f"nothing was created:\n{lines}"
+        )
+
+
+@dataclass(frozen=True)
+class TpuSettings:
+    chip: Chip
+    #: Zones to try, in order, after dropping the ones measured to reject this request.
+    zones: tuple[str, ...]
+    provisioning: Provisioning
+    max_run_seconds: int | None
+    runtime_version: str
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    id: str
+    weights_gib: float
+    catalog_entry: Model | None
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    image: str
+    port: int
+    dtype: str
+    kv_cache_dtype: str
+    max_model_len: int | None
+    max_num_batched_tokens: int | None
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    enable_prefix_caching: bool
+    tool_call_parser: str | None
+    reasoning_parser: str | None
+    limit_mm_per_prompt: tuple[tuple[str, int], ...] | None
+    extra_args: tuple[str, ...]
+    readiness_timeout_seconds: int
+
+    def serve_args(self) -> list[str]:
+        """The `vllm serve MODEL` flags, in seed 000 §1.3's order, one value per element."""
+        args = ["--dtype", self.dtype, "--kv-cache-dtype", self.kv_cache_dtype]
+        if self.max_model_len is not None:
+            args += ["--max-model-len", str(self.max_model_len)]
+        if self.max_num_batched_tokens is not None:
+            args += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        args += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        args += ["--gpu-memory-utilization", _format_number(self.gpu_memory_utilization)]
+        if self.enable_prefix_caching:
+            args.append("--enable-prefix-caching")
+        args += list(self.extra_args)
+        if self.limit_mm_per_prompt is not None:
+            limits = json.dumps(dict(self.limit_mm_per_prompt), separators=(",", ":"))
+            args += ["--limit-mm-per-prompt", limits]
+        if self.tool_call_parser:
+            args += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        if self.reasoning_parser:
+            args += ["--reasoning-parser", self.reasoning_parser]
+        if self.port != VLLM_DEFAULT_PORT:
+            args += ["--port", str(self.port)]
+        return args
+
+
+@dataclass(frozen=True)
+class AccessSettings:
+    allowed_cidrs: tuple[str, ...]
+    allow_public: bool
+    ssh_cidrs: tuple[str, ...]
+    hf_token_secret: str
+    allow_unverified_host_key: bool
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Everything the components need, validated. Built once by `load_stack_config`."""
+
+    project: str
+    stack: str
+    tpu: TpuSettings
+    model: ModelSettings
+    vllm: VllmSettings
+    access: AccessSettings
+    hourly_cost_usd: float
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def usable_hbm_gib(self) -> float:
+        return round(self.tpu.chip.hbm_gib * self.vllm.gpu_memory_utilization, 2)
+
+    @property
+    def max_run_cost_usd(self) -> float | None:
+        """The most one run can cost: only flex-start stops billing on its own (seed 000 §1.2)."""
+        if self.tpu.max_run_seconds is None:
+            return None
+        return round(self.hourly_cost_usd * self.tpu.max_run_seconds / 3600, 2)
+
+
+def parse_duration(text: str) -> int:
+    """`4h`, `90m`, `2d`, `1h30m`, `14400s` -> seconds. Raises ValueError otherwise."""
+    match = _DURATION_RE.match(text.strip()) if isinstance(text, str) else None
+    if not match or not any(match.groups()):
+        raise ValueError(text)
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def normalize_chip(name: str) -> str:
+    """Accept gcloud's `v5litepod-N` spelling for `v5e-N`."""
+    text = name.strip().lower()
+    for chip in catalog.CHIPS.values():
+        if text == chip.accelerator_type:
+            return chip.name
+    return text
+
+
+def load_stack_config() -> StackConfig:
+    """Read the stack's Pulumi config and validate it (raises ConfigError)."""
+    cfg = pulumi.Config(NAMESPACE)
+    sections: dict[str, Any] = {}
+    problems: list[str] = []
+    for section in KEYS:
+        try:
+            sections[section] = cfg.get_object(section)
+        except Exception:  # noqa: BLE001 - Pulumi raises its own type error for non-objects
+            raw = cfg.get(section)
+            problems.append(
+                f"{NAMESPACE}:{section} = {raw!r} is not an object. Fix: set its keys with "
+                f"`pulumi config set --path '{NAMESPACE}:{section}.KEY' VALUE`."
+            )
+    if problems:
+        raise ConfigError(problems)
+    return parse_stack_config(
+        sections, project=pulumi.Config("gcp").get("project"), stack=pulumi.get_stack()
+    )
+
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """Reads one section's keys, recording each problem instead of stopping at the first."""
+
+    def __init__(self, section: str, raw: Any, problems: list[str]) -> None:
+        self.section = section
+        self.problems = problems
+        self.values: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        if raw is not None and not isinstance(raw, Mapping):
+            self.fail("", raw, f"not an object. Fix: set its keys, e.g. `{self.key('KEY')}`")
+        for key in self.values:
+            if key not in KEYS[section]:
+                close = difflib.get_close_matches(key, list(KEYS[section]), n=1)
+                hint = f"Fix: did you mean `{close[0]}`?" if close else "Fix: remove it"
+                self.fail(
+                    key,
+                    self.values[key],
+                    f"unknown key; {hint} Known keys: {', '.join(KEYS[section])}",
+                )
+
+    def key(self, name: str) -> str:
+        return f"{NAMESPACE}:{self.section}.{name}" if name else f"{NAMESPACE}:{self.section}"
+
+    def fail(self, name: str, value: Any, fix: str) -> None:
+        self.problems.append(f"{self.key(name)} = {_show(value)}: {fix}")
+
+    def get(self, name: str, convert: Callable[[Any], T], default: T, what: str) -> T:
+        """Convert a present value, or return the default; a bad value is recorded."""
+        value = self.values.get(name)
+        if value is None:
+            return default
+        try:
+            return convert(value)
+        except (TypeError, ValueError):
+            self.fail(
+                name,
+                value,
+                f"expected {what}. Fix: `pulumi config set --path '{self.key(name)}' ...`",
+            )
+            return default
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else repr(value)
+
+
+def _format_number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and value > 1 else repr(float(value))
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, (int, str)):
+        return int(value)
+    raise TypeError(value)
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError(value)
+    return float(value)
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise TypeError(value)
+
+
+def _as_str(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise TypeError(value)
+    return value.strip()
+
+
+def _as_str_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise TypeError(value)
+    if not all(isinstance(v, str) for v in value):
+        raise TypeError(value)
+    return tuple(cast(Sequence[str], value))
+
+
+def parse_stack_config(
+    sections: Mapping[str, Any], *, project: str | None, stack: str
+) -> StackConfig:
+    """Validate raw config sections (as `Config.get_object` returns them) into a StackConfig."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    if not project or not project.strip():
+        problems.append(
+            f"gcp:project = {_show(project or '')}: a GCP project is required. Fix: "
+            f"`pulumi config set gcp:project YOUR_PROJECT -s {stack}`."
+        )
+    tpu_r = _Reader("tpu", sections.get("tpu"), problems)
+    model_r = _Reader("model", sections.get("model"), problems)
+    vllm_r = _Reader("vllm", sections.get("vllm"), problems)
+    access_r = _Reader("access", sections.get("access"), problems)
+    cost_r = _Reader("cost", sections.get("cost"), problems)
+
+    chip = _parse_chip(tpu_r)
+    provisioning = _parse_provisioning(tpu_r)
+    max_run_seconds = _parse_max_run(tpu_r, provisioning)
+    zones = _parse_zones(tpu_r, chip, provisioning, warnings)
+    runtime_version = tpu_r.get("runtimeVersion", _as_str, "", "a runtime version string")
+
+    model = _parse_model(model_r)
+    vllm = _parse_vllm(vllm_r, chip)
+    access = _parse_access(access_r, warnings)
+    hourly_override = cost_r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
+    if hourly_override is not None and hourly_override <= 0:
+        cost_r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
+
+    if chip is not None and model is not None and vllm is not None:
+        _check_fit(chip, model, vllm, problems)
+
+    if problems:
+        raise ConfigError(problems)
+    assert chip is not None and provisioning is not None and model is not None
+    assert vllm is not None and access is not None and project is not None
+    hourly = hourly_override if hourly_override else chip.hourly_usd(provisioning)
+    if provisioning != "flex-start":
+        warnings.append(
+            f"{NAMESPACE}:tpu.provisioning = {provisioning!r} has no run limit: the TPU bills "
+            f"(${hourly:.2f}/h) until it is preempted or you run `pulumi destroy`."
+        )
+    return StackConfig(
+        project=project.strip(),
+        stack=stack,
+        tpu=TpuSettings(
+            chip=chip,
+            zones=zones,
+            provisioning=provisioning,
+            max_run_seconds=max_run_seconds,
+            runtime_version=runtime_version or chip.family.runtime_version,
+        ),
+        model=model,
+        vllm=vllm,
+        access=access,
+        hourly_cost_usd=round(hourly, 4),
+        warnings=tuple(warnings),
+    )
+
+
+def _parse_chip(r: _Reader) -> Chip | None:
+    raw = r.values.get("chip")
+    if raw is None:
+        r.fail("chip", None, f"required. Fix: one of {', '.join(catalog.CHIPS)}")
+        return None
+    name = normalize_chip(str(raw))
+    chip = catalog.CHIPS.get(name)
+    if chip is None:
+        r.fail(
+            "chip",
+            raw,
+            f"unknown chip. Fix: one of {', '.join(catalog.CHIPS)} "
+            "(gcloud's v5litepod-N spelling is accepted too)",
+        )
+    return chip
+
+
+def _parse_provisioning(r: _Reader) -> Provisioning | None:
+    raw = r.values.get("provisioning", "flex-start")
+    if raw not in PROVISIONING_MODELS:
+        r.fail(
+            "provisioning",
+            raw,
+            f"unknown provisioning model. Fix: one of {' | '.join(PROVISIONING_MODELS)}",
+        )
+        return None
+    return cast(Provisioning, raw)
+
+
+def _parse_max_run(r: _Reader, provisioning: Provisioning | None) -> int | None:
+    raw = r.values.get("maxRunDuration")
+    if raw is None:
+        if provisioning == "flex-start":
+            r.fail(
+                "maxRunDuration",
+                None,
+                "required for flex-start (the API stops the TPU "
+                "after it). Fix: `pulumi config set --path 'tpu-vllm:tpu.maxRunDuration' 4h`",
+            )
+        return None
+    try:
+        seconds = parse_duration(raw)
+    except ValueError:
+        r.fail("maxRunDuration", raw, "not a duration. Fix: write it like 4h, 90m, 2d or 1h30m")
+        return None
+    if provisioning != "flex-start":
+        r.fail(
+            "maxRunDuration",
+            raw,
+            f"only flex-start accepts a run limit, not "
+            f"{provisioning!r}. Fix: remove the key or use provisioning flex-start",
+        )
+        return None
+    if seconds <= 0 or seconds > catalog.FLEX_START_MAX_RUN_SECONDS:
+        r.fail("maxRunDuration", raw, "flex-start runs at most 7 days. Fix: use 7d or less")
+        return None
+    return seconds
+
+
+def _parse_zones(
+    r: _Reader, chip: Chip | None, provisioning: Provisioning | None, warnings: list[str]
+) -> tuple[str, ...]:
+    raw = r.values.get("zones")
+    if isinstance(raw, str):
+        raw = [raw]
+    try:
+        zones = _as_str_list(raw)
+    except TypeError:
+        r.fail(
+            "zones",
+            raw,
+            "required: a list of candidate zones. Fix: "
+            "`pulumi config set --path 'tpu-vllm:tpu.zones[0]' us-west4-a`",
+        )
+        return ()
+    if not zones:
+        r.fail("zones", list(zones), "empty. Fix: give at least one zone, e.g. [us-west4-a]")
+        return ()
+    bad = [z for z in zones if not _ZONE_RE.match(z)]
+    if bad:
+        r.fail(
+            "zones",
+            list(zones),
+            f"{', '.join(bad)} is not a zone name. Fix: write zones like us-west4-a",
+        )
+        return ()
+    if len(set(zones)) != len(zones):
+        r.fail("zones", list(zones), "lists a zone twice. Fix: list each zone once")
+        return ()
+    if chip is None or provisioning != "flex-start":
+        return zones
+    rejected = catalog.FLEX_START_REJECTED_ZONES.get(chip.name, frozenset())
+    kept = tuple(z for z in zones if z not in rejected)
+    dropped = [z for z in zones if z in rejected]
+    api_text = catalog.FLEX_START_REJECTION_TEXT.format(accelerator=chip.accelerator_type)
+    if not kept:
+        r.fail(
+            "zones",
+            list(zones),
+            f"the TPU API rejects flex-start {chip.accelerator_type} "
+            f"in every zone listed, with `{api_text}` (seed 000, measured). Fix: use "
+            "us-west4-a, where it is accepted",
+        )
+        return ()
+    if dropped:
+        warnings.append(
+            f"{NAMESPACE}:tpu.zones: skipping {', '.join(dropped)}: the TPU API rejects flex-start "
+            f"{chip.accelerator_type} there with `{api_text}` (seed 000)."
+        )
+    return kept
+
+
+def _parse_model(r: _Reader) -> ModelSettings | None:
+    model_id = r.get("id", _as_str, "", "a Hugging Face model id like google/gemma-4-E2B-it")
+    if not model_id:
+        if "id" not in r.values:
+            r.fail("id", None, "required. Fix: the Hugging Face model id to serve")
+        return None
+    entry = catalog.MODELS.get(model_id)
+    weights = r.get("weightsGiB", _as_float, None, "GiB of weights in HBM, e.g. 8.97")
+    if weights is not None and weights <= 0:
+        r.fail("weightsGiB", weights, "must be positive. Fix: the GiB its weights take in HBM")
+        return None
+    if weights is None and entry is None:
+        r.fail(
+            "id",
+            model_id,
+            f"not in the catalog ({', '.join(catalog.MODELS)}), so its size "
+            "is unknown. Fix: `pulumi config set --path 'tpu-vllm:model.weightsGiB' N` "
+            "with the GiB its weights take in HBM",
+        )
+        return None
+    if weights is None:
+        assert entry is not None
+        weights = entry.weights_gib
+    return ModelSettings(id=model_id, weights_gib=weights, catalog_entry=entry)
+
+
+def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
+    before = len(r.problems)
+    image = r.get("image", _as_str, DEFAULT_IMAGE, "an image reference")
+    port = r.get("port", _as_int, VLLM_DEFAULT_PORT, "a port number")
+    if not 1024 <= port <= 65535:
+        r.fail(
+            "port",
+            port,
+            "not an unprivileged port. Fix: use one in 1024-65535 (vLLM's default is 8000)",
+        )
+    dtype = r.get("dtype", _as_str, "bfloat16", "a dtype such as bfloat16")
+    if dtype not in catalog.MODEL_DTYPES:
+        r.fail(
+            "dtype",
+            dtype,
+            f"unknown dtype. Fix: one of {sorted(catalog.MODEL_DTYPES)} "
+            "(bf16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2)",
+        )
+    kv = r.get("kvCacheDtype", _as_str, "auto", "a KV-cache dtype such as auto")
+    _check_kv_cache_dtype(r, kv)
+    max_model_len = r.get("maxModelLen", _as_int, None, "a token count, e.g. 32768")
+    if max_model_len is not None and max_model_len <= 0:
+        r.fail("maxModelLen", max_model_len, "must be positive. Fix: a token count, e.g. 32768")
+    batched = r.get("maxNumBatchedTokens", _as_int, None, "a token count, e.g. 4096")
+    if batched is not None and batched <= 0:
+        r.fail("maxNumBatchedTokens", batched, "must be positive. Fix: a token count, e.g. 4096")
+    tp = r.get("tensorParallelSize", _as_int, chip.chips if chip else 1, "an integer")
+    if chip is not None and tp != chip.chips:
+        r.fail(
+            "tensorParallelSize",
+            tp,
+            f"{chip.name} is a single host with {chip.chips} "
+            f"chip(s); tensor parallelism must equal that. Fix: set it to {chip.chips} "
+            "or remove the key",
+        )
+    util = r.get("gpuMemoryUtilization", _as_float, DEFAULT_GPU_MEMORY_UTILIZATION, "a fraction")
+    if not 0 < util <= 1:
+        r.fail("gpuMemoryUtilization", util, "must be in (0, 1]. Fix: e.g. 0.92 (seed 000)")
+    prefix = r.get("enablePrefixCaching", _as_bool, False, "true or false")
+    tool_parser = r.get("toolCallParser", _as_str, None, "a parser name such as gemma4")
+    reasoning = r.get("reasoningParser", _as_str, None, "a parser name such as gemma4")
+    limits = _parse_mm_limits(r)
+    no_extra: tuple[str, ...] = ()
+    extra = r.get("extraArgs", _as_str_list, no_extra, "a list of strings")
+    _check_extra_args(r, extra)
+    timeout_raw = r.values.get("readinessTimeout", DEFAULT_READINESS_TIMEOUT)
+    try:
+        timeout = parse_duration(timeout_raw)
+        if timeout <= 0:
+            raise ValueError(timeout_raw)
+    except ValueError:
+        r.fail("readinessTimeout", timeout_raw, "not a duration. Fix: like 30m or 1h")
+        timeout = 0
+    if len(r.problems) != before:
+        return None
+    return VllmSettings(
+        image=image,
+        port=port,
+        dtype=dtype,
+        kv_cache_dtype=kv,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=batched,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=util,
+        enable_prefix_caching=prefix,
+        tool_call_parser=tool_parser,
+        reasoning_parser=reasoning,
+        limit_mm_per_prompt=limits,
+        extra_args=extra,
+        readiness_timeout_seconds=timeout,
+    )
+
+
+def _check_kv_cache_dtype(r: _Reader, kv: str) -> None:
+    if kv in catalog.KV_CACHE_DTYPES:
+        return
+    known = ", ".join(sorted(catalog.KV_CACHE_DTYPES))
+    if kv in catalog.KV_CACHE_DTYPES_KILLING_BOOT or kv.startswith(
+        catalog.KV_CACHE_DTYPE_KILLING_PREFIXES
+    ):
+        r.fail(
+            "kvCacheDtype",
+            kv,
+            "vLLM's CLI accepts it, then the server dies at boot on TPU "
+            f"(seed 000 Part 2, measured), after you have paid for the wait. Fix: one of {known}",
+        )
+    elif kv in catalog.KV_CACHE_DTYPES_REJECTED_BY_CLI:
+        r.fail("kvCacheDtype", kv, f"rejected by vLLM's CLI (seed 000 Part 2). Fix: one of {known}")
+    else:
+        r.fail("kvCacheDtype", kv, f"unknown KV-cache dtype. Fix: one of {known}")
+
+
+def _parse_mm_limits(r: _Reader) -> tuple[tuple[str, int], ...] | None:
+    raw = r.values.get("limitMmPerPrompt")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or not raw:
+        r.fail(
+            "limitMmPerPrompt", raw, "not an object. Fix: an object such as {image: 4, audio: 1}"
+        )
+        return None
+    limits: dict[str, int] = {}
+    for modality, count in raw.items():
+        try:
+            limits[str(modality)] = _as_int(count)
+        except (TypeError, ValueError):
+            r.fail(
+                f"limitMmPerPrompt.{modality}", count, "not a count. Fix: a non-negative integer"
+            )
+            return None
+        if limits[str(modality)] < 0:
+            r.fail(
+                f"limitMmPerPrompt.{modality}", count, "not a count. Fix: a non-negative integer"
+            )
+            return None
+    order = [m for m in MM_MODALITY_ORDER if m in limits] + sorted(
+        m for m in limits if m not in MM_MODALITY_ORDER
+    )
+    return tuple((m, limits[m]) for m in order)
+
+
+def _check_extra_args(r: _Reader, extra: Sequence[str]) -> None:
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in FORBIDDEN_FLAGS:
+            r.fail(
+                "extraArgs",
+                list(extra),
+                f"{flag} would put a secret on the command line; "
+                f"{FORBIDDEN_FLAGS[flag]}. Fix: remove it",
+            )
+        elif flag in FLAG_KEYS:
+            r.fail(
+                "extraArgs",
+                list(extra),
+                f"{flag} has a key of its own. Fix: set `{NAMESPACE}:{FLAG_KEYS[flag]}` instead",
+            )
+
+
+def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
+    before = len(r.problems)
+    allow_public = r.get("allowPublic", _as_bool, False, "true or false")
+    allowed = _parse_cidrs(r, "allowedCidrs", allow_public, required=True)
+    ssh = _parse_cidrs(r, "sshCidrs", allow_public, required=False)
+    secret = r.get("hfTokenSecret", _as_str, DEFAULT_HF_TOKEN_SECRET, "a secret name")
+    if not _SECRET_ID_RE.match(secret):
+        r.fail(
+            "hfTokenSecret",
+            secret,
+            "not a Secret Manager secret id. Fix: letters, digits, _ and -, at most 255",
+        )
+    unverified = r.get("allowUnverifiedHostKey", _as_bool, False, "true or false")
+    if len(r.problems) != before or allowed is None:
+        return None
+    for cidr in allowed + (ssh or ()):
+        net = ipaddress.ip_network(cidr)
+        if any(net.version == d.version and net.subnet_of(d) for d in _DOC_NETS):  # type: ignore[arg-type]
+            warnings.append(
+                f"{NAMESPACE}:access: {cidr} is a documentation range that nobody can come "
+                "from; replace it with your own network before relying on the endpoint."
+            )
+    return AccessSettings(
+        allowed_cidrs=allowed,
+        allow_public=allow_public,
+        ssh_cidrs=ssh if ssh is not None else allowed,
+        hf_token_secret=secret,
+        allow_unverified_host_key=unverified,
+    )
+
+
+def _parse_cidrs(
+    r: _Reader, name: str, allow_public: bool, *, required: bool
+) -> tuple[str, ...] | None:
+    raw = r.values.get(name)
+    if raw is None:
+        if required:
+            r.fail(
+                name,
+                None,
+                "required: who may reach the endpoint. Fix: `pulumi config set "
+                f"--path '{r.key(name)}[0]' 203.0.113.0/24` with your own range",
+            )
+        return None
+    if isinstance(raw, str):
+        raw = [raw]
+    try:
+        cidrs = _as_str_list(raw)
+    except TypeError:
+        r.fail(name, raw, "not a list. Fix: a list of CIDR ranges such as [10.0.0.0/8]")
+        return None
+    if not cidrs:
+        r.fail(name, [], "empty: nobody could reach the node. Fix: give at least one CIDR range")
+        return None
+    for cidr in cidrs:
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            r.fail(
+                name,
+                list(cidrs),
+                f"{cidr!r} is not a CIDR range like 203.0.113.0/24 "
+                "(host bits must be zero). Fix: write the network address",
+            )
+            return None
+        if net.prefixlen == 0 and not allow_public:
+            r.fail(
+                name,
+                list(cidrs),
+                f"{cidr} opens the port to the whole internet, and "
+                "/metrics, /health and /tokenize answer without the API key. Fix: list your "
+                "own ranges, or set `tpu-vllm:access.allowPublic` true if you mean it",
+            )
+            return None
+    return cidrs
+
+
+def _check_fit(chip: Chip, model: ModelSettings, vllm: VllmSettings, problems: list[str]) -> None:
+    usable = round(chip.hbm_gib * vllm.gpu_memory_utilization, 2)
+    if model.weights_gib < usable:
+        return
+    fits = [
+        c.name
+        for c in catalog.CHIPS.values()
+        if model.weights_gib < c.hbm_gib * vllm.gpu_memory_utilization
+    ]
+    hint = f"a chip whose HBM holds it ({', '.join(fits)})" if fits else "a smaller model"
+    problems.append(
+        f"{NAMESPACE}:model.id = {model.id!r} does not fit {NAMESPACE}:tpu.chip = "
+        f"{chip.name!r}: {model.weights_gib:.2f} GiB of weights vs {usable:.2f} GiB usable HBM "
+        f"({chip.chips} chip(s) x {chip.family.hbm_gib_per_chip:.2f} GiB HBM x "
+        f"gpuMemoryUtilization {vllm.gpu_memory_utilization} = {usable:.2f} GiB), with nothing "
+        f"left for the KV cache. Fix: use {hint}"
+    )

@@ -1,0 +1,63 @@
+"""Shared test setup: the network guard, and the loopback fakes as fixtures.
+
+Nothing in the suite may reach a real Google API or any address outside loopback. The guard
+below turns any such connection attempt into an immediate test failure, so a fake that is not
+wired up shows as an error instead of a silent call to the internet.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest_plugins: list[str] = []
+
+
+class NetworkAccessError(AssertionError):
+    """A test tried to reach an address outside loopback."""
+
+
+def _is_loopback(address: Any) -> bool:
+    if isinstance(address, (str, bytes)):  # AF_UNIX paths
+        return True
+    host = address[0]
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail any connection to a non-loopback address, and any DNS lookup of a real host."""
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
+
+    def guard(address: Any) -> None:
+        if not _is_loopback(address):
+            raise NetworkAccessError(f"test tried to reach {address!r} outside loopback")
+
+    def connect(self: socket.socket, address: Any) -> None:
+        guard(address)
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        guard(address)
+        return real_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in (None, "localhost") and not _is_loopback((host, 0)):
+            raise NetworkAccessError(f"test tried to resolve {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield
