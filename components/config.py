@@ -32,6 +32,7 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "provisioning": "flex-start | spot | on-demand",
         "maxRunDuration": "flex-start run limit, e.g. 4h, 90m, 2d (at most 7d)",
         "runtimeVersion": "TPU VM runtime; default from the catalog",
+        "capacityWait": "how long one zone may queue for capacity before the next is tried",
     },
     "model": {
         "id": "Hugging Face model id",
@@ -69,6 +70,7 @@ KEYS: Mapping[str, Mapping[str, str]] = {
 VLLM_DEFAULT_PORT = 8000
 DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
+DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
 # seed 000 §1.1 `gcloud secrets create hf-token`.
@@ -128,6 +130,8 @@ class TpuSettings:
     provisioning: Provisioning
     max_run_seconds: int | None
     runtime_version: str
+    #: How long one zone may queue for capacity (the request's validUntilDuration).
+    capacity_wait_seconds: int
 
 
 @dataclass(frozen=True)
@@ -363,6 +367,7 @@ def parse_stack_config(
     max_run_seconds = _parse_max_run(tpu_r, provisioning)
     zones = _parse_zones(tpu_r, chip, provisioning, warnings)
     runtime_version = tpu_r.get("runtimeVersion", _as_str, "", "a runtime version string")
+    capacity_wait = _parse_positive_duration(tpu_r, "capacityWait", DEFAULT_CAPACITY_WAIT)
 
     model = _parse_model(model_r)
     vllm = _parse_vllm(vllm_r, chip)
@@ -393,6 +398,7 @@ def parse_stack_config(
             provisioning=provisioning,
             max_run_seconds=max_run_seconds,
             runtime_version=runtime_version or chip.family.runtime_version,
+            capacity_wait_seconds=capacity_wait,
         ),
         model=model,
         vllm=vllm,
@@ -585,14 +591,7 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
     no_extra: tuple[str, ...] = ()
     extra = r.get("extraArgs", _as_str_list, no_extra, "a list of strings")
     _check_extra_args(r, extra)
-    timeout_raw = r.values.get("readinessTimeout", DEFAULT_READINESS_TIMEOUT)
-    try:
-        timeout = parse_duration(timeout_raw)
-        if timeout <= 0:
-            raise ValueError(timeout_raw)
-    except ValueError:
-        r.fail("readinessTimeout", timeout_raw, "not a duration. Fix: like 30m or 1h")
-        timeout = 0
+    timeout = _parse_positive_duration(r, "readinessTimeout", DEFAULT_READINESS_TIMEOUT)
     if len(r.problems) != before:
         return None
     return VllmSettings(
@@ -611,6 +610,18 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
         extra_args=extra,
         readiness_timeout_seconds=timeout,
     )
+
+
+def _parse_positive_duration(r: _Reader, name: str, default: str) -> int:
+    raw = r.values.get(name, default)
+    try:
+        seconds = parse_duration(raw)
+        if seconds <= 0:
+            raise ValueError(raw)
+    except ValueError:
+        r.fail(name, raw, "not a duration. Fix: write it like 30m, 1h or 1h30m")
+        return 0
+    return seconds
 
 
 def _check_kv_cache_dtype(r: _Reader, kv: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins: list[str] = []
+pytest_plugins = ["tests.fakes.tpu_api"]
 
 
 class NetworkAccessError(AssertionError):

@@ -47,6 +47,12 @@ class ProgramRun:
     log: list[tuple[int, str]] = field(default_factory=list)
     #: The exception the program stopped with, when run with `expect_error=True`.
     error: BaseException | None = None
+    #: URNs of every registered resource: they encode the parent chain.
+    urns: list[str] = field(default_factory=list)
+
+    def urn_of(self, name: str) -> str:
+        [urn] = [u for u in self.urns if u.endswith(f"::{name}")]
+        return urn
 
     def of_type(self, type_: str) -> list[Registered]:
         return [r for r in self.resources if r.type == type_]
@@ -191,4 +197,6 @@ def _run(
         outputs[name] = _sync_await(output.future())
         if _sync_await(output.is_secret()):
             secrets.add(name)
-    return ProgramRun(recorder.resources, outputs, secrets, handler.records)
+    monitor = pulumi.runtime.settings.get_monitor()
+    urns = list(getattr(monitor, "resources", {}))
+    return ProgramRun(recorder.resources, outputs, secrets, handler.records, urns=urns)

@@ -1,0 +1,150 @@
+"""FlexStartTpu: the node's identity, the flex-start queued resource, and who may reach it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+
+from components.config import StackConfig
+from components.queued_resource import QueuedResource
+
+PROGRAM = "tpu-vllm"
+SSH_PORT = 22
+
+
+def resource_id(stack: str, suffix: str = "") -> str:
+    """A GCP-safe id (`[a-z][-a-z0-9]*`, at most 30 chars) derived from the stack name."""
+    base = re.sub(r"[^a-z0-9-]+", "-", f"{PROGRAM}-{stack}".lower()).strip("-")
+    text = f"{base}{suffix}"
+    return text[:30].rstrip("-")
+
+
+def labels(config: StackConfig) -> dict[str, str]:
+    """Labels that say who made a TPU and for which stack, for billing reports and cleanup."""
+    return {
+        "stack": resource_id(config.stack)[len(PROGRAM) + 1 :] or "default",
+        "project": PROGRAM,
+        "managed-by": "pulumi",
+    }
+
+
+def queued_resource_props(
+    config: StackConfig,
+    *,
+    service_account_email: pulumi.Input[str],
+    network_tag: str,
+    metadata: Mapping[str, pulumi.Input[str]],
+    timing: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """The dynamic resource's inputs. Tests build the same props to drive the provider."""
+    tpu = config.tpu
+    return {
+        "project": config.project,
+        "zones": list(tpu.zones),
+        "qr_id": resource_id(config.stack),
+        "node_id": resource_id(config.stack, "-node"),
+        "accelerator_type": tpu.chip.accelerator_type,
+        "runtime_version": tpu.runtime_version,
+        "provisioning": tpu.provisioning,
+        "max_run_seconds": tpu.max_run_seconds,
+        "capacity_wait_seconds": tpu.capacity_wait_seconds,
+        "service_account_email": service_account_email,
+        "labels": labels(config),
+        "tags": [network_tag],
+        "metadata": dict(metadata),
+        "timing": dict(timing or {}),
+    }
+
+
+@dataclass
+class FlexStartTpuArgs:
+    config: StackConfig
+    #: Node metadata (SSH public key, guest attributes). Never secrets: metadata is readable
+    #: from the VM and by anyone with compute.instances.get.
+    metadata: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+
+
+class FlexStartTpu(pulumi.ComponentResource):
+    """A TPU VM from a flex-start (or spot / on-demand) queued resource, firewalled."""
+
+    zone: pulumi.Output[str]
+    queued_resource: pulumi.Output[str]
+    node: pulumi.Output[str]
+    external_ip: pulumi.Output[str | None]
+    internal_ip: pulumi.Output[str | None]
+    expires_at: pulumi.Output[str | None]
+    service_account_email: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: FlexStartTpuArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("tpu-vllm:index:FlexStartTpu", name, None, opts)
+        config = args.config
+        self.network_tag = resource_id(config.stack)
+        self.service_account = self._create_service_account(name, config)
+        self.service_account_email = self.service_account.email
+        self.queued_resource_resource = QueuedResource(
+            f"{name}-qr",
+            queued_resource_props(
+                config,
+                service_account_email=self.service_account.email,
+                network_tag=self.network_tag,
+                metadata=args.metadata,
+            ),
+            pulumi.ResourceOptions(parent=self),
+        )
+        self.firewalls = self._create_firewalls(name, config)
+        qr = self.queued_resource_resource
+        self.zone = qr.zone
+        self.queued_resource = qr.qr_name
+        self.node = qr.node_name
+        self.external_ip = qr.external_ip
+        self.internal_ip = qr.internal_ip
+        self.expires_at = qr.termination_time
+        self.register_outputs(
+            {
+                "zone": self.zone,
+                "queued_resource": self.queued_resource,
+                "node": self.node,
+                "external_ip": self.external_ip,
+                "internal_ip": self.internal_ip,
+                "expires_at": self.expires_at,
+                "service_account_email": self.service_account_email,
+            }
+        )
+
+    def _create_service_account(self, name: str, config: StackConfig) -> gcp.serviceaccount.Account:
+        # A dedicated identity per stack, so the node can be granted exactly one secret.
+        return gcp.serviceaccount.Account(
+            f"{name}-sa",
+            project=config.project,
+            account_id=resource_id(config.stack),
+            display_name=f"tpu-vllm node ({config.stack})",
+            description="Identity of the TPU VM that serves vLLM; reads only its own secrets.",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _create_firewalls(self, name: str, config: StackConfig) -> list[gcp.compute.Firewall]:
+        rules = [
+            ("serving", config.vllm.port, config.access.allowed_cidrs),
+            ("ssh", SSH_PORT, config.access.ssh_cidrs),
+        ]
+        return [
+            gcp.compute.Firewall(
+                f"{name}-{what}",
+                project=config.project,
+                network="default",
+                direction="INGRESS",
+                description=f"tpu-vllm {config.stack}: {what} port {port}",
+                source_ranges=list(cidrs),
+                target_tags=[self.network_tag],
+                allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(port)])],
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for what, port, cidrs in rules
+        ]

@@ -1,0 +1,526 @@
+"""Tests of the TPU v2alpha1 fake itself, driven through the real discovery client.
+
+Why: the provider tests trust this fake to reject what Google rejects and to walk the states
+Google walks. If the fake were lenient, a broken request body would pass every test and fail
+only against the real API, so each rule the fake claims is pinned here.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import google.oauth2.credentials
+import pytest
+from googleapiclient import discovery
+from googleapiclient.errors import HttpError
+from googleapiclient.http import build_http
+
+from tests.fakes.tpu_api import (
+    DEFAULT_HOST_KEY,
+    FakeTpuApi,
+    ManualClock,
+    StateDurations,
+    fake_tpu,  # noqa: F401 - pytest fixture
+)
+
+PROJECT = "proj"
+ZONE = "us-west4-a"
+PARENT = f"projects/{PROJECT}/locations/{ZONE}"
+QR_ID = "vllm-qr"
+NODE_ID = "vllm-node"
+QR_NAME = f"{PARENT}/queuedResources/{QR_ID}"
+NODE_NAME = f"{PARENT}/nodes/{NODE_ID}"
+SSH_KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIHRlc3Qta2V5LWZyb20tYS1yZWFsLXNzaGQtaG9zdA=="
+FAST = StateDurations(0.05, 0.05, 0.05, 0.05, 0.05, 0.05)
+
+
+def product_body(parent: str = PARENT, node_id: str = NODE_ID) -> dict[str, Any]:
+    """A body of the kind the product sends for a flex-start v5e-1."""
+    return {
+        "provisioningModel": "FLEX_START",
+        "runDuration": {"maxRunDuration": "14400s"},
+        "queueingPolicy": {"validUntilDuration": "3600s"},
+        "tpu": {
+            "nodeSpec": [
+                {
+                    "parent": parent,
+                    "nodeId": node_id,
+                    "node": {
+                        "acceleratorType": "v5litepod-1",
+                        "runtimeVersion": "v2-alpha-tpuv5-lite",
+                        "serviceAccount": {
+                            "email": "tpu-node@proj.iam.gserviceaccount.com",
+                            "scope": ["https://www.googleapis.com/auth/cloud-platform"],
+                        },
+                        "networkConfig": {"enableExternalIps": True},
+                        "metadata": {
+                            "enable-guest-attributes": "TRUE",
+                            "startup-script": "#!/bin/bash\necho hello\n",
+                        },
+                        "labels": {"app": "vllm", "stack": "v5e1"},
+                        "tags": ["vllm-server"],
+                    },
+                }
+            ]
+        },
+    }
+
+
+@pytest.fixture
+def fast_fake(fake_tpu: FakeTpuApi) -> FakeTpuApi:  # noqa: F811 - fixture injection
+    """The shared fixture with shorter state durations."""
+    fake_tpu.durations = FAST
+    return fake_tpu
+
+
+@pytest.fixture
+def manual() -> Iterator[FakeTpuApi]:
+    """A fake on a manual clock: states change only when the test advances time."""
+    with FakeTpuApi(clock=ManualClock()) as fake:
+        yield fake
+
+
+def api(fake: FakeTpuApi) -> Any:
+    """The discovery client exactly as the product builds it."""
+    return discovery.build(
+        "tpu",
+        "v2alpha1",
+        static_discovery=True,
+        credentials=google.oauth2.credentials.Credentials(  # type: ignore[no-untyped-call]
+            token="test-token"
+        ),
+        client_options={"api_endpoint": fake.base_url},
+    )
+
+
+def create(fake: FakeTpuApi, body: dict[str, Any] | None = None, **kw: str) -> dict[str, Any]:
+    """Create a queued resource (the product's body unless given)."""
+    result: dict[str, Any] = (
+        api(fake)
+        .projects()
+        .locations()
+        .queuedResources()
+        .create(
+            parent=kw.get("parent", PARENT),
+            queuedResourceId=kw.get("qr_id", QR_ID),
+            body=product_body() if body is None else body,
+        )
+        .execute()
+    )
+    return result
+
+
+def get_qr(fake: FakeTpuApi, name: str = QR_NAME) -> dict[str, Any]:
+    result: dict[str, Any] = (
+        api(fake).projects().locations().queuedResources().get(name=name).execute()
+    )
+    return result
+
+
+def get_node(fake: FakeTpuApi, name: str = NODE_NAME) -> dict[str, Any]:
+    result: dict[str, Any] = api(fake).projects().locations().nodes().get(name=name).execute()
+    return result
+
+
+def host_keys(fake: FakeTpuApi) -> dict[str, Any]:
+    result: dict[str, Any] = (
+        api(fake)
+        .projects()
+        .locations()
+        .nodes()
+        .getGuestAttributes(name=NODE_NAME, body={"queryPath": "hostkeys/"})
+        .execute()
+    )
+    return result
+
+
+def error_of(call: Callable[[], object]) -> tuple[int, dict[str, Any]]:
+    """Run ``call``, expect an HttpError, return (HTTP status, the ``error`` object)."""
+    with pytest.raises(HttpError) as info:
+        call()
+    payload = json.loads(info.value.content)
+    return info.value.status_code, payload["error"]
+
+
+def raw_get(fake: FakeTpuApi, path: str, token: str) -> tuple[int, dict[str, Any]]:
+    """GET without the discovery client, for requests it would never send."""
+    connection = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=5)
+    try:
+        connection.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def violations(error: dict[str, Any]) -> dict[str, str]:
+    (detail,) = [d for d in error["details"] if d["@type"].endswith("google.rpc.BadRequest")]
+    return {v["field"]: v["description"] for v in detail["fieldViolations"]}
+
+
+def poll(fn: Callable[[], Any], done: Callable[[Any], bool], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+def test_happy_path_reaches_active_with_ips(fast_fake: FakeTpuApi) -> None:
+    op = create(fast_fake)
+    assert op["done"] is False
+    assert op["name"].startswith(f"{PARENT}/operations/operation-")
+    assert op["metadata"]["target"] == QR_NAME
+
+    ops = api(fast_fake).projects().locations().operations()
+    finished = poll(lambda: ops.get(name=op["name"]).execute(), lambda o: o["done"])
+    assert finished["done"] is True
+    assert finished["response"]["name"] == QR_NAME
+
+    qr = poll(lambda: get_qr(fast_fake), lambda q: q["state"]["state"] == "ACTIVE")
+    assert qr["state"]["state"] == "ACTIVE"
+    assert qr["provisioningModel"] == "FLEX_START"
+    assert qr["runDuration"]["maxRunDuration"] == "14400s"
+    assert qr["runDuration"]["terminationTime"].endswith("Z")
+    assert qr["tpu"]["nodeSpec"][0]["nodeId"] == NODE_ID
+
+    node = get_node(fast_fake)
+    assert node["state"] == "READY"
+    assert node["acceleratorType"] == "v5litepod-1"
+    (endpoint,) = node["networkEndpoints"]
+    assert endpoint["ipAddress"].startswith("10.128.0.")
+    assert endpoint["port"] == 8470
+    assert endpoint["accessConfig"]["externalIp"].startswith("203.0.113.")
+
+    created = fast_fake.requests_for("queuedResources.create")[0]
+    assert created.path == f"/v2alpha1/{PARENT}/queuedResources"
+    assert created.query["queuedResourceId"] == QR_ID
+    assert created.headers["authorization"] == "Bearer test-token"
+    assert created.body == product_body()
+
+
+def test_states_walk_in_order_on_manual_clock(manual: FakeTpuApi) -> None:
+    create(manual)
+    seen = [get_qr(manual)["state"]["state"]]
+    for _ in range(4):
+        manual.advance(0.2)
+        seen.append(get_qr(manual)["state"]["state"])
+    assert seen == ["CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"]
+    created = get_qr(manual)["createTime"]
+    termination = get_qr(manual)["runDuration"]["terminationTime"]
+    assert termination > created
+
+
+def test_node_has_no_external_ip_unless_requested(manual: FakeTpuApi) -> None:
+    body = product_body()
+    del body["tpu"]["nodeSpec"][0]["node"]["networkConfig"]
+    create(manual, body)
+    manual.advance(1.0)
+    (endpoint,) = get_node(manual)["networkEndpoints"]
+    assert "accessConfig" not in endpoint
+
+
+def test_product_body_validates_and_is_echoed(manual: FakeTpuApi) -> None:
+    create(manual)
+    manual.advance(1.0)
+    node = get_node(manual)
+    sent = product_body()["tpu"]["nodeSpec"][0]["node"]
+    for key in ("serviceAccount", "metadata", "labels", "tags", "networkConfig"):
+        assert node[key] == sent[key]
+    assert get_qr(manual)["queueingPolicy"] == {"validUntilDuration": "3600s"}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "words"),
+    [
+        (
+            lambda b: b["tpu"]["nodeSpec"][0]["node"].update(fooBar=1),
+            "tpu.nodeSpec[0].node.fooBar",
+            'Unknown name "fooBar"',
+        ),
+        (
+            lambda b: b["tpu"]["nodeSpec"][0]["node"]["networkConfig"].update(
+                enableExternalIps="yes"
+            ),
+            "tpu.nodeSpec[0].node.networkConfig.enableExternalIps",
+            "TYPE_BOOL",
+        ),
+        (
+            lambda b: b.update(provisioningModel="FLEX"),
+            "provisioningModel",
+            "ProvisioningModel",
+        ),
+        (
+            lambda b: b["runDuration"].update(maxRunDuration="4h"),
+            "runDuration.maxRunDuration",
+            "Illegal duration format",
+        ),
+        (
+            lambda b: b["tpu"]["nodeSpec"][0]["node"].update(tags="vllm"),
+            "tpu.nodeSpec[0].node.tags",
+            "Invalid value",
+        ),
+    ],
+    ids=["unknown-field", "wrong-type", "bad-enum", "bad-duration", "not-an-array"],
+)
+def test_schema_violations_are_400_naming_the_field(
+    fast_fake: FakeTpuApi, mutate: Callable[[dict[str, Any]], None], field: str, words: str
+) -> None:
+    body = product_body()
+    mutate(body)
+    status, error = error_of(lambda: create(fast_fake, body))
+    assert status == 400
+    assert error["status"] == "INVALID_ARGUMENT"
+    assert field in violations(error)
+    assert words in violations(error)[field]
+    assert fast_fake.state(QR_ID) is None
+
+
+def test_output_only_fields_are_ignored_and_aliases_accepted(manual: FakeTpuApi) -> None:
+    body = product_body()
+    body["state"] = {"state": "ACTIVE"}
+    body["name"] = "projects/x/locations/y/queuedResources/z"
+    body["run_duration"] = body.pop("runDuration")
+    create(manual, body)
+    qr = get_qr(manual)
+    assert qr["name"] == QR_NAME
+    assert qr["state"]["state"] == "CREATING"
+    assert qr["runDuration"]["maxRunDuration"] == "14400s"
+
+
+def test_oneof_and_unknown_query_parameter_rejected(fast_fake: FakeTpuApi) -> None:
+    body = product_body()
+    body["queueingPolicy"]["validAfterDuration"] = "60s"
+    status, error = error_of(lambda: create(fast_fake, body))
+    assert status == 400
+    assert "queueingPolicy.validAfterDuration" in violations(error)
+
+    status, payload = raw_get(fast_fake, f"/v2alpha1/{QR_NAME}?bogus=1", "test-token")
+    assert status == 400
+    assert "bogus" in payload["error"]["message"]
+
+
+def test_missing_or_wrong_bearer_is_401(fast_fake: FakeTpuApi) -> None:
+    anonymous = discovery.build(
+        "tpu",
+        "v2alpha1",
+        static_discovery=True,
+        http=build_http(),
+        client_options={"api_endpoint": fast_fake.base_url},
+    )
+    status, error = error_of(
+        lambda: anonymous.projects().locations().queuedResources().get(name=QR_NAME).execute()
+    )
+    assert (status, error["status"], error["code"]) == (401, "UNAUTHENTICATED", 401)
+    assert "missing required authentication credential" in error["message"]
+
+    status, payload = raw_get(fast_fake, f"/v2alpha1/{QR_NAME}", "nope")
+    assert status == 401
+    assert "invalid authentication credentials" in payload["error"]["message"]
+    assert fast_fake.requests[-1].status == 401
+
+
+def node_of(body: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = body["tpu"]["nodeSpec"][0]["node"]
+    return node
+
+
+SEMANTIC_CASES: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
+    "flex-no-duration": (lambda b: b.pop("runDuration"), "runDuration.maxRunDuration"),
+    "flex-over-7-days": (
+        lambda b: b.update(runDuration={"maxRunDuration": "604801s"}),
+        "runDuration.maxRunDuration",
+    ),
+    "flex-and-spot": (lambda b: b.update(spot={}), "spot"),
+    "parent": (
+        lambda b: b["tpu"]["nodeSpec"][0].update(parent="projects/proj/locations/x"),
+        "tpu.nodeSpec[0].parent",
+    ),
+    "v5e-spelling": (
+        lambda b: node_of(b).update(acceleratorType="v5e-1"),
+        "tpu.nodeSpec[0].node.acceleratorType",
+    ),
+    "no-runtime": (
+        lambda b: node_of(b).pop("runtimeVersion"),
+        "tpu.nodeSpec[0].node.runtimeVersion",
+    ),
+    "label": (
+        lambda b: node_of(b).update(labels={"App": "x"}),
+        'tpu.nodeSpec[0].node.labels["App"]',
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"), list(SEMANTIC_CASES.values()), ids=list(SEMANTIC_CASES)
+)
+def test_semantic_checks(
+    fast_fake: FakeTpuApi, mutate: Callable[[dict[str, Any]], object], field: str
+) -> None:
+    body = product_body()
+    mutate(body)
+    status, error = error_of(lambda: create(fast_fake, body))
+    assert (status, error["status"]) == (400, "INVALID_ARGUMENT")
+    assert field in violations(error)
+
+
+def test_flex_start_expiry_suspends_and_deletes_node(fast_fake: FakeTpuApi) -> None:
+    fast_fake.seconds_per_run_second = 0.002  # maxRunDuration 100s -> 0.2 s
+    body = product_body()
+    body["runDuration"]["maxRunDuration"] = "100s"
+    create(fast_fake, body)
+    fast_fake.wait_for_state(QR_ID, "ACTIVE")
+    assert get_node(fast_fake)["state"] == "READY"
+    fast_fake.wait_for_state(QR_ID, "SUSPENDED")
+    qr = get_qr(fast_fake)
+    assert qr["state"] == {"state": "SUSPENDED", "stateInitiator": "SERVICE"}
+    status, error = error_of(lambda: get_node(fast_fake))
+    assert (status, error["status"]) == (404, "NOT_FOUND")
+
+
+def test_expire_now(manual: FakeTpuApi) -> None:
+    create(manual)
+    manual.advance(1.0)
+    manual.expire(QR_ID)
+    assert get_qr(manual)["state"]["state"] == "SUSPENDING"
+    assert get_node(manual)["state"] == "DELETING"
+    manual.advance(0.2)
+    assert get_qr(manual)["state"]["state"] == "SUSPENDED"
+
+
+def test_force_delete_while_active(manual: FakeTpuApi) -> None:
+    create(manual)
+    manual.advance(1.0)
+    qrs = api(manual).projects().locations().queuedResources()
+    status, error = error_of(lambda: qrs.delete(name=QR_NAME).execute())
+    assert (status, error["status"]) == (400, "FAILED_PRECONDITION")
+    assert "force=true" in error["message"]
+
+    op = qrs.delete(name=QR_NAME, force=True).execute()
+    assert op["done"] is False
+    assert manual.requests[-1].query["force"] == "true"
+    assert get_qr(manual)["state"] == {"state": "DELETING", "stateInitiator": "USER"}
+    assert get_node(manual)["state"] == "DELETING"
+    manual.advance(0.2)
+    assert error_of(lambda: get_qr(manual))[0] == 404
+    assert error_of(lambda: get_node(manual))[0] == 404
+    done = api(manual).projects().locations().operations().get(name=op["name"]).execute()
+    assert done["done"] is True
+    assert done["response"]["@type"] == "type.googleapis.com/google.protobuf.Empty"
+
+
+def test_delete_during_provisioning_is_failed_precondition(manual: FakeTpuApi) -> None:
+    create(manual)
+    manual.advance(0.6)
+    assert get_qr(manual)["state"]["state"] == "PROVISIONING"
+    qrs = api(manual).projects().locations().queuedResources()
+    status, error = error_of(lambda: qrs.delete(name=QR_NAME, force=True).execute())
+    assert (status, error["status"]) == (400, "FAILED_PRECONDITION")
+    assert "PROVISIONING" in error["message"]
+
+
+def test_zone_rejects_flex_start(fast_fake: FakeTpuApi) -> None:
+    text = 'FLEX_START provisioning model is not supported for accelerator type "v5litepod-1"'
+    fast_fake.set_zone("europe-west4-a", "reject_invalid_argument", text)
+    parent = f"projects/{PROJECT}/locations/europe-west4-a"
+    status, error = error_of(lambda: create(fast_fake, product_body(parent), parent=parent))
+    assert (status, error["status"], error["message"]) == (400, "INVALID_ARGUMENT", text)
+
+
+def test_zone_quota_failure_and_dws_expiry(fast_fake: FakeTpuApi) -> None:
+    fast_fake.set_zone("z-quota", "resource_exhausted")
+    parent = f"projects/{PROJECT}/locations/z-quota"
+    status, error = error_of(lambda: create(fast_fake, product_body(parent), parent=parent))
+    assert (status, error["status"]) == (429, "RESOURCE_EXHAUSTED")
+
+    fast_fake.set_zone("z-fail", "fail", "no capacity here")
+    parent = f"projects/{PROJECT}/locations/z-fail"
+    create(fast_fake, product_body(parent), parent=parent)
+    fast_fake.wait_for_state(f"{parent}/queuedResources/{QR_ID}", "FAILED")
+    failed = get_qr(fast_fake, f"{parent}/queuedResources/{QR_ID}")["state"]
+    assert failed["failedData"]["error"] == {"code": 8, "message": "no capacity here"}
+
+    fast_fake.set_zone("z-none", "never_capacity")
+    fast_fake.seconds_per_run_second = 0.0001  # validUntilDuration 3600s -> 0.36 s
+    parent = f"projects/{PROJECT}/locations/z-none"
+    create(fast_fake, product_body(parent), parent=parent)
+    name = f"{parent}/queuedResources/{QR_ID}"
+    fast_fake.wait_for_state(name, "WAITING_FOR_RESOURCES")
+    fast_fake.wait_for_state(name, "FAILED")
+    assert (
+        "validUntilDuration" in get_qr(fast_fake, name)["state"]["failedData"]["error"]["message"]
+    )
+
+
+def test_fail_next_503_then_retry_succeeds(fast_fake: FakeTpuApi) -> None:
+    create(fast_fake)
+    fast_fake.fail_next(2, status=503, methods=["queuedResources.get"])
+    status, error = error_of(lambda: get_qr(fast_fake))
+    assert (status, error["status"]) == (503, "UNAVAILABLE")
+
+    request = api(fast_fake).projects().locations().queuedResources().get(name=QR_NAME)
+    request._sleep = lambda _seconds: None
+    assert request.execute(num_retries=2)["name"] == QR_NAME
+    assert [r.status for r in fast_fake.requests_for("queuedResources.get")] == [503, 503, 200]
+
+
+def test_duplicate_is_409_and_unknown_is_404(fast_fake: FakeTpuApi) -> None:
+    create(fast_fake)
+    status, error = error_of(lambda: create(fast_fake))
+    assert (status, error["status"]) == (409, "ALREADY_EXISTS")
+    status, error = error_of(lambda: get_qr(fast_fake, f"{PARENT}/queuedResources/nope"))
+    assert (status, error["status"]) == (404, "NOT_FOUND")
+    listed = api(fast_fake).projects().locations().queuedResources().list(parent=PARENT).execute()
+    assert [q["name"] for q in listed["queuedResources"]] == [QR_NAME]
+
+
+def test_host_key_present(manual: FakeTpuApi) -> None:
+    manual.host_keys = {"ssh-ed25519": SSH_KEY}
+    create(manual)
+    manual.advance(0.6)
+    assert host_keys(manual) == {}  # PROVISIONING: not booted yet
+    manual.advance(0.2)
+    (attrs,) = host_keys(manual)["guestAttributes"]
+    assert attrs["queryPath"] == "hostkeys/"
+    assert attrs["queryValue"]["items"] == [
+        {"namespace": "hostkeys", "key": "ssh-ed25519", "value": SSH_KEY}
+    ]
+
+
+def test_host_key_late(manual: FakeTpuApi) -> None:
+    manual.host_key_mode = "late"
+    manual.host_key_delay = 5.0
+    create(manual)
+    manual.advance(0.8)
+    assert get_qr(manual)["state"]["state"] == "ACTIVE"
+    assert host_keys(manual) == {}
+    manual.advance(5.0)
+    items = host_keys(manual)["guestAttributes"][0]["queryValue"]["items"]
+    assert items[0]["value"] == DEFAULT_HOST_KEY
+
+
+def test_host_key_absent_or_guest_attributes_disabled(manual: FakeTpuApi) -> None:
+    manual.host_key_mode = "absent"
+    create(manual)
+    manual.advance(10.0)
+    assert host_keys(manual) == {}
+
+    manual.host_key_mode = "present"
+    body = product_body(node_id="other-node")
+    del body["tpu"]["nodeSpec"][0]["node"]["metadata"]["enable-guest-attributes"]
+    create(manual, body, qr_id="other-qr")
+    manual.advance(1.0)
+    attributes = (
+        api(manual)
+        .projects()
+        .locations()
+        .nodes()
+        .getGuestAttributes(name=f"{PARENT}/nodes/other-node", body={"queryPath": "hostkeys/"})
+        .execute()
+    )
+    assert attributes == {}

@@ -1,0 +1,364 @@
+"""The queued-resource dynamic provider against the loopback TPU v2alpha1 fake.
+
+The fake rejects any body the bundled discovery document does not allow, so a create that
+succeeds here sent a body of the documented shape. Props are passed the way the engine hands
+them over (numbers as floats), and the timing is shrunk so a full lifecycle takes a second.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from components import config as config_module
+from components.queued_resource import QueuedResourceProvider, Spec
+from components.tpu import queued_resource_props
+from tests.fakes.tpu_api import FakeTpuApi, StateDurations
+from tests.pulumi_program import ROOT, run_program, stack_file_config
+
+FAST = {
+    "poll_seconds": 0.05,
+    "provisioning_timeout_seconds": 10.0,
+    "delete_timeout_seconds": 10.0,
+    "retry_attempts": 4,
+    "retry_base_seconds": 0.01,
+}
+SA_EMAIL = "tpu-vllm-v5e1@test-project.iam.gserviceaccount.com"
+REJECTION = 'FLEX_START provisioning model is not supported for accelerator type "v5litepod-1"'
+
+
+def stack_config(stack: str, **tpu_changes: Any) -> config_module.StackConfig:
+    raw = stack_file_config(stack)
+    sections = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("tpu-vllm:")}
+    sections["tpu"] = {**sections["tpu"], **tpu_changes}
+    return config_module.parse_stack_config(sections, project="test-project", stack=stack)
+
+
+def as_engine(value: Any) -> Any:
+    """What a dynamic provider receives: every number as a float, plus the `__provider` key."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: as_engine(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_engine(v) for v in value]
+    return value
+
+
+def props_for(stack: str, **tpu_changes: Any) -> dict[str, Any]:
+    cfg = stack_config(stack, **tpu_changes)
+    props = queued_resource_props(
+        cfg,
+        service_account_email=SA_EMAIL,
+        network_tag=f"tpu-vllm-{stack}",
+        metadata={"enable-guest-attributes": "TRUE"},
+        timing=FAST,
+    )
+    return {**as_engine(props), "__provider": "opaque"}
+
+
+@pytest.fixture
+def tpu_env(fake_tpu: FakeTpuApi, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTpuApi]:
+    monkeypatch.setenv("TPU_API_ENDPOINT", fake_tpu.base_url)
+    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake_tpu.token)
+    yield fake_tpu
+
+
+def outs_of(result: Any) -> dict[str, Any]:
+    """A provider result's outputs (the SDK types them as optional)."""
+    assert result.outs is not None
+    return dict(result.outs)
+
+
+def create_bodies(fake: FakeTpuApi) -> list[dict[str, Any]]:
+    return [
+        r.body
+        for r in fake.requests
+        if r.method == "POST" and r.status == 200 and r.path.endswith("/queuedResources")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stack", "accelerator", "runtime"),
+    [("v5e1", "v5litepod-1", "v2-alpha-tpuv5-lite"), ("v6e4", "v6e-4", "v2-alpha-tpuv6e")],
+)
+def test_create_sends_a_valid_flex_start_body_and_waits_for_active(
+    tpu_env: FakeTpuApi, stack: str, accelerator: str, runtime: str, capsys: Any
+) -> None:
+    props = props_for(stack)
+    result = QueuedResourceProvider().create(props)
+    outs = dict(result.outs or {})
+    zone = stack_config(stack).tpu.zones[0]
+    assert result.id == f"projects/test-project/locations/{zone}/queuedResources/tpu-vllm-{stack}"
+    assert outs["state"] == "ACTIVE"
+    assert outs["zone"] == zone
+    assert outs["external_ip"] and outs["internal_ip"]
+    assert outs["termination_time"]  # flex-start: ACTIVE time + maxRunDuration
+    assert outs["node_name"].endswith(f"/nodes/tpu-vllm-{stack}-node")
+    assert "__provider" not in outs
+    [body] = create_bodies(tpu_env)
+    assert body["provisioningModel"] == "FLEX_START"
+    assert body["runDuration"] == {"maxRunDuration": "14400s"}
+    assert body["queueingPolicy"] == {"validUntilDuration": "1800s"}
+    node = body["tpu"]["nodeSpec"][0]["node"]
+    assert node["acceleratorType"] == accelerator
+    assert node["runtimeVersion"] == runtime
+    assert node["networkConfig"] == {"enableExternalIps": True}
+    assert node["serviceAccount"] == {
+        "email": SA_EMAIL,
+        "scope": ["https://www.googleapis.com/auth/cloud-platform"],
+    }
+    assert node["labels"] == {"stack": stack, "project": "tpu-vllm", "managed-by": "pulumi"}
+    assert node["tags"] == [f"tpu-vllm-{stack}"]
+    assert all(r.headers.get("authorization") == "Bearer test-token" for r in tpu_env.requests)
+    # Each state change is reported for the operator.
+    err = capsys.readouterr().err
+    for state in ("WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"):
+        assert state in err
+
+
+@pytest.mark.parametrize(
+    ("provisioning", "model", "tier"),
+    [("spot", "SPOT", {"spot": {}}), ("on-demand", "STANDARD", {})],
+)
+def test_spot_and_on_demand_bodies_validate(
+    tpu_env: FakeTpuApi, provisioning: str, model: str, tier: dict[str, Any]
+) -> None:
+    props = props_for("v5e1", provisioning=provisioning, maxRunDuration=None)
+    outs = outs_of(QueuedResourceProvider().create(props))
+    assert outs["state"] == "ACTIVE"
+    assert outs["termination_time"] is None  # no run limit: it bills until deleted
+    [body] = create_bodies(tpu_env)
+    assert body["provisioningModel"] == model
+    assert "runDuration" not in body
+    assert {k: body[k] for k in ("spot",) if k in body} == tier
+
+
+def test_failed_request_raises_with_the_api_message_and_cleans_up(tpu_env: FakeTpuApi) -> None:
+    tpu_env.set_zone("us-west4-a", "fail", "There is no more capacity in the zone us-west4-a")
+    with pytest.raises(Exception, match="There is no more capacity in the zone us-west4-a"):
+        QueuedResourceProvider().create(props_for("v5e1"))
+    assert tpu_env.state("tpu-vllm-v5e1") is None  # deleted again: nothing left billing
+
+
+def test_transient_429_and_503_are_retried(tpu_env: FakeTpuApi) -> None:
+    tpu_env.fail_next(2, status=503)
+    tpu_env.fail_next(1, status=429, methods=["get"])
+    outs = outs_of(QueuedResourceProvider().create(props_for("v5e1")))
+    assert outs["state"] == "ACTIVE"
+    assert sum(1 for r in tpu_env.requests if r.status == 503) == 2
+    assert sum(1 for r in tpu_env.requests if r.status == 429) == 1
+
+
+def test_zone_failover_past_a_rejecting_zone(tpu_env: FakeTpuApi) -> None:
+    zones = ["southamerica-west1-a", "us-east5-a", "europe-west4-a"]
+    tpu_env.set_zone(zones[0], "reject_invalid_argument", "v6e-4 is not available here")
+    outs = outs_of(QueuedResourceProvider().create(props_for("v6e4")))
+    assert outs["zone"] == "us-east5-a"
+    assert outs["state"] == "ACTIVE"
+    assert any("southamerica-west1-a" in e and "INVALID_ARGUMENT" in e for e in outs["zone_errors"])
+
+
+def test_all_zones_failing_lists_each_zone_and_leaves_nothing(tpu_env: FakeTpuApi) -> None:
+    tpu_env.seconds_per_run_second = 0.0005  # the 1800 s capacity wait lasts ~1 s
+    tpu_env.set_zone("southamerica-west1-a", "reject_invalid_argument", "not supported here")
+    tpu_env.set_zone("us-east5-a", "resource_exhausted", "Quota TPUV6E exceeded")
+    tpu_env.set_zone("europe-west4-a", "never_capacity")
+    with pytest.raises(Exception) as caught:
+        QueuedResourceProvider().create(props_for("v6e4"))
+    message = str(caught.value)
+    assert "southamerica-west1-a: INVALID_ARGUMENT" in message and "not supported here" in message
+    assert "us-east5-a: RESOURCE_EXHAUSTED" in message
+    assert "europe-west4-a: FAILED" in message
+    for zone in ("southamerica-west1-a", "us-east5-a", "europe-west4-a"):
+        assert (
+            tpu_env.state(f"projects/test-project/locations/{zone}/queuedResources/tpu-vllm-v6e4")
+            is None
+        )
+
+
+def test_flex_start_rejection_is_skipped_like_seed_000(tpu_env: FakeTpuApi) -> None:
+    tpu_env.set_zone("europe-west4-c", "reject_invalid_argument", REJECTION)
+    props = props_for("v5e1")
+    props["zones"] = ["europe-west4-c", "us-west4-a"]
+    outs = outs_of(QueuedResourceProvider().create(props))
+    assert outs["zone"] == "us-west4-a"
+    assert REJECTION in outs["zone_errors"][0]
+
+
+def test_delete_while_active_forces_and_waits_until_gone(tpu_env: FakeTpuApi) -> None:
+    provider = QueuedResourceProvider()
+    props = props_for("v5e1")
+    created = provider.create(props)
+    provider.delete(created.id, {**props, **outs_of(created)})
+    deletes = [r for r in tpu_env.requests if r.method == "DELETE"]
+    assert deletes and deletes[0].query.get("force") == "true"
+    assert tpu_env.state(created.id) is None
+
+
+def _start_request_directly(fake: FakeTpuApi, props: dict[str, Any]) -> str:
+    spec = Spec.from_props(props)
+    zone = spec.zones[0]
+    fake.discovery_client().projects().locations().queuedResources().create(
+        parent=f"projects/{spec.project}/locations/{zone}",
+        queuedResourceId=spec.qr_id,
+        body=spec.body(zone),
+    ).execute()
+    return spec.qr_name(zone)
+
+
+def test_delete_while_provisioning_is_retried_until_allowed(tpu_env: FakeTpuApi) -> None:
+    tpu_env.durations = StateDurations(0.05, 0.05, 0.05, provisioning=1.0)
+    props = props_for("v5e1")
+    name = _start_request_directly(tpu_env, props)
+    assert tpu_env.wait_for_state(name, "PROVISIONING", timeout=5)
+    QueuedResourceProvider().delete(name, props)
+    rejected = [r for r in tpu_env.requests if r.method == "DELETE" and r.status == 400]
+    assert rejected, "the fake should have refused the delete while PROVISIONING"
+    assert tpu_env.state(name) is None
+
+
+def test_delete_while_provisioning_gives_up_with_a_clear_error(tpu_env: FakeTpuApi) -> None:
+    tpu_env.durations = StateDurations(0.05, 0.05, 0.05, provisioning=60.0)
+    props = props_for("v5e1")
+    props["timing"] = {**props["timing"], "delete_timeout_seconds": 0.5}
+    name = _start_request_directly(tpu_env, props)
+    assert tpu_env.wait_for_state(name, "PROVISIONING", timeout=5)
+    with pytest.raises(Exception, match="cannot be deleted while it is PROVISIONING"):
+        QueuedResourceProvider().delete(name, props)
+
+
+def test_delete_after_it_is_already_gone_succeeds(tpu_env: FakeTpuApi) -> None:
+    provider = QueuedResourceProvider()
+    props = props_for("v5e1")
+    created = provider.create(props)
+    tpu_env.discovery_client().projects().locations().queuedResources().delete(
+        name=created.id, force=True
+    ).execute()
+    assert tpu_env.wait_for_state(created.id, "GONE", timeout=5) is None
+    provider.delete(created.id, {**props, **outs_of(created)})  # 404 counts as deleted
+    assert any(r.method == "DELETE" and r.status == 404 for r in tpu_env.requests)
+
+
+def test_refresh_after_expiry_reports_suspended_and_diff_replaces(tpu_env: FakeTpuApi) -> None:
+    provider = QueuedResourceProvider()
+    props = props_for("v5e1")
+    created = provider.create(props)
+    tpu_env.expire(created.id)
+    assert tpu_env.wait_for_state(created.id, "SUSPENDED", timeout=5) == "SUSPENDED"
+    refreshed = provider.read(created.id, {**props, **outs_of(created)})
+    assert refreshed.id == created.id
+    assert outs_of(refreshed)["state"] == "SUSPENDED"
+    assert outs_of(refreshed)["external_ip"] is None  # the node was deleted with the run
+    diff = provider.diff(created.id, outs_of(refreshed), props)
+    assert diff.changes and "state" in (diff.replaces or [])
+    assert diff.delete_before_replace
+    # Deleting the suspended request (it still counts against quota) works too.
+    provider.delete(created.id, outs_of(refreshed))
+    assert tpu_env.state(created.id) is None
+
+
+def test_refresh_of_a_deleted_request_reports_it_gone(tpu_env: FakeTpuApi) -> None:
+    name = "projects/test-project/locations/us-west4-a/queuedResources/tpu-vllm-v5e1"
+    result = QueuedResourceProvider().read(name, props_for("v5e1"))
+    assert not result.id
+
+
+def test_diff_replaces_on_spec_change_but_not_on_timing_or_kept_zone() -> None:
+    provider = QueuedResourceProvider()
+    olds = {**props_for("v6e4"), "zone": "us-east5-a", "state": "ACTIVE"}
+    same = provider.diff("id", olds, props_for("v6e4"))
+    assert not same.changes
+    runtime = provider.diff("id", olds, props_for("v6e4", runtimeVersion="v2-alpha-tpuv6e-b"))
+    assert runtime.changes and runtime.replaces == ["runtime_version"]
+    bigger = {**props_for("v6e4"), "accelerator_type": "v6e-8"}
+    assert "accelerator_type" in (provider.diff("id", olds, bigger).replaces or [])
+    longer = provider.diff("id", olds, props_for("v6e4", maxRunDuration="8h"))
+    assert "max_run_seconds" in (longer.replaces or [])
+    timing = props_for("v6e4")
+    timing["timing"] = {**timing["timing"], "poll_seconds": 30.0}
+    slower = provider.diff("id", olds, timing)
+    assert slower.changes and not slower.replaces
+    kept = provider.diff("id", olds, props_for("v6e4", zones=["us-east5-a"]))
+    assert not kept.replaces
+    moved = provider.diff("id", olds, props_for("v6e4", zones=["europe-west4-a"]))
+    assert "zones" in (moved.replaces or [])
+
+
+def test_check_reports_missing_run_limit() -> None:
+    props = props_for("v5e1")
+    props["max_run_seconds"] = None
+    result = QueuedResourceProvider().check({}, props)
+    assert [f.property for f in result.failures] == ["max_run_seconds"]
+
+
+def _provider_blob() -> str:
+    run = run_program("v5e1")
+    [qr] = [r for r in run.resources if r.type == "pulumi-python:dynamic:Resource"]
+    blob = qr.inputs["__provider"]
+    if isinstance(blob, dict):  # the SDK marks the pickled provider secret
+        blob = blob["value"]
+    assert isinstance(blob, str)
+    return blob
+
+
+def test_provider_pickled_under_mocks_runs_in_a_fresh_process(tpu_env: FakeTpuApi) -> None:
+    """As Pulumi's provider host does: a new interpreter in the project root unpickles it."""
+    blob = _provider_blob()
+    props = props_for("v5e1")
+    script = (
+        "import base64, json, sys, dill\n"
+        "provider = dill.loads(base64.b64decode(sys.argv[1]))\n"
+        "props = json.loads(sys.stdin.read())\n"
+        "result = provider.create(props)\n"
+        "print(json.dumps({'id': result.id, 'outs': result.outs}))\n"
+    )
+    env = {
+        **os.environ,
+        "TPU_API_ENDPOINT": tpu_env.base_url,
+        "GOOGLE_OAUTH_ACCESS_TOKEN": tpu_env.token,
+        "PYTHONPATH": "",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, blob],
+        input=json.dumps(props),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["outs"]["state"] == "ACTIVE"
+    assert base64.b64decode(blob)  # a real dill payload, not a placeholder
+
+
+def test_progress_is_reported_while_waiting(tpu_env: FakeTpuApi, capsys: Any) -> None:
+    tpu_env.durations = StateDurations(0.05, 0.05, waiting_for_resources=0.6, provisioning=0.3)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            QueuedResourceProvider().create(props_for("v5e1"))
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.3)
+    assert "WAITING_FOR_RESOURCES" in capsys.readouterr().err  # reported before it finishes
+    thread.join(timeout=30)
+    assert not errors
