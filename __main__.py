@@ -3,23 +3,62 @@
 import pulumi
 
 from components.config import load_stack_config
+from components.host_key import NodeHostKey
+from components.secrets import NodeSecrets, NodeSecretsArgs, require_hf_token_secret
+from components.ssh import SshIdentity, ssh_command
 from components.tpu import FlexStartTpu, FlexStartTpuArgs
+from components.vllm import VllmServer, VllmServerArgs
 
 config = load_stack_config()
 for warning in config.warnings:
     pulumi.log.warn(warning)
+hf_token_secret = require_hf_token_secret(config)
 
-tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config))
+ssh = SshIdentity("ssh")
+tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=ssh.metadata))
+host_key = NodeHostKey(
+    "node-host-key",
+    node_name=tpu.node,
+    node_create_time=tpu.created_at,
+    allow_unverified=config.access.allow_unverified_host_key,
+    opts=pulumi.ResourceOptions(parent=tpu),
+)
+connection = ssh.connection(tpu.external_ip, host_key.host_key)  # type: ignore[arg-type]
+secrets = NodeSecrets(
+    "secrets",
+    NodeSecretsArgs(
+        config=config,
+        hf_token_secret=hf_token_secret,
+        service_account_email=tpu.service_account_email,
+        connection=connection,
+    ),
+)
+server = VllmServer(
+    "vllm",
+    VllmServerArgs(
+        config=config, connection=connection, host=tpu.external_ip, after=[secrets.fetch]
+    ),
+)
 
-pulumi.export("chip", config.tpu.chip.accelerator_type)
-pulumi.export("zones", list(config.tpu.zones))
+# The output contract other stacks read (README "Outputs"): never rename silently.
+pulumi.export("endpoint", server.endpoint)
+pulumi.export("openai_base_url", server.openai_base_url)
 pulumi.export("model", config.model.id)
-pulumi.export("vllm_args", config.vllm.serve_args())
-pulumi.export("hourly_cost_usd", config.hourly_cost_usd)
-pulumi.export("max_run_cost_usd", config.max_run_cost_usd)
+pulumi.export("api_key", secrets.api_key)
+pulumi.export("api_key_secret", secrets.api_key_secret)
 pulumi.export("zone", tpu.zone)
+pulumi.export("chip", config.tpu.chip.accelerator_type)
 pulumi.export("queued_resource", tpu.queued_resource)
 pulumi.export("node", tpu.node)
 pulumi.export("external_ip", tpu.external_ip)
 pulumi.export("internal_ip", tpu.internal_ip)
 pulumi.export("expires_at", tpu.expires_at)
+pulumi.export("ssh_command", ssh_command(config.stack, tpu.external_ip))
+pulumi.export("ssh_private_key", ssh.private_key_openssh)
+pulumi.export("ssh_host_key", host_key.host_key)
+pulumi.export("hourly_cost_usd", config.hourly_cost_usd)
+pulumi.export("max_run_cost_usd", config.max_run_cost_usd)
+pulumi.export("hbm", server.hbm)
+pulumi.export("startup_seconds", server.startup_seconds)
+pulumi.export("zones", list(config.tpu.zones))
+pulumi.export("vllm_args", config.vllm.serve_args())

@@ -78,6 +78,7 @@ class FlexStartTpu(pulumi.ComponentResource):
     external_ip: pulumi.Output[str | None]
     internal_ip: pulumi.Output[str | None]
     expires_at: pulumi.Output[str | None]
+    created_at: pulumi.Output[str | None]
     service_account_email: pulumi.Output[str]
 
     def __init__(
@@ -106,6 +107,7 @@ class FlexStartTpu(pulumi.ComponentResource):
         self.external_ip = qr.external_ip
         self.internal_ip = qr.internal_ip
         self.expires_at = qr.termination_time
+        self.created_at = qr.create_time
         self.register_outputs(
             {
                 "zone": self.zone,

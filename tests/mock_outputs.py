@@ -14,10 +14,40 @@ from pulumi.runtime import mocks
 EXTERNAL_IP = "203.0.113.10"
 INTERNAL_IP = "10.128.0.7"
 EXPIRES_AT = "2026-11-29T18:00:00Z"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyFromGuestAttributes0000000000000"
+# Sentinels: values that must only ever appear where secrets may.
+API_KEY_SENTINEL = "APIKEYSENTINEL0123456789abcdefghijklmnopqrstuvwxyzAB"
+SSH_PRIVATE_SENTINEL = "-----BEGIN OPENSSH PRIVATE KEY-----\nSSHPRIVATESENTINEL\n-----END"
+SSH_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIClientPublicKey000000000000000000000"
+CONTAINER_ID = "c0ffee" * 10 + "abcd"
+READY_STDOUT = (
+    "[     3s] image present\n[   857s] ready: Application startup complete.\n"
+    'TPU_VLLM_READY {"hbm": {"available_gib": 5.52, "total_gib": 15.75, "usable_gib": 14.49, '
+    '"used_gib": 8.97}, "startup_seconds": 857.0}\n'
+)
 
 
 def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
     inputs = args.inputs
+    if args.typ == "tls:index/privateKey:PrivateKey":
+        return {
+            "publicKeyOpenssh": SSH_PUBLIC_KEY + "\n",
+            "privateKeyOpenssh": SSH_PRIVATE_SENTINEL,
+        }
+    if args.typ == "random:index/randomPassword:RandomPassword":
+        return {"result": API_KEY_SENTINEL}
+    if args.typ == "gcp:secretmanager/secret:Secret":
+        return {"name": f"projects/123456789/secrets/{inputs['secretId']}"}
+    if args.typ == "gcp:secretmanager/secretVersion:SecretVersion":
+        return {"name": f"{inputs['secret']}/versions/1", "secretData": inputs.get("secretData")}
+    if args.typ == "command:remote:Command":
+        if args.name.endswith("-start"):
+            return {"stdout": CONTAINER_ID + "\n", "stderr": ""}
+        if args.name.endswith("-ready"):
+            return {"stdout": READY_STDOUT, "stderr": ""}
+        return {"stdout": "", "stderr": ""}
+    if args.typ == "pulumi-python:dynamic:Resource" and "node_create_time" in inputs:
+        return {"host_key": HOST_KEY}
     if args.typ == "gcp:serviceaccount/account:Account":
         project = inputs.get("project", "test-project")
         return {"email": f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"}

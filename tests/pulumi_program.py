@@ -24,6 +24,8 @@ from pulumi.runtime import mocks
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from tests.mock_outputs import cloud_outputs
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST_PROJECT = "test-project"
 
@@ -49,6 +51,8 @@ class ProgramRun:
     error: BaseException | None = None
     #: URNs of every registered resource: they encode the parent chain.
     urns: list[str] = field(default_factory=list)
+    #: Invokes the program made: (token, args).
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def urn_of(self, name: str) -> str:
         [urn] = [u for u in self.urns if u.endswith(f"::{name}")]
@@ -71,11 +75,21 @@ NewResource = Callable[[mocks.MockResourceArgs], dict[str, Any]]
 Call = Callable[[mocks.MockCallArgs], dict[str, Any]]
 
 
+class InvokeFailure(Exception):
+    """Raised by a test's `call` to make the mocked invoke fail as the provider would."""
+
+    def __init__(self, reason: str, property_name: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.property_name = property_name
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Records every resource; outputs default to the inputs plus what `outputs_for` adds."""
 
     def __init__(self, outputs_for: NewResource | None, call: Call | None) -> None:
         self.resources: list[Registered] = []
+        self.calls: list[tuple[str, dict[str, Any]]] = []
         self._outputs_for = outputs_for
         self._call = call
 
@@ -91,7 +105,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return (self._call(args) if self._call else {}), None
+        self.calls.append((args.token, dict(args.args)))
+        try:
+            return (self._call(args) if self._call else dict(args.args)), []
+        except InvokeFailure as failure:
+            return {}, [(failure.property_name, failure.reason)]
 
 
 class _ListHandler(logging.Handler):
@@ -142,7 +160,7 @@ def run_program(
     *,
     project: str | None = TEST_PROJECT,
     preview: bool = False,
-    outputs_for: NewResource | None = None,
+    outputs_for: NewResource | None = cloud_outputs,
     call: Call | None = None,
     expect_error: bool = False,
 ) -> ProgramRun:
@@ -187,7 +205,9 @@ def _run(
     try:
         _sync_await(run_pulumi_func(program))
     except Exception as error:  # noqa: BLE001 - handed back to the caller to assert on
-        return ProgramRun(recorder.resources, {}, set(), handler.records, error)
+        return ProgramRun(
+            recorder.resources, {}, set(), handler.records, error, calls=recorder.calls
+        )
     root = pulumi.runtime.settings.get_root_resource()
     assert root is not None
     outputs: dict[str, Any] = {}
@@ -199,4 +219,6 @@ def _run(
             secrets.add(name)
     monitor = pulumi.runtime.settings.get_monitor()
     urns = list(getattr(monitor, "resources", {}))
-    return ProgramRun(recorder.resources, outputs, secrets, handler.records, urns=urns)
+    return ProgramRun(
+        recorder.resources, outputs, secrets, handler.records, urns=urns, calls=recorder.calls
+    )

@@ -305,7 +305,7 @@ def test_check_reports_missing_run_limit() -> None:
 
 def _provider_blob() -> str:
     run = run_program("v5e1")
-    [qr] = [r for r in run.resources if r.type == "pulumi-python:dynamic:Resource"]
+    [qr] = [r for r in run.of_type("pulumi-python:dynamic:Resource") if "qr_id" in r.inputs]
     blob = qr.inputs["__provider"]
     if isinstance(blob, dict):  # the SDK marks the pickled provider secret
         blob = blob["value"]

@@ -1,0 +1,113 @@
+"""The node's SSH host key, read through the TPU API, as a dynamic resource of its own.
+
+With node metadata `enable-guest-attributes: TRUE` the guest agent publishes the VM's host keys
+as guest attributes under `hostkeys/`. Reading them through the authenticated TPU API gives a
+key to pin that did not come over the network being verified. This lives in its own resource,
+not in the queued resource's create: a failure here must not lose track of a TPU that bills.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+import pulumi.dynamic as dyn
+
+from components.tpu_api import ApiError, TpuApi, report
+
+QUERY_PATH = "hostkeys/"
+PREFERRED_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa")
+
+
+def pick_host_key(answer: Mapping[str, Any]) -> str | None:
+    """`ssh-ed25519 AAAA...` from a getGuestAttributes answer, or None while there is none."""
+    found: dict[str, str] = {}
+    for attribute in answer.get("guestAttributes") or []:
+        for item in (attribute.get("queryValue") or {}).get("items") or []:
+            if item.get("namespace") == "hostkeys" and item.get("key") and item.get("value"):
+                found[str(item["key"])] = str(item["value"]).strip()
+    for key_type in PREFERRED_KEY_TYPES:
+        if key_type in found:
+            return f"{key_type} {found[key_type].split()[-1]}"
+    return None
+
+
+class NodeHostKeyProvider(dyn.ResourceProvider):
+    """create polls guest attributes until a host key appears or the bound passes."""
+
+    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        node = str(props["node_name"])
+        timeout = float(props.get("timeout_seconds") or 600)
+        poll = float(props.get("poll_seconds") or 10)
+        api = TpuApi(
+            retry_attempts=int(props.get("retry_attempts") or 6),
+            retry_base_seconds=float(props.get("retry_base_seconds") or 2.0),
+        )
+        start = time.monotonic()
+        host_key = None
+        while True:
+            try:
+                host_key = pick_host_key(api.get_guest_attributes(node, QUERY_PATH))
+            except ApiError as error:
+                if error.http_status != 404:  # the node may not be listed yet
+                    raise
+            if host_key or time.monotonic() - start >= timeout:
+                break
+            time.sleep(poll)
+        elapsed = time.monotonic() - start
+        if host_key:
+            report(f"{node}: SSH host key {host_key.split()[0]} read after {elapsed:.0f} s")
+        elif props.get("allow_unverified"):
+            report(
+                f"{node}: no SSH host key after {elapsed:.0f} s; connecting WITHOUT host-key "
+                "verification because tpu-vllm:access.allowUnverifiedHostKey is true"
+            )
+        else:
+            raise Exception(
+                f"{node} published no SSH host key within {timeout:.0f} s (guest attributes "
+                f"`{QUERY_PATH}` stayed empty), so the node cannot be verified and no secret is "
+                "sent to it. Fix: check that the image runs the guest agent and retry "
+                "`pulumi up`, or accept the risk with `pulumi config set --path "
+                "'tpu-vllm:access.allowUnverifiedHostKey' true`."
+            )
+        outs = {k: v for k, v in props.items() if k != "__provider"}
+        return dyn.CreateResult(id_=f"{node}/hostkey", outs={**outs, "host_key": host_key})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        # A new node (same name, new request: create_time differs) has a new host key.
+        keys = ("node_name", "node_create_time", "allow_unverified")
+        replaces = [k for k in keys if olds.get(k) != news.get(k)]
+        return dyn.DiffResult(changes=bool(replaces), replaces=replaces)
+
+
+class NodeHostKey(dyn.Resource):
+    """`host_key` is `ssh-ed25519 AAAA...`, or None when unverified connections are allowed."""
+
+    host_key: pulumi.Output[str | None]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        node_name: pulumi.Input[str],
+        node_create_time: pulumi.Input[str | None],
+        allow_unverified: bool,
+        timeout_seconds: float = 600,
+        poll_seconds: float = 10,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(
+            NodeHostKeyProvider(),
+            name,
+            {
+                "node_name": node_name,
+                "node_create_time": node_create_time,
+                "allow_unverified": allow_unverified,
+                "timeout_seconds": timeout_seconds,
+                "poll_seconds": poll_seconds,
+                "host_key": None,
+            },
+            opts,
+        )

@@ -1,0 +1,134 @@
+"""Renders the scripts that `remote.Command` runs on the node, from the files in scripts/remote.
+
+The scripts stay readable files; this module only fills in values, each through `shlex.quote`,
+one argument per line, so that a `pulumi preview` diff shows the one flag that changed. No
+value rendered here is a secret: secrets are fetched by the VM itself into files.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from components.config import StackConfig
+
+REMOTE = Path(__file__).resolve().parent.parent / "scripts" / "remote"
+HEADER = "set -euo pipefail\n"
+CONTAINER_SECRETS = "/run/secrets"
+HF_TOKEN_FILE = "hf_token"  # noqa: S105 - a file name
+API_KEY_FILE = "vllm_api_key"
+#: Seconds the VM keeps retrying while a fresh IAM grant reaches Secret Manager.
+SECRET_ACCESS_DEADLINE = 600
+
+
+def _template(name: str) -> str:
+    return (REMOTE / name).read_text()
+
+
+def _continued(words: Sequence[str], indent: str = "  ") -> str:
+    """Arguments one per line, joined with backslash continuations (no trailing one)."""
+    return " \\\n".join(f"{indent}{w}" for w in words)
+
+
+def _fill(template: str, values: Mapping[str, str]) -> str:
+    for key, value in values.items():
+        marker = f"@{key}@"
+        if marker not in template:
+            raise KeyError(f"{marker} is not in the template")
+        template = template.replace(marker, value)
+    return template
+
+
+def fetch_secrets_script(secrets: Mapping[str, str]) -> str:
+    """Fetch `{file name: secret version resource}` into ~/.tpu-vllm/secrets, mode 0600."""
+    words = [f"--deadline {SECRET_ACCESS_DEADLINE}"]
+    words += [shlex.quote(f"{name}={resource}") for name, resource in secrets.items()]
+    return HEADER + _fill(
+        _template("fetch_secrets.sh"),
+        {
+            "FETCH_ARGS": _continued(words),
+            "FETCH_SECRETS_PY": _template("fetch_secrets.py").rstrip("\n"),
+        },
+    )
+
+
+def docker_run_words(config: StackConfig, container: str) -> list[str]:
+    """`docker run` as (already quoted) words, one option with its value per line.
+
+    Seed 000 §1.3's command, except the HF token: instead of `-e HF_TOKEN="$(cat ...)"` (shown
+    by `ps` and `docker inspect`) the token and API key are read-only file mounts.
+    """
+    q = shlex.quote
+    secret = f"~/.tpu-vllm/secrets/{{0}}:{CONTAINER_SECRETS}/{{0}}:ro"
+    words = [
+        "sudo docker run",
+        "--detach",
+        f"--name {q(container)}",
+        "--privileged",
+        "--net=host",
+        "-v /dev/shm:/dev/shm",
+        "--shm-size 10gb",
+        # `~` is left unquoted on purpose: the user's shell expands it to the home directory.
+        "-v ~/.cache/vllm:/root/.cache/vllm",
+        "-e HF_HOME=/dev/shm",
+        f"-e HF_TOKEN_PATH={CONTAINER_SECRETS}/{HF_TOKEN_FILE}",
+        f"-v {secret.format(HF_TOKEN_FILE)}",
+        f"-v {secret.format(API_KEY_FILE)}",
+        "-v ~/.tpu-vllm/entrypoint.sh:/tpu-vllm/entrypoint.sh:ro",
+        "--entrypoint /tpu-vllm/entrypoint.sh",
+        q(config.vllm.image),
+        f"vllm serve {q(config.model.id)}",
+    ]
+    args = config.vllm.serve_args()
+    index = 0
+    while index < len(args):
+        flag = args[index]
+        has_value = index + 1 < len(args) and not args[index + 1].startswith("--")
+        if has_value:
+            words.append(f"{q(flag)} {q(args[index + 1])}")
+            index += 2
+        else:
+            words.append(q(flag))
+            index += 1
+    return words
+
+
+def start_server_script(config: StackConfig, container: str) -> str:
+    """Remove any old container of this name, then `docker run` the server; prints its id."""
+    return HEADER + _fill(
+        _template("start_server.sh"),
+        {
+            "ENTRYPOINT_SH": _template("vllm_entrypoint.sh").rstrip("\n"),
+            "IMAGE": shlex.quote(config.vllm.image),
+            "CONTAINER": shlex.quote(container),
+            "DOCKER_RUN": _continued(docker_run_words(config, container), indent="").replace(
+                " \\\n", " \\\n  "
+            ),
+        },
+    )
+
+
+def readiness_script(config: StackConfig, container_id: str, poll_seconds: float = 1.0) -> str:
+    """Follow this container start's log until ready, then check /health and /v1/models."""
+    args = [
+        "--container",
+        container_id.strip(),
+        "--model",
+        config.model.id,
+        "--port",
+        str(config.vllm.port),
+        "--timeout",
+        str(config.vllm.readiness_timeout_seconds),
+        "--poll",
+        str(poll_seconds),
+    ]
+    pairs = [f"{shlex.quote(args[i])} {shlex.quote(args[i + 1])}" for i in range(0, len(args), 2)]
+    return (
+        HEADER
+        + "python3 - \\\n"
+        + _continued(pairs)
+        + " <<'TPU_VLLM_WAIT_READY'\n"
+        + _template("wait_ready.py").rstrip("\n")
+        + "\nTPU_VLLM_WAIT_READY\n"
+    )

@@ -1,0 +1,119 @@
+"""Secret Manager access for the node: the HF token it reads, and the API key it serves with.
+
+The program never reads the HF token's value: it only checks the secret exists (so a missing
+one fails at preview, before a TPU is requested) and grants the node's service account access
+to that one secret. The vLLM API key is generated per stack, kept as a Pulumi secret and as a
+Secret Manager version the node can read. On the VM, one command copies both into 0600 files
+with the VM's own identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_gcp as gcp
+import pulumi_random as random
+
+from components import remote_scripts
+from components.config import StackConfig
+from components.tpu import labels, resource_id
+
+ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
+
+
+def require_hf_token_secret(config: StackConfig) -> str:
+    """The HF token secret's resource name; a clear error if it does not exist.
+
+    Runs as an invoke, which Pulumi performs at preview too, before anything is registered.
+    """
+    secret_id = config.access.hf_token_secret
+    try:
+        gcp.secretmanager.get_secret(project=config.project, secret_id=secret_id)
+    except Exception as error:  # noqa: BLE001 - the SDK raises a plain Exception for invokes
+        raise pulumi.RunError(
+            f"tpu-vllm:access.hfTokenSecret = {secret_id!r}: Secret Manager secret "
+            f"projects/{config.project}/secrets/{secret_id} was not found or cannot be read "
+            f"({error}). Fix: store your Hugging Face token once with "
+            f"`python scripts/save_hf_token.py --stack {config.stack}` (it reads the token "
+            "from stdin or a hidden prompt), then run pulumi again."
+        ) from None
+    return f"projects/{config.project}/secrets/{secret_id}"
+
+
+@dataclass
+class NodeSecretsArgs:
+    config: StackConfig
+    #: `projects/P/secrets/S` from `require_hf_token_secret`.
+    hf_token_secret: str
+    service_account_email: pulumi.Input[str]
+    connection: command.remote.ConnectionArgs
+
+
+class NodeSecrets(pulumi.ComponentResource):
+    """Grants, the per-stack API key, and the on-VM fetch of both into 0600 files."""
+
+    api_key: pulumi.Output[str]
+    api_key_secret: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: NodeSecretsArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("tpu-vllm:index:NodeSecrets", name, None, opts)
+        config = args.config
+        child = pulumi.ResourceOptions(parent=self)
+        member = pulumi.Output.from_input(args.service_account_email).apply(
+            lambda email: f"serviceAccount:{email}"
+        )
+        hf_access = gcp.secretmanager.SecretIamMember(
+            f"{name}-hf-token-access",
+            project=config.project,
+            secret_id=config.access.hf_token_secret,
+            role=ACCESSOR_ROLE,
+            member=member,
+            opts=child,
+        )
+        password = random.RandomPassword(f"{name}-api-key", length=48, special=False, opts=child)
+        self.api_key = pulumi.Output.secret(password.result)
+        key_secret = gcp.secretmanager.Secret(
+            f"{name}-api-key-secret",
+            project=config.project,
+            secret_id=resource_id(config.stack, "-api-key"),
+            labels=labels(config),
+            replication=gcp.secretmanager.SecretReplicationArgs(
+                auto=gcp.secretmanager.SecretReplicationAutoArgs()
+            ),
+            opts=child,
+        )
+        key_version = gcp.secretmanager.SecretVersion(
+            f"{name}-api-key-version",
+            secret=key_secret.id,
+            secret_data=self.api_key,
+            opts=child,
+        )
+        key_access = gcp.secretmanager.SecretIamMember(
+            f"{name}-api-key-access",
+            project=config.project,
+            secret_id=key_secret.secret_id,
+            role=ACCESSOR_ROLE,
+            member=member,
+            opts=child,
+        )
+        self.api_key_secret = key_secret.name
+        script = key_version.name.apply(
+            lambda version: remote_scripts.fetch_secrets_script(
+                {
+                    remote_scripts.HF_TOKEN_FILE: f"{args.hf_token_secret}/versions/latest",
+                    remote_scripts.API_KEY_FILE: version,
+                }
+            )
+        )
+        self.fetch = command.remote.Command(
+            f"{name}-fetch",
+            connection=args.connection,
+            create=script,
+            logging=command.remote.Logging.STDOUT_AND_STDERR,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[hf_access, key_access]),
+        )
+        self.register_outputs({"api_key_secret": self.api_key_secret})

