@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.fakes.tpu_api"]
+pytest_plugins = [
+    "tests.fakes.tpu_api",
+    "tests.fakes.secret_manager",
+    "tests.fakes.metadata_server",
+    "tests.fakes.ssh_host",
+]
 
 
 class NetworkAccessError(AssertionError):

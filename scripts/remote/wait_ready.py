@@ -33,17 +33,14 @@ TAIL_LINES = 50
 PHASES = (
     (
         "weights downloaded",
-        re.compile(r"Loading weights took|Model loading took|weights (?:loaded|downloaded)", re.I),
+        re.compile(r"Time spent downloading weights|Loading weights took|Model loading took"),
     ),
     ("memory budget", re.compile(r"Memory statistics")),
     (
         "KV cache initialised",
-        re.compile(
-            r"Init kv-cache|KV cache (?:size|blocks|initiali[sz])|num_gpu_blocks|GPU KV cache size",
-            re.I,
-        ),
+        re.compile(r"Init kv-cache|GPU KV cache size|num_gpu_blocks|KV cache (?:size|blocks)"),
     ),
-    ("compiling (the long part: XLA)", re.compile(r"[Cc]ompil")),
+    ("compiling (the long part: XLA)", re.compile(r"Precompil|Compiling |Compilation of ")),
     ("server starting", re.compile(r"Started server process|Waiting for application startup")),
 )
 HBM_RE = re.compile(

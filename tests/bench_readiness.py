@@ -1,0 +1,110 @@
+"""Benchmark: how fast the readiness check notices success and failure (run by hand).
+
+    python -m tests.bench_readiness [--runs 10]
+
+Over real SSH against the test sshd and fake docker, replaying the reconstructed v5e-1 log:
+- detection latency: wall time from the container writing `Application startup complete.` to
+  the readiness command printing `ready`;
+- fail-fast latency: wall time from a crashing container exiting (the KV-cache dtype crash of
+  seed 000) to the readiness command exiting non-zero.
+Prints each run and the medians. Not a test: timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+from tests.fakes.metadata_server import FakeMetadataServer
+from tests.fakes.secret_manager import FakeSecretManager
+from tests.fakes.ssh_host import SshHost
+from tests.remote_stack import FETCH, START, commands
+from tests.test_vllm_server import Readiness, container_log, rfc3339
+
+IMAGE = "vllm/vllm-tpu:nightly"
+
+
+@contextlib.contextmanager
+def node() -> Iterator[SshHost]:
+    secrets = FakeSecretManager()
+    secrets.start()
+    metadata = FakeMetadataServer(secrets.token).start()
+    try:
+        secrets.add_version("test-project", "hf-token", b"hf_bench")
+        version = secrets.add_version("test-project", "tpu-vllm-v5e1-api-key", b"bench-key")
+        host = SshHost.start(
+            env={"GCE_METADATA_HOST": metadata.host, "SECRET_MANAGER_API_ENDPOINT": secrets.url},
+            images_present=[IMAGE],
+        )
+        try:
+            done = host.run(commands("v5e1", api_key_version=version)[FETCH])
+            if done.returncode:
+                raise SystemExit(done.stderr.decode())
+            yield host
+        finally:
+            host.stop()
+    finally:
+        metadata.stop()
+        secrets.stop()
+
+
+def start(host: SshHost) -> str:
+    done = host.run(commands("v5e1")[START])
+    if done.returncode:
+        raise SystemExit(done.stderr.decode())
+    return done.stdout.decode().strip()
+
+
+def detection(host: SshHost) -> float:
+    host.docker.set_scenario("v5e1_ready.log", speed=400)
+    container_id = start(host)
+    readiness = Readiness(host, container_id, None)
+    if readiness.wait() != 0:
+        raise SystemExit(readiness.stdout)
+    line = next(r for r in container_log(host, container_id) if "startup complete" in r["log"])
+    return readiness.when("ready: Application startup complete.") - rfc3339(line["time"])
+
+
+def fail_fast(host: SshHost) -> float:
+    host.docker.set_scenario("crash_kv_dtype.log", speed=200)
+    container_id = start(host)
+    readiness = Readiness(host, container_id, None)
+    exited: list[float] = []
+
+    def watch() -> None:
+        host.docker.wait_status(container_id, "exited", timeout=60)
+        exited.append(time.monotonic())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    code = readiness.wait()
+    done = time.monotonic()
+    watcher.join(timeout=10)
+    if code == 0 or not exited:
+        raise SystemExit("the crash was not detected")
+    return done - exited[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=10)
+    runs = parser.parse_args().runs
+    with node() as host:
+        for name, measure in (("detection", detection), ("fail-fast", fail_fast)):
+            samples = []
+            for index in range(runs):
+                samples.append(measure(host))
+                print(f"{name} run {index + 1}: {samples[-1]:.3f} s", file=sys.stderr)
+            print(
+                f"{name}: median {statistics.median(samples):.3f} s, "
+                f"max {max(samples):.3f} s over {runs} runs"
+            )
+
+
+if __name__ == "__main__":
+    main()

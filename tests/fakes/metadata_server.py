@@ -1,0 +1,75 @@
+"""Loopback fake of the GCE metadata server's service-account token endpoint.
+
+The on-VM fetch script asks `http://$GCE_METADATA_HOST/computeMetadata/v1/instance/
+service-accounts/default/token` for its identity's access token, as google-auth does. The real
+server refuses requests without `Metadata-Flavor: Google` (a guard against SSRF); so does this.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+
+
+class FakeMetadataServer:
+    """Serves one access token; counts requests and those that lacked the flavor header."""
+
+    def __init__(self, access_token: str = "test-token") -> None:
+        self.access_token = access_token
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                fake.requests.append((self.path, headers))
+                if headers.get("metadata-flavor") != "Google":
+                    self._answer(403, {"error": "Missing Metadata-Flavor:Google header."})
+                elif self.path.split("?")[0] != TOKEN_PATH:
+                    self._answer(404, {"error": "not found"})
+                else:
+                    body = {"access_token": fake.access_token, "expires_in": 3599}
+                    self._answer(200, {**body, "token_type": "Bearer"})
+
+            def _answer(self, status: int, body: dict[str, object]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Metadata-Flavor", "Google")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_args: object) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def host(self) -> str:
+        """`127.0.0.1:PORT`, the form `GCE_METADATA_HOST` takes."""
+        return f"127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> FakeMetadataServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def fake_metadata() -> Iterator[FakeMetadataServer]:
+    server = FakeMetadataServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,266 @@
+"""VllmServer over real SSH: the rendered start and readiness commands against a fake docker.
+
+The fake `docker` replays reconstructed vLLM boot logs (tests/fixtures/vllm_logs) at a chosen
+speed, so an 857 s cold start takes under a second; the readiness command is the program's own
+text, run exactly as `remote.Command` would send it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.vllm import parse_ready
+from tests.fakes.metadata_server import FakeMetadataServer
+from tests.fakes.secret_manager import FakeSecretManager
+from tests.fakes.ssh_host import SshHost, SshHostFactory
+from tests.pulumi_program import run_program
+from tests.remote_stack import FETCH, READY, START, commands
+from tests.test_config import seed_000_serve_flags
+
+IMAGE = "vllm/vllm-tpu:nightly"
+
+
+@pytest.fixture
+def node(
+    ssh_host_factory: SshHostFactory,
+    fake_secret_manager: FakeSecretManager,
+    fake_metadata: FakeMetadataServer,
+) -> Iterator[SshHost]:
+    """An SSH "TPU VM" whose secrets have already been fetched."""
+    fake_secret_manager.add_version("test-project", "hf-token", b"hf_test_token")
+    version = fake_secret_manager.add_version("test-project", "tpu-vllm-v5e1-api-key", b"key-1")
+    fake_metadata.access_token = fake_secret_manager.token
+    host = ssh_host_factory(
+        env={
+            "GCE_METADATA_HOST": fake_metadata.host,
+            "SECRET_MANAGER_API_ENDPOINT": fake_secret_manager.url,
+        },
+        images_present=[IMAGE],
+    )
+    fetched = host.run(commands("v5e1", api_key_version=version)[FETCH])
+    assert fetched.returncode == 0, fetched.stderr.decode()
+    yield host
+
+
+def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
+    done = host.run(commands("v5e1", changes)[START])
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().strip()
+
+
+class Readiness:
+    """The readiness command running over SSH, with each stdout line's arrival time."""
+
+    def __init__(self, host: SshHost, container_id: str, changes: dict[str, Any] | None) -> None:
+        text = commands("v5e1", changes, start_stdout=container_id)[READY]
+        self.started = time.monotonic()
+        self.proc = host.popen(text)
+        self.lines: list[tuple[float, str]] = []
+        self.stderr = b""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append((time.time(), raw.decode().rstrip("\n")))
+
+    def wait(self, timeout: float = 60) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        assert self.proc.stderr is not None
+        self.stderr = self.proc.stderr.read()
+        return code
+
+    @property
+    def stdout(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def when(self, text: str) -> float:
+        return next(t for t, line in self.lines if text in line)
+
+
+def container_log(host: SshHost, container_id: str) -> list[dict[str, Any]]:
+    """The fake daemon's json-file log: one record per line with its wall-clock time."""
+    path = host.docker_state / "containers" / container_id / f"{container_id}-json.log"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def rfc3339(text: str) -> float:
+    main, _, frac = text.rstrip("Z").partition(".")
+    return calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{frac or 0}")
+
+
+def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost) -> None:
+    node.docker.set_scenario("v5e1_ready.log", speed=400)  # 857 s of boot in ~2 s
+    container_id = start(node)
+    readiness = Readiness(node, container_id, None)
+    assert readiness.wait() == 0, readiness.stdout + readiness.stderr.decode()
+    ready_line = next(
+        r for r in container_log(node, container_id) if "startup complete" in r["log"]
+    )
+    detected = readiness.when("ready: Application startup complete.")
+    assert detected - rfc3339(ready_line["time"]) < 2.0
+    out = readiness.stdout
+    for phase in (
+        "image present",
+        "weights downloaded",
+        "memory budget",
+        "KV cache initialised",
+        "compiling",
+        "server starting",
+        "/health: 200",
+        "/v1/models lists google/gemma-4-E2B-it",
+    ):
+        assert phase in out, phase
+    # Phases carry elapsed seconds, in boot order.
+    stamps = [int(m.group(1)) for m in re.finditer(r"^\[\s*(\d+)s\]", out, re.M)]
+    assert stamps == sorted(stamps)
+    result = parse_ready(out)
+    assert result["hbm"] == {
+        "total_gib": 15.75,
+        "usable_gib": 14.49,
+        "used_gib": 8.97,
+        "available_gib": 5.52,
+    }
+    assert result["startup_seconds"] > 0
+
+
+@pytest.mark.parametrize(
+    ("fixture", "expected"),
+    [
+        ("crash_kv_dtype.log", "exit code 1"),
+        ("crash_hbm_oom.log", "exit code 1"),
+        ("silent_exit.log", "exit code"),
+    ],
+)
+def test_a_crash_at_boot_fails_within_seconds_with_the_log_tail(
+    node: SshHost, fixture: str, expected: str
+) -> None:
+    node.docker.set_scenario(fixture, speed=200)
+    container_id = start(node)
+    readiness = Readiness(node, container_id, None)
+    exited_at: list[float] = []
+
+    def watch() -> None:
+        node.docker.wait_status(container_id, "exited", timeout=60)
+        exited_at.append(time.monotonic())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    code = readiness.wait(timeout=60)
+    finished = time.monotonic()
+    watcher.join(timeout=10)
+    assert code != 0
+    assert exited_at and finished - exited_at[0] < 5.0
+    assert expected in readiness.stdout
+    tail = readiness.stderr.decode()
+    assert "last" in tail and "log lines" in tail
+    last_log_line = container_log(node, container_id)[-1]["log"].strip()
+    assert last_log_line in tail
+
+
+def test_a_container_that_restarts_fails_the_check(node: SshHost) -> None:
+    node.docker.set_scenario("hang.log", speed=50)
+    container_id = start(node)
+    readiness = Readiness(node, container_id, None)
+    time.sleep(1.5)
+    node.docker.restart(container_id)
+    restarted = time.monotonic()
+    assert readiness.wait(timeout=60) != 0
+    assert time.monotonic() - restarted < 5.0
+    assert "restarted" in readiness.stdout
+
+
+def test_timeout_fails_with_the_last_lines(node: SshHost) -> None:
+    changes = {"tpu-vllm:vllm.readinessTimeout": "3s"}
+    node.docker.set_scenario("hang.log", speed=50)
+    container_id = start(node, changes)
+    readiness = Readiness(node, container_id, changes)
+    assert readiness.wait(timeout=60) != 0
+    assert "not ready after 3 s" in readiness.stdout
+    assert "log lines" in readiness.stderr.decode()
+
+
+def test_restart_with_changed_flags_replaces_the_container_and_follows_the_new_one(
+    node: SshHost,
+) -> None:
+    node.docker.set_scenarios(
+        [{"log": "v5e1_ready.log", "speed": 400}, {"log": "v5e1_ready_cached.log", "speed": 400}]
+    )
+    first = start(node)
+    assert Readiness(node, first, None).wait() == 0
+    changes = {"tpu-vllm:vllm.maxModelLen": 16384}
+    second = start(node, changes)
+    assert second != first
+    assert node.docker.inspect(first) is None  # the old container was removed
+    readiness = Readiness(node, second, changes)
+    assert readiness.wait() == 0, readiness.stderr.decode()
+    assert f"following container {second[:12]}" in readiness.stdout
+    runs = [c["argv"] for c in node.docker.invocations() if "run" in c["argv"][:2]]
+    assert len(runs) == 2
+    assert runs[1][runs[1].index("--max-model-len") + 1] == "16384"
+    assert runs[0][runs[0].index("--max-model-len") + 1] == "32768"
+
+
+def test_rendered_v5e1_docker_run_carries_the_cache_mount_and_seed_flags(node: SshHost) -> None:
+    text = commands("v5e1")[START]
+    assert "\n  -v ~/.cache/vllm:/root/.cache/vllm \\\n" in text
+    node.docker.set_scenario("v5e1_ready.log", speed=400)
+    start(node)
+    [run] = [c["argv"] for c in node.docker.invocations() if "run" in c["argv"][:2]]
+    home = str(node.home)
+    assert f"{home}/.cache/vllm:/root/.cache/vllm" in run  # `~` expanded by the VM's shell
+    for option in ("--privileged", "--net=host", "/dev/shm:/dev/shm", "HF_HOME=/dev/shm"):
+        assert option in run
+    assert run[run.index("--shm-size") + 1] == "10gb"
+    serve = run.index("serve")
+    assert run[serve - 1 : serve + 2] == ["vllm", "serve", "google/gemma-4-E2B-it"]
+    assert run[serve + 2 :] == seed_000_serve_flags()
+    assert Path(home, ".cache/vllm").is_dir()
+
+
+def test_one_flag_per_line_so_a_diff_shows_the_flag() -> None:
+    before = commands("v5e1")[START].splitlines()
+    after = commands("v5e1", {"tpu-vllm:vllm.maxNumBatchedTokens": 8192})[START].splitlines()
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert changed == [("  --max-num-batched-tokens 4096 \\", "  --max-num-batched-tokens 8192 \\")]
+
+
+def test_changing_a_flag_changes_only_the_server_commands() -> None:
+    before = run_program("v5e1")
+    after = run_program("v5e1", {"tpu-vllm:vllm.maxModelLen": 16384})
+    old = {r.name: r.inputs for r in before.resources}
+    new = {r.name: r.inputs for r in after.resources}
+    assert old.keys() == new.keys()
+    changed = sorted(name for name in old if old[name] != new[name])
+    assert changed == ["vllm-start"]
+    # The image too restarts only the container.
+    image = run_program("v5e1", {"tpu-vllm:vllm.image": "vllm/vllm-tpu:2026-11-01"})
+    changed = sorted(r.name for r in image.resources if r.inputs != old[r.name])
+    assert changed == ["vllm-start"]
+
+
+def test_no_command_blocks_destroy() -> None:
+    run = run_program("v5e1")
+    for cmd in run.of_type("command:remote:Command"):
+        assert not cmd.inputs.get("delete"), cmd.name
+
+
+def test_readiness_runs_after_every_start() -> None:
+    run = run_program("v5e1")
+    ready = next(r for r in run.of_type("command:remote:Command") if r.name == READY)
+    assert "--container c0ffee" in ready.inputs["create"]  # names the started container
+
+
+def test_parse_ready_without_a_result_line() -> None:
+    assert parse_ready("[ 3s] image present\n") == {"startup_seconds": None, "hbm": None}
