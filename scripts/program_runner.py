@@ -1,0 +1,222 @@
+"""Run `__main__.py` under Pulumi mocks, exactly as `pulumi up -s STACK` would feed it config.
+
+Used by the tests and by `scripts/plan.py` (the credential-free plan). The Pulumi CLI hands a
+Python program its stack config as strings, objects as JSON text; this reads the committed
+`Pulumi.<stack>.yaml` the same way, so a run exercises the real stack files, not a copy. Each
+run happens in a fresh `contextvars.Context`, because the SDK keeps its settings, config and
+root stack in context variables: runs cannot leak into each other.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import json
+import logging
+import runpy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Registered:
+    """One resource the program registered."""
+
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    custom: bool
+    provider: str
+
+
+@dataclass
+class ProgramRun:
+    resources: list[Registered]
+    outputs: dict[str, Any]
+    secret_outputs: set[str]
+    log: list[tuple[int, str]] = field(default_factory=list)
+    #: The exception the program stopped with, when run with `expect_error=True`.
+    error: BaseException | None = None
+    #: URNs of every registered resource: they encode the parent chain.
+    urns: list[str] = field(default_factory=list)
+    #: Invokes the program made: (token, args).
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def urn_of(self, name: str) -> str:
+        [urn] = [u for u in self.urns if u.endswith(f"::{name}")]
+        return urn
+
+    def of_type(self, type_: str) -> list[Registered]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str) -> Registered:
+        found = self.of_type(type_)
+        assert len(found) == 1, f"expected one {type_}, found {[r.name for r in found]}"
+        return found[0]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [msg for level, msg in self.log if level == logging.WARNING]
+
+
+NewResource = Callable[[mocks.MockResourceArgs], dict[str, Any]]
+Call = Callable[[mocks.MockCallArgs], dict[str, Any]]
+
+
+class InvokeFailure(Exception):
+    """Raised by a test's `call` to make the mocked invoke fail as the provider would."""
+
+    def __init__(self, reason: str, property_name: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.property_name = property_name
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Records every resource; outputs default to the inputs plus what `outputs_for` adds."""
+
+    def __init__(self, outputs_for: NewResource | None, call: Call | None) -> None:
+        self.resources: list[Registered] = []
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._outputs_for = outputs_for
+        self._call = call
+
+    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        self.resources.append(
+            Registered(
+                args.typ, args.name, dict(args.inputs), bool(args.custom), args.provider or ""
+            )
+        )
+        state = dict(args.inputs)
+        if self._outputs_for is not None:
+            state.update(self._outputs_for(args))
+        return f"{args.name}-id", state
+
+    def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        self.calls.append((args.token, dict(args.args)))
+        try:
+            return (self._call(args) if self._call else dict(args.args)), []
+        except InvokeFailure as failure:
+            return {}, [(failure.property_name, failure.reason)]
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelno, record.getMessage()))
+
+
+def stack_file_config(stack: str) -> dict[str, Any]:
+    """The `config:` map of `Pulumi.<stack>.yaml`, as parsed YAML."""
+    data = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return dict(data.get("config") or {})
+
+
+def with_changes(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply `{"tpu-vllm:vllm.maxModelLen": 1, ...}` path changes; a value of None deletes."""
+    result = copy.deepcopy(dict(config))
+    for path, value in changes.items():
+        key, _, rest = path.partition(".")
+        if not rest:
+            if value is None:
+                result.pop(key, None)
+            else:
+                result[key] = value
+            continue
+        node = result.setdefault(key, {})
+        parts = rest.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(parts[-1], None)
+        else:
+            node[parts[-1]] = value
+    return result
+
+
+def cli_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """Encode config the way the Pulumi CLI passes it to a program: strings, objects as JSON."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+
+
+def run_program(
+    stack: str,
+    changes: Mapping[str, Any] | None = None,
+    *,
+    project: str | None,
+    preview: bool = False,
+    outputs_for: NewResource | None = None,
+    call: Call | None = None,
+    expect_error: bool = False,
+) -> ProgramRun:
+    """Run `__main__.py` for a stack under mocks and return what it registered and exported.
+
+    With `expect_error`, the program must fail: the run is returned with `.error` set and the
+    resources registered before the failure, so a test can prove nothing was created.
+    """
+    config = stack_file_config(stack)
+    if project is not None:
+        config["gcp:project"] = project
+    config = with_changes(config, changes or {})
+    run = contextvars.Context().run(_run, stack, config, preview, outputs_for, call)
+    if run.error is not None and not expect_error:
+        raise run.error
+    if run.error is None and expect_error:
+        raise AssertionError(f"the {stack} program was expected to fail but succeeded")
+    return run
+
+
+def _run(
+    stack: str,
+    config: dict[str, Any],
+    preview: bool,
+    outputs_for: NewResource | None,
+    call: Call | None,
+) -> ProgramRun:
+    recorder = RecordingMocks(outputs_for, call)
+    handler = _ListHandler()
+    logger = logging.getLogger(f"tpu-vllm-test-{id(handler)}")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    pulumi.runtime.set_mocks(
+        recorder, project="tpu-vllm", stack=stack, preview=preview, logger=logger
+    )
+    pulumi.runtime.set_all_config(cli_config(config))
+
+    def program() -> None:
+        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+
+    try:
+        _sync_await(run_pulumi_func(program))
+    except Exception as error:  # noqa: BLE001 - handed back to the caller to assert on
+        return ProgramRun(
+            recorder.resources, {}, set(), handler.records, error, calls=recorder.calls
+        )
+    root = pulumi.runtime.settings.get_root_resource()
+    assert root is not None
+    outputs: dict[str, Any] = {}
+    secrets: set[str] = set()
+    for name, value in getattr(root, "outputs", {}).items():
+        output = pulumi.Output.from_input(value)
+        outputs[name] = _sync_await(output.future())
+        if _sync_await(output.is_secret()):
+            secrets.add(name)
+    monitor = pulumi.runtime.settings.get_monitor()
+    urns = list(getattr(monitor, "resources", {}))
+    return ProgramRun(
+        recorder.resources, outputs, secrets, handler.records, urns=urns, calls=recorder.calls
+    )

@@ -1,0 +1,53 @@
+"""The PR workflow: least privilege, forks never run with credentials, plans for everyone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tests.pulumi_program import ROOT
+
+WORKFLOW = ROOT / ".github" / "workflows" / "preview.yml"
+
+
+def load() -> dict[str, Any]:
+    data = yaml.safe_load(WORKFLOW.read_text())
+    # YAML 1.1 reads the bare key `on` as True.
+    data["on"] = data.pop(True, data.get("on"))
+    return dict(data)
+
+
+def test_runs_on_pull_requests_without_pull_request_target() -> None:
+    workflow = load()
+    assert "pull_request" in workflow["on"]
+    assert "pull_request_target" not in workflow["on"]
+    assert workflow["permissions"] == {"contents": "read"}
+
+
+def test_preview_has_least_privilege_and_skips_forks() -> None:
+    job = load()["jobs"]["preview"]
+    assert job["permissions"] == {
+        "contents": "read",
+        "id-token": "write",
+        "pull-requests": "write",
+    }
+    assert job["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
+    assert job["strategy"]["matrix"]["stack"] == ["v5e1", "v6e4"]
+    uses = [step.get("uses", "") for step in job["steps"]]
+    assert any(u.startswith("google-github-actions/auth@") for u in uses)
+    preview = next(s for s in job["steps"] if s.get("with", {}).get("command") == "preview")
+    assert preview["uses"].startswith("pulumi/actions@")
+    assert preview["with"]["comment-on-pr"] is True
+    assert preview["with"]["cloud-url"] == "${{ vars.PULUMI_BACKEND_URL }}"
+
+
+def test_plan_runs_for_every_pr_with_no_credentials() -> None:
+    job = load()["jobs"]["plan"]
+    assert "if" not in job
+    assert job["permissions"] == {"contents": "read"}
+    text = yaml.safe_dump(job)
+    assert "secrets." not in text
+    assert "id-token" not in text
+    assert "scripts/plan.py" in text
+    assert "diff -u" in text
