@@ -29,7 +29,7 @@ from pulumi.runtime import mocks  # noqa: E402
 from scripts.program_runner import ProgramRun, run_program  # noqa: E402
 
 PLACEHOLDER_PROJECT = "YOUR-PROJECT"
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # the SDK's marker of a secret value
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105 - the SDK marks secrets with it
 MASK = "[secret]"
 # Outputs a real `pulumi up` learns from the cloud; the plan names them instead.
 AFTER_APPLY: Mapping[str, tuple[str, ...]] = {
