@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
 
 from pulumi.runtime import mocks  # noqa: E402
 
+from components.queued_resource import OUTPUT_KEYS  # noqa: E402
 from scripts.program_runner import ProgramRun, run_program  # noqa: E402
 
 PLACEHOLDER_PROJECT = "YOUR-PROJECT"
@@ -40,23 +41,13 @@ AFTER_APPLY: Mapping[str, tuple[str, ...]] = {
     "gcp:secretmanager/secretVersion:SecretVersion": ("name",),
     "command:remote:Command": ("stdout", "stderr"),
 }
-QUEUED_RESOURCE_OUTPUTS = (
-    "qr_name",
-    "node_name",
-    "zone",
-    "state",
-    "external_ip",
-    "internal_ip",
-    "create_time",
-    "termination_time",
-)
 
 
 def after_apply(args: mocks.MockResourceArgs) -> dict[str, Any]:
     """Deterministic stand-ins for values only the cloud knows, named for what they are."""
     fields: tuple[str, ...] = AFTER_APPLY.get(args.typ, ())
     if args.typ == "pulumi-python:dynamic:Resource":
-        fields = QUEUED_RESOURCE_OUTPUTS if "qr_id" in args.inputs else ("host_key",)
+        fields = OUTPUT_KEYS if "qr_id" in args.inputs else ("host_key",)
     return {f: f"<{args.name}.{f}>" for f in fields}
 
 

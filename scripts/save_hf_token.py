@@ -44,6 +44,7 @@ if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
 
 import google.auth.exceptions  # noqa: E402
+import google_crc32c  # noqa: E402
 import requests  # noqa: E402
 import yaml  # noqa: E402
 from google.api_core import exceptions as api_exceptions  # noqa: E402
@@ -201,25 +202,9 @@ def read_token() -> bytes:
 # Secret Manager.
 
 
-def _crc32c_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return tuple(table)
-
-
-_CRC32C_TABLE = _crc32c_table()
-
-
 def crc32c(data: bytes) -> int:
-    """CRC32C (Castagnoli), the checksum Secret Manager verifies; google-crc32c isn't needed."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+    """CRC32C (Castagnoli), the checksum Secret Manager verifies on versions it stores."""
+    return int(google_crc32c.value(data))
 
 
 def _bypass_proxy_for_loopback(endpoint: str) -> None:

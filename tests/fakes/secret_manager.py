@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import google_crc32c
 import pytest
 
 DEFAULT_TOKEN = "test-token"
@@ -85,25 +86,9 @@ PERMISSIONS = {
 # CRC32C (Castagnoli), the checksum Secret Manager uses; pure Python, payloads are tiny.
 
 
-def _crc32c_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return tuple(table)
-
-
-_CRC32C_TABLE = _crc32c_table()
-
-
 def crc32c(data: bytes) -> int:
-    """CRC32C of ``data`` as an unsigned 32-bit int."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+    """CRC32C (Castagnoli), the checksum Secret Manager verifies on versions it stores."""
+    return int(google_crc32c.value(data))
 
 
 # --------------------------------------------------------------------------------------------
