@@ -103,3 +103,34 @@ def test_pick_host_key_prefers_ed25519() -> None:
     }
     assert pick_host_key(answer) == "ssh-ed25519 AAAAC3ed"
     assert pick_host_key({}) is None
+
+
+def test_host_key_provider_pickled_under_mocks_unpickles_in_a_fresh_process() -> None:
+    """Pulumi's provider host re-imports the provider from the project root: it must load."""
+    import base64
+    import subprocess
+    import sys
+
+    from tests.pulumi_program import ROOT, run_program
+
+    run = run_program("v5e1")
+    [key] = [r for r in run.of_type("pulumi-python:dynamic:Resource") if "node_name" in r.inputs]
+    blob = key.inputs["__provider"]
+    blob = blob["value"] if isinstance(blob, dict) else blob
+    script = (
+        "import base64, sys, dill\n"
+        "provider = dill.loads(base64.b64decode(sys.argv[1]))\n"
+        "print(type(provider).__module__, type(provider).__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, blob],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["components.host_key", "NodeHostKeyProvider"]
+    assert base64.b64decode(blob)

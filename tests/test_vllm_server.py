@@ -114,7 +114,7 @@ def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost)
     for phase in (
         "image present",
         "weights downloaded",
-        "memory budget",
+        "Memory statistics (HBM budget)",
         "KV cache initialised",
         "compiling",
         "server starting",

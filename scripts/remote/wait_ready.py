@@ -35,7 +35,7 @@ PHASES = (
         "weights downloaded",
         re.compile(r"Time spent downloading weights|Loading weights took|Model loading took"),
     ),
-    ("memory budget", re.compile(r"Memory statistics")),
+    ("Memory statistics (HBM budget)", re.compile(r"Memory statistics")),
     (
         "KV cache initialised",
         re.compile(r"Init kv-cache|GPU KV cache size|num_gpu_blocks|KV cache (?:size|blocks)"),
