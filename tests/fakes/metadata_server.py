@@ -8,19 +8,23 @@ server refuses requests without `Metadata-Flavor: Google` (a guard against SSRF)
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.fakes.loopback import LoopbackHttpServer
+
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 
 
-class FakeMetadataServer:
+class FakeMetadataServer(LoopbackHttpServer):
     """Serves one access token; counts requests and those that lacked the flavor header."""
 
+    thread_name = "fake-metadata-server"
+
     def __init__(self, access_token: str = "test-token") -> None:
+        super().__init__()
         self.access_token = access_token
         self.requests: list[tuple[str, dict[str, str]]] = []
         fake = self
@@ -49,21 +53,15 @@ class FakeMetadataServer:
             def log_message(self, *_args: object) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._handler = Handler
 
     @property
     def host(self) -> str:
         """`127.0.0.1:PORT`, the form `GCE_METADATA_HOST` takes."""
-        return f"127.0.0.1:{self._server.server_address[1]}"
+        return f"127.0.0.1:{self.port}"
 
     def start(self) -> FakeMetadataServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return self._serve(ThreadingHTTPServer(("127.0.0.1", 0), self._handler))
 
 
 @pytest.fixture

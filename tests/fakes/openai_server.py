@@ -47,6 +47,8 @@ from typing import Any, Literal
 
 import pytest
 
+from tests.fakes.loopback import LoopbackHttpServer
+
 DEFAULT_API_KEY = "fake-vllm-api-key"
 DEFAULT_MODEL = "google/gemma-4-E2B-it"
 DEFAULT_REPLY = "Hi there, how are you?"
@@ -77,7 +79,7 @@ class RecordedRequest:
     status: int
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackHttpServer):
     """The fake server. Thread-safe; use as a context manager or via ``start``/``stop``."""
 
     def __init__(self, api_key: str = DEFAULT_API_KEY, model: str = DEFAULT_MODEL) -> None:
@@ -93,10 +95,11 @@ class FakeOpenAI:
         self.requests: list[RecordedRequest] = []
         self.created = int(time.time())
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    thread_name = "fake-openai"
 
     def start(self) -> FakeOpenAI:
         fake = self
@@ -104,38 +107,7 @@ class FakeOpenAI:
         class Handler(_Handler):
             owner = fake
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        self._server = server
-        # A short poll interval: ``stop`` (server.shutdown) waits up to one interval.
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(0.05,), name="fake-openai", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``, what the stack exports as ``endpoint``."""
-        if self._server is None:
-            raise RuntimeError("fake OpenAI server is not running")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._serve(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
 
     @property
     def base_url(self) -> str:

@@ -57,6 +57,8 @@ from typing import Any
 import google_crc32c
 import pytest
 
+from tests.fakes.loopback import LoopbackHttpServer
+
 DEFAULT_TOKEN = "test-token"
 MAX_PAYLOAD_BYTES = 64 * 1024
 DEFAULT_PAGE_SIZE = 25
@@ -324,7 +326,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
 ]
 
 
-class FakeSecretManager:
+class FakeSecretManager(LoopbackHttpServer):
     """The fake service. Thread-safe; use as a context manager or via ``start``/``stop``."""
 
     def __init__(self, token: str = DEFAULT_TOKEN, *, project_numbers: bool = True) -> None:
@@ -338,11 +340,12 @@ class FakeSecretManager:
         self._secrets: dict[tuple[str, str], _Secret] = {}
         self._numbers: dict[str, str] = {}
         self._lock = threading.RLock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self._gates: dict[str, Gate] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    thread_name = "fake-secret-manager"
 
     def start(self) -> FakeSecretManager:
         fake = self
@@ -350,37 +353,7 @@ class FakeSecretManager:
         class Handler(_Handler):
             owner = fake
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="fake-secret-manager", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeSecretManager:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``: the value for ``SECRET_MANAGER_API_ENDPOINT``."""
-        if self._server is None:
-            raise RuntimeError("fake Secret Manager is not running")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._serve(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
 
     # -- knobs -------------------------------------------------------------------------------
 

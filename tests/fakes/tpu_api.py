@@ -62,6 +62,8 @@ import googleapiclient
 import pytest
 from googleapiclient import discovery
 
+from tests.fakes.loopback import LoopbackHttpServer
+
 API_VERSION = "v2alpha1"
 DEFAULT_TOKEN = "test-token"
 DISCOVERY_DOCUMENT = (
@@ -801,7 +803,7 @@ class _Handler(BaseHTTPRequestHandler):
 # The fake
 
 
-class FakeTpuApi:
+class FakeTpuApi(LoopbackHttpServer):
     """A threaded loopback HTTP fake of the TPU v2alpha1 API; see the module docstring.
 
     All knobs are plain attributes and may be changed while the fake runs:
@@ -849,8 +851,7 @@ class FakeTpuApi:
         self._node_counter = 0
         self._mono0 = self.clock()
         self._wall0 = time.time()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self._handlers: dict[str, Callable[[_Call], dict[str, Any]]] = {
             "queuedResources.create": self._create_queued_resource,
             "queuedResources.get": self._get_queued_resource,
@@ -863,42 +864,13 @@ class FakeTpuApi:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    thread_name = "fake-tpu-api"
+
     def start(self) -> FakeTpuApi:
         """Serve on 127.0.0.1 in a daemon thread (port 0 picks a free port)."""
         server = _Server(("127.0.0.1", self._port), _Handler)
         server.fake = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.02},  # shutdown() waits up to one poll interval
-            name="fake-tpu-api",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> FakeTpuApi:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The bound TCP port."""
-        if self._server is None:
-            raise RuntimeError("fake TPU API is not started")
-        return int(self._server.server_address[1])
+        return self._serve(server)
 
     @property
     def base_url(self) -> str:
