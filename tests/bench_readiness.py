@@ -23,10 +23,8 @@ from collections.abc import Iterator
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost
-from tests.remote_stack import FETCH, START, commands
+from tests.remote_stack import FETCH, START, commands, node_with_secrets
 from tests.test_vllm_server import Readiness, container_log, rfc3339
-
-IMAGE = "vllm/vllm-tpu:nightly"
 
 
 @contextlib.contextmanager
@@ -35,11 +33,8 @@ def node() -> Iterator[SshHost]:
     secrets.start()
     metadata = FakeMetadataServer(secrets.token).start()
     try:
-        secrets.add_version("test-project", "hf-token", b"hf_bench")
-        version = secrets.add_version("test-project", "tpu-vllm-v5e1-api-key", b"bench-key")
-        host = SshHost.start(
-            env={"GCE_METADATA_HOST": metadata.host, "SECRET_MANAGER_API_ENDPOINT": secrets.url},
-            images_present=[IMAGE],
+        host, version = node_with_secrets(
+            SshHost.start, secrets, metadata, hf_token=b"hf_bench", api_key=b"bench-key"
         )
         try:
             done = host.run(commands("v5e1", api_key_version=version)[FETCH])

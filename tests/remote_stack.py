@@ -7,14 +7,18 @@ Tests over real SSH run these texts, not a re-rendering, so what they prove hold
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pulumi.runtime import mocks
 
+from tests.fakes.metadata_server import FakeMetadataServer
+from tests.fakes.secret_manager import FakeSecretManager
+from tests.fakes.ssh_host import SshHost
 from tests.mock_outputs import cloud_outputs
-from tests.pulumi_program import run_program
+from tests.pulumi_program import TEST_PROJECT, run_program
 
+IMAGE = "vllm/vllm-tpu:nightly"
 START = "vllm-start"
 READY = "vllm-ready"
 FETCH = "secrets-fetch"
@@ -39,3 +43,25 @@ def commands(
 
     run = run_program(stack, changes, outputs_for=outputs)
     return {r.name: str(r.inputs["create"]) for r in run.of_type("command:remote:Command")}
+
+
+def node_with_secrets(
+    start_host: Callable[..., SshHost],
+    secret_manager: FakeSecretManager,
+    metadata: FakeMetadataServer,
+    *,
+    hf_token: bytes,
+    api_key: bytes,
+) -> tuple[SshHost, str]:
+    """An SSH "TPU VM" whose identity can read an HF token and an API key in Secret Manager.
+
+    Returns the host and the API key version's name (what the program's fetch command names).
+    """
+    secret_manager.add_version(TEST_PROJECT, "hf-token", hf_token)
+    version = secret_manager.add_version(TEST_PROJECT, "tpu-vllm-v5e1-api-key", api_key)
+    metadata.access_token = secret_manager.token
+    host = start_host(
+        env={"GCE_METADATA_HOST": metadata.host, "SECRET_MANAGER_API_ENDPOINT": secret_manager.url},
+        images_present=[IMAGE],
+    )
+    return host, version

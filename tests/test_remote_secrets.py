@@ -20,12 +20,11 @@ import pytest
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost, SshHostFactory
-from tests.remote_stack import FETCH, READY, START, commands
+from tests.remote_stack import FETCH, READY, START, commands, node_with_secrets
 
 HF_SENTINEL = "hf_SENTINELtokenNEVERshown0123456789"
 API_SENTINEL = "APIKEYsentinelNEVERshown0123456789abcdef"
 SENTINELS = (HF_SENTINEL.encode(), API_SENTINEL.encode())
-IMAGE = "vllm/vllm-tpu:nightly"
 
 
 class ProcWatcher:
@@ -69,19 +68,13 @@ def vm(
     fake_metadata: FakeMetadataServer,
 ) -> Iterator[tuple[SshHost, str]]:
     """An SSH "TPU VM" whose identity can read the two sentinel secrets."""
-    fake_secret_manager.add_version("test-project", "hf-token", HF_SENTINEL.encode())
-    version = fake_secret_manager.add_version(
-        "test-project", "tpu-vllm-v5e1-api-key", API_SENTINEL.encode()
+    yield node_with_secrets(
+        ssh_host_factory,
+        fake_secret_manager,
+        fake_metadata,
+        hf_token=HF_SENTINEL.encode(),
+        api_key=API_SENTINEL.encode(),
     )
-    fake_metadata.access_token = fake_secret_manager.token
-    host = ssh_host_factory(
-        env={
-            "GCE_METADATA_HOST": fake_metadata.host,
-            "SECRET_MANAGER_API_ENDPOINT": fake_secret_manager.url,
-        },
-        images_present=[IMAGE],
-    )
-    yield host, version
 
 
 def assert_clean(text: bytes | str, where: str) -> None:

@@ -23,10 +23,8 @@ from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost, SshHostFactory
 from tests.pulumi_program import run_program
-from tests.remote_stack import FETCH, READY, START, commands
+from tests.remote_stack import FETCH, READY, START, commands, node_with_secrets
 from tests.test_config import seed_000_serve_flags
-
-IMAGE = "vllm/vllm-tpu:nightly"
 
 
 @pytest.fixture
@@ -36,15 +34,8 @@ def node(
     fake_metadata: FakeMetadataServer,
 ) -> Iterator[SshHost]:
     """An SSH "TPU VM" whose secrets have already been fetched."""
-    fake_secret_manager.add_version("test-project", "hf-token", b"hf_test_token")
-    version = fake_secret_manager.add_version("test-project", "tpu-vllm-v5e1-api-key", b"key-1")
-    fake_metadata.access_token = fake_secret_manager.token
-    host = ssh_host_factory(
-        env={
-            "GCE_METADATA_HOST": fake_metadata.host,
-            "SECRET_MANAGER_API_ENDPOINT": fake_secret_manager.url,
-        },
-        images_present=[IMAGE],
+    host, version = node_with_secrets(
+        ssh_host_factory, fake_secret_manager, fake_metadata, hf_token=b"hf_test", api_key=b"key-1"
     )
     fetched = host.run(commands("v5e1", api_key_version=version)[FETCH])
     assert fetched.returncode == 0, fetched.stderr.decode()
