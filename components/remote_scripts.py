@@ -56,7 +56,7 @@ def fetch_secrets_script(secrets: Mapping[str, str]) -> str:
 def docker_run_words(config: StackConfig, container: str) -> list[str]:
     """`docker run` as (already quoted) words, one option with its value per line.
 
-    Seed 000 §1.3's command, except the HF token: instead of `-e HF_TOKEN="$(cat ...)"` (shown
+    Seed 000 §1.3's command, except the HF token: instead of an `-e HF_TOKEN` holding it (shown
     by `ps` and `docker inspect`) the token and API key are read-only file mounts.
     """
     q = shlex.quote

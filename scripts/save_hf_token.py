@@ -2,7 +2,7 @@
 """Save the Hugging Face token in Secret Manager, so the TPU VM can fetch it itself.
 
 Why this exists: seed 000 (§1.1, §1.3) pipes the token through ssh into ``~/.hf_token`` and
-then starts vLLM with ``docker run -e HF_TOKEN="$(cat ~/.hf_token)"``. The expanded token then
+then starts vLLM with the token expanded into a ``docker run -e HF_TOKEN`` option. The token then
 sits on the docker command line (``ps``), in ``docker inspect`` and in ``/proc/*/environ``, and
 anything a Pulumi ``remote.Command`` sends is kept in its error messages and state. tpu-vllm
 instead has the VM read the secret named by ``tpu-vllm:access.hfTokenSecret`` with its own

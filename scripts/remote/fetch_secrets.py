@@ -1,6 +1,6 @@
 """Runs on the TPU VM: copy Secret Manager versions into 0600 files with the VM's own identity.
 
-Seed 000 piped the HF token through ssh and then into `-e HF_TOKEN="$(cat ...)"`, where `ps`
+Seed 000 piped the HF token through ssh and then into an `-e HF_TOKEN` variable, where `ps`
 and `docker inspect` show it. Here the VM asks the metadata server for its service account's
 token and reads each secret itself: no secret passes through Pulumi, a command line, an
 environment variable or a log line; files are created 0600 before any byte is written.
