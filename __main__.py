@@ -23,7 +23,7 @@ host_key = NodeHostKey(
     allow_unverified=config.access.allow_unverified_host_key,
     opts=pulumi.ResourceOptions(parent=tpu),
 )
-connection = ssh.connection(tpu.external_ip, host_key.host_key)  # type: ignore[arg-type]
+connection = ssh.connection(tpu.external_ip, host_key.host_key)
 secrets = NodeSecrets(
     "secrets",
     NodeSecretsArgs(

@@ -233,7 +233,7 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         return dyn.DiffResult(
             changes=changed,
             replaces=replaces,
-            stables=[k for k in OUTPUT_KEYS if not replaces],
+            stables=[] if replaces else list(OUTPUT_KEYS),
             delete_before_replace=True,
         )
 

@@ -43,11 +43,11 @@ class SshIdentity(pulumi.ComponentResource):
         }
 
     def connection(
-        self, host: pulumi.Input[str], host_key: pulumi.Input[str | None]
+        self, host: pulumi.Input[str | None], host_key: pulumi.Input[str | None]
     ) -> command.remote.ConnectionArgs:
         """How every remote command reaches the node: this key, the pinned host key."""
         return command.remote.ConnectionArgs(
-            host=host,
+            host=host,  # type: ignore[arg-type]  # None only before the node exists
             user=SSH_USER,
             private_key=self.private_key_openssh,
             host_key=host_key,  # type: ignore[arg-type]
