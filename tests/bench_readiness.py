@@ -16,15 +16,21 @@ import argparse
 import contextlib
 import statistics
 import sys
-import threading
-import time
 from collections.abc import Iterator
 
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost
-from tests.remote_stack import FETCH, START, commands, node_with_secrets
-from tests.test_vllm_server import Readiness, container_log, rfc3339
+from tests.remote_stack import (
+    FETCH,
+    Readiness,
+    commands,
+    container_log,
+    node_with_secrets,
+    rfc3339,
+    run_crash,
+    start,
+)
 
 
 @contextlib.contextmanager
@@ -48,13 +54,6 @@ def node() -> Iterator[SshHost]:
         secrets.stop()
 
 
-def start(host: SshHost) -> str:
-    done = host.run(commands("v5e1")[START])
-    if done.returncode:
-        raise SystemExit(done.stderr.decode())
-    return done.stdout.decode().strip()
-
-
 def detection(host: SshHost) -> float:
     host.docker.set_scenario("v5e1_ready.log", speed=400)
     container_id = start(host)
@@ -66,23 +65,10 @@ def detection(host: SshHost) -> float:
 
 
 def fail_fast(host: SshHost) -> float:
-    host.docker.set_scenario("crash_kv_dtype.log", speed=200)
-    container_id = start(host)
-    readiness = Readiness(host, container_id, None)
-    exited: list[float] = []
-
-    def watch() -> None:
-        host.docker.wait_status(container_id, "exited", timeout=60)
-        exited.append(time.monotonic())
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    code = readiness.wait()
-    done = time.monotonic()
-    watcher.join(timeout=10)
-    if code == 0 or not exited:
+    code, after_exit, _, _ = run_crash(host, "crash_kv_dtype.log")
+    if code == 0:
         raise SystemExit("the crash was not detected")
-    return done - exited[0]
+    return after_exit
 
 
 def main() -> None:

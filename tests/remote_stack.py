@@ -7,6 +7,10 @@ Tests over real SSH run these texts, not a re-rendering, so what they prove hold
 
 from __future__ import annotations
 
+import calendar
+import json
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -65,3 +69,73 @@ def node_with_secrets(
         images_present=[IMAGE],
     )
     return host, version
+
+
+def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
+    done = host.run(commands("v5e1", changes)[START])
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().strip()
+
+
+class Readiness:
+    """The readiness command running over SSH, with each stdout line's arrival time."""
+
+    def __init__(self, host: SshHost, container_id: str, changes: dict[str, Any] | None) -> None:
+        text = commands("v5e1", changes, start_stdout=container_id)[READY]
+        self.started = time.monotonic()
+        self.proc = host.popen(text)
+        self.lines: list[tuple[float, str]] = []
+        self.stderr = b""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append((time.time(), raw.decode().rstrip("\n")))
+
+    def wait(self, timeout: float = 60) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        assert self.proc.stderr is not None
+        self.stderr = self.proc.stderr.read()
+        return code
+
+    @property
+    def stdout(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def when(self, text: str) -> float:
+        return next(t for t, line in self.lines if text in line)
+
+
+def container_log(host: SshHost, container_id: str) -> list[dict[str, Any]]:
+    """The fake daemon's json-file log: one record per line with its wall-clock time."""
+    path = host.docker_state / "containers" / container_id / f"{container_id}-json.log"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def rfc3339(text: str) -> float:
+    main, _, frac = text.rstrip("Z").partition(".")
+    return calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{frac or 0}")
+
+
+def run_crash(host: SshHost, fixture: str, speed: float = 200) -> tuple[int, float, Readiness, str]:
+    """Start a container that dies at boot; (exit code, seconds from its exit to the check's
+    end, the readiness run, the container id)."""
+    host.docker.set_scenario(fixture, speed=speed)
+    container_id = start(host)
+    readiness = Readiness(host, container_id, None)
+    exited: list[float] = []
+
+    def watch() -> None:
+        host.docker.wait_status(container_id, "exited", timeout=60)
+        exited.append(time.monotonic())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    code = readiness.wait(timeout=60)
+    finished = time.monotonic()
+    watcher.join(timeout=10)
+    assert exited, "the container never exited"
+    return code, finished - exited[0], readiness, container_id

@@ -7,14 +7,10 @@ text, run exactly as `remote.Command` would send it.
 
 from __future__ import annotations
 
-import calendar
-import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,7 +19,18 @@ from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost, SshHostFactory
 from tests.pulumi_program import run_program
-from tests.remote_stack import FETCH, READY, START, commands, node_with_secrets
+from tests.remote_stack import (
+    FETCH,
+    READY,
+    START,
+    Readiness,
+    commands,
+    container_log,
+    node_with_secrets,
+    rfc3339,
+    run_crash,
+    start,
+)
 from tests.test_config import seed_000_serve_flags
 
 
@@ -40,55 +47,6 @@ def node(
     fetched = host.run(commands("v5e1", api_key_version=version)[FETCH])
     assert fetched.returncode == 0, fetched.stderr.decode()
     yield host
-
-
-def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
-    done = host.run(commands("v5e1", changes)[START])
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout.decode().strip()
-
-
-class Readiness:
-    """The readiness command running over SSH, with each stdout line's arrival time."""
-
-    def __init__(self, host: SshHost, container_id: str, changes: dict[str, Any] | None) -> None:
-        text = commands("v5e1", changes, start_stdout=container_id)[READY]
-        self.started = time.monotonic()
-        self.proc = host.popen(text)
-        self.lines: list[tuple[float, str]] = []
-        self.stderr = b""
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self.lines.append((time.time(), raw.decode().rstrip("\n")))
-
-    def wait(self, timeout: float = 60) -> int:
-        code = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=5)
-        assert self.proc.stderr is not None
-        self.stderr = self.proc.stderr.read()
-        return code
-
-    @property
-    def stdout(self) -> str:
-        return "\n".join(line for _, line in self.lines)
-
-    def when(self, text: str) -> float:
-        return next(t for t, line in self.lines if text in line)
-
-
-def container_log(host: SshHost, container_id: str) -> list[dict[str, Any]]:
-    """The fake daemon's json-file log: one record per line with its wall-clock time."""
-    path = host.docker_state / "containers" / container_id / f"{container_id}-json.log"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def rfc3339(text: str) -> float:
-    main, _, frac = text.rstrip("Z").partition(".")
-    return calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{frac or 0}")
 
 
 def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost) -> None:
@@ -137,22 +95,9 @@ def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost)
 def test_a_crash_at_boot_fails_within_seconds_with_the_log_tail(
     node: SshHost, fixture: str, expected: str
 ) -> None:
-    node.docker.set_scenario(fixture, speed=200)
-    container_id = start(node)
-    readiness = Readiness(node, container_id, None)
-    exited_at: list[float] = []
-
-    def watch() -> None:
-        node.docker.wait_status(container_id, "exited", timeout=60)
-        exited_at.append(time.monotonic())
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    code = readiness.wait(timeout=60)
-    finished = time.monotonic()
-    watcher.join(timeout=10)
+    code, after_exit, readiness, container_id = run_crash(node, fixture)
     assert code != 0
-    assert exited_at and finished - exited_at[0] < 5.0
+    assert after_exit < 5.0
     assert expected in readiness.stdout
     tail = readiness.stderr.decode()
     assert "last" in tail and "log lines" in tail
