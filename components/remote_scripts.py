@@ -109,11 +109,13 @@ def start_server_script(config: StackConfig, container: str) -> str:
     )
 
 
-def readiness_script(config: StackConfig, container_id: str, poll_seconds: float = 1.0) -> str:
+def readiness_script(
+    config: StackConfig, container_id: str | None, poll_seconds: float = 1.0
+) -> str:
     """Follow this container start's log until ready, then check /health and /v1/models."""
     args = [
         "--container",
-        container_id.strip(),
+        (container_id or "").strip(),
         "--model",
         config.model.id,
         "--port",

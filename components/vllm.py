@@ -25,9 +25,9 @@ CONTAINER = "tpu-vllm"
 READY_MARKER = "TPU_VLLM_READY "
 
 
-def parse_ready(stdout: str) -> dict[str, Any]:
+def parse_ready(stdout: str | None) -> dict[str, Any]:
     """The readiness script's result line: `{"startup_seconds": ..., "hbm": {...}}`."""
-    for line in reversed(stdout.splitlines()):
+    for line in reversed((stdout or "").splitlines()):
         if line.startswith(READY_MARKER):
             return dict(json.loads(line[len(READY_MARKER) :]))
     return {"startup_seconds": None, "hbm": None}

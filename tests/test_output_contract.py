@@ -61,3 +61,14 @@ def test_consumers_read_only_contract_outputs() -> None:
             assert name in CONTRACT, f"{path} reads {name}, which is not a stack output"
             read.add(name)
     assert {"openai_base_url", "model", "api_key"} <= read  # the example really reads them
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+def test_program_runs_under_mocks_that_only_echo_inputs(stack: str, preview: bool) -> None:
+    """Mocks that know no cloud outputs (or a preview, where they are unknown) must not crash
+    the program: every value computed from an output tolerates its absence."""
+    run = run_program(stack, preview=preview, outputs_for=None)
+    assert len(run.resources) == 18
+    assert set(run.outputs) == set(CONTRACT)
+    assert run.outputs["model"] in ("google/gemma-4-E2B-it", "google/gemma-4-31B-it")
