@@ -12,7 +12,7 @@ from components.vllm import VllmServer, VllmServerArgs
 config = load_stack_config()
 for warning in config.warnings:
     pulumi.log.warn(warning)
-hf_token_secret = require_hf_token_secret(config)
+require_hf_token_secret(config)
 
 ssh = SshIdentity("ssh")
 tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=ssh.metadata))
@@ -28,7 +28,6 @@ secrets = NodeSecrets(
     "secrets",
     NodeSecretsArgs(
         config=config,
-        hf_token_secret=hf_token_secret,
         service_account_email=tpu.service_account_email,
         connection=connection,
     ),

@@ -7,8 +7,10 @@ value rendered here is a secret: secrets are fetched by the VM itself into files
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from components.config import StackConfig
@@ -40,16 +42,31 @@ def _fill(template: str, values: Mapping[str, str]) -> str:
     return template
 
 
-def fetch_secrets_script(secrets: Mapping[str, str]) -> str:
-    """Fetch `{file name: secret version resource}` into ~/.tpu-vllm/secrets, mode 0600."""
-    words = [f"--deadline {SECRET_ACCESS_DEADLINE}"]
-    words += [shlex.quote(f"{name}={resource}") for name, resource in secrets.items()]
+@dataclass(frozen=True)
+class SecretFile:
+    """One Secret Manager version the node copies into ~/.tpu-vllm/secrets/NAME."""
+
+    name: str
+    project: str
+    secret: str
+    version: str = "latest"
+
+
+def version_of(resource: str | None) -> str:
+    """`projects/P/secrets/S/versions/N` -> `N`; `latest` when not known (yet)."""
+    match = re.fullmatch(r"projects/[^/]+/secrets/[^/]+/versions/([^/]+)", resource or "")
+    return match.group(1) if match else "latest"
+
+
+def fetch_secrets_script(files: Sequence[SecretFile]) -> str:
+    """Copy each version into ~/.tpu-vllm/secrets with mode 0600, as the VM itself."""
+    fetches = "\n".join(
+        " ".join(["fetch", *(shlex.quote(v) for v in (f.name, f.project, f.secret, f.version))])
+        for f in files
+    )
     return HEADER + _fill(
         _template("fetch_secrets.sh"),
-        {
-            "FETCH_ARGS": _continued(words),
-            "FETCH_SECRETS_PY": _template("fetch_secrets.py").rstrip("\n"),
-        },
+        {"DEADLINE": str(SECRET_ACCESS_DEADLINE), "FETCHES": fetches},
     )
 
 
@@ -100,7 +117,6 @@ def start_server_script(config: StackConfig, container: str) -> str:
         _template("start_server.sh"),
         {
             "ENTRYPOINT_SH": _template("vllm_entrypoint.sh").rstrip("\n"),
-            "IMAGE": shlex.quote(config.vllm.image),
             "CONTAINER": shlex.quote(container),
             "DOCKER_RUN": _continued(docker_run_words(config, container), indent="").replace(
                 " \\\n", " \\\n  "

@@ -23,8 +23,8 @@ from components.tpu import labels, resource_id
 ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
 
 
-def require_hf_token_secret(config: StackConfig) -> str:
-    """The HF token secret's resource name; a clear error if it does not exist.
+def require_hf_token_secret(config: StackConfig) -> None:
+    """Fail clearly, before anything is created, if the HF token secret does not exist.
 
     Runs as an invoke, which Pulumi performs at preview too, before anything is registered.
     """
@@ -39,14 +39,11 @@ def require_hf_token_secret(config: StackConfig) -> str:
             f"`python scripts/save_hf_token.py --stack {config.stack}` (it reads the token "
             "from stdin or a hidden prompt), then run pulumi again."
         ) from None
-    return f"projects/{config.project}/secrets/{secret_id}"
 
 
 @dataclass
 class NodeSecretsArgs:
     config: StackConfig
-    #: `projects/P/secrets/S` from `require_hf_token_secret`.
-    hf_token_secret: str
     service_account_email: pulumi.Input[str]
     connection: command.remote.ConnectionArgs
 
@@ -101,12 +98,22 @@ class NodeSecrets(pulumi.ComponentResource):
             opts=child,
         )
         self.api_key_secret = key_secret.name
+        hf_secret = remote_scripts.SecretFile(
+            remote_scripts.HF_TOKEN_FILE, config.project, config.access.hf_token_secret
+        )
         script = key_version.name.apply(
             lambda version: remote_scripts.fetch_secrets_script(
-                {
-                    remote_scripts.HF_TOKEN_FILE: f"{args.hf_token_secret}/versions/latest",
-                    remote_scripts.API_KEY_FILE: version,
-                }
+                [
+                    hf_secret,
+                    remote_scripts.SecretFile(
+                        remote_scripts.API_KEY_FILE,
+                        config.project,
+                        resource_id(config.stack, "-api-key"),
+                        # The version number puts a rotated key into the script's text, so
+                        # Pulumi re-runs the fetch (and restarts the server) when it changes.
+                        remote_scripts.version_of(version),
+                    ),
+                ]
             )
         )
         self.fetch = command.remote.Command(

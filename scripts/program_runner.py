@@ -100,7 +100,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         state = dict(args.inputs)
         if self._outputs_for is not None:
             state.update(self._outputs_for(args))
-        return f"{args.name}-id", state
+        # `outputs_for` may name the resource's id (e.g. a secret's `projects/P/secrets/S`).
+        return str(state.pop("__id", f"{args.name}-id")), state
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         self.calls.append((args.token, dict(args.args)))

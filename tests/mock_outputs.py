@@ -37,7 +37,8 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
     if args.typ == "random:index/randomPassword:RandomPassword":
         return {"result": API_KEY_SENTINEL}
     if args.typ == "gcp:secretmanager/secret:Secret":
-        return {"name": f"projects/123456789/secrets/{inputs['secretId']}"}
+        name = f"projects/123456789/secrets/{inputs['secretId']}"
+        return {"__id": name, "name": name}
     if args.typ == "gcp:secretmanager/secretVersion:SecretVersion":
         return {"name": f"{inputs['secret']}/versions/1", "secretData": inputs.get("secretData")}
     if args.typ == "command:remote:Command":

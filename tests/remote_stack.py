@@ -56,6 +56,7 @@ def node_with_secrets(
     *,
     hf_token: bytes,
     api_key: bytes,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[SshHost, str]:
     """An SSH "TPU VM" whose identity can read an HF token and an API key in Secret Manager.
 
@@ -65,7 +66,11 @@ def node_with_secrets(
     version = secret_manager.add_version(TEST_PROJECT, "tpu-vllm-v5e1-api-key", api_key)
     metadata.access_token = secret_manager.token
     host = start_host(
-        env={"GCE_METADATA_HOST": metadata.host, "SECRET_MANAGER_API_ENDPOINT": secret_manager.url},
+        env={
+            "GCE_METADATA_HOST": metadata.host,
+            "SECRET_MANAGER_API_ENDPOINT": secret_manager.url,
+            **(env or {}),
+        },
         images_present=[IMAGE],
     )
     return host, version

@@ -61,19 +61,22 @@ class ProcWatcher:
         self._thread.join(timeout=5)
 
 
-@pytest.fixture
+@pytest.fixture(params=["gcloud", "curl"])
 def vm(
+    request: pytest.FixtureRequest,
     ssh_host_factory: SshHostFactory,
     fake_secret_manager: FakeSecretManager,
     fake_metadata: FakeMetadataServer,
 ) -> Iterator[tuple[SshHost, str]]:
-    """An SSH "TPU VM" whose identity can read the two sentinel secrets."""
+    """An SSH "TPU VM" whose identity can read the two sentinel secrets, fetching them with
+    gcloud (the VM image's, faked) or with curl against the metadata and REST endpoints."""
     yield node_with_secrets(
         ssh_host_factory,
         fake_secret_manager,
         fake_metadata,
         hf_token=HF_SENTINEL.encode(),
         api_key=API_SENTINEL.encode(),
+        env={"TPU_VLLM_SECRETS_VIA": request.param},
     )
 
 
@@ -115,6 +118,13 @@ def test_secrets_reach_the_container_only_as_files(vm: tuple[SshHost, str]) -> N
     # docker saw the secrets only as read-only mounts, and HF_TOKEN_PATH naming one.
     for call in host.docker.invocations():
         assert_clean(json.dumps(call), "a docker invocation")
+    via = host.env["TPU_VLLM_SECRETS_VIA"]
+    assert f"via {via}".encode() in fetched.stderr
+    gcloud_log = host.docker_state / "gcloud_invocations.jsonl"
+    gcloud_calls = gcloud_log.read_text().splitlines() if gcloud_log.exists() else []
+    assert len(gcloud_calls) == (2 if via == "gcloud" else 0)
+    for line in gcloud_calls:
+        assert_clean(line, "a gcloud invocation")
     [run] = [c for c in host.docker.invocations() if "run" in c["argv"][:2]]
     argv = run["argv"]
     assert "HF_TOKEN_PATH=/run/secrets/hf_token" in argv
@@ -138,7 +148,8 @@ def test_fetch_waits_while_the_grant_propagates(
     finally:
         timer.cancel()
     assert fetched.returncode == 0, fetched.stderr.decode()
-    assert b"403" in fetched.stderr and b"retrying" in fetched.stderr
+    assert b"retrying" in fetched.stderr
+    assert b"403" in fetched.stderr or b"PERMISSION_DENIED" in fetched.stderr
     assert_clean(fetched.stderr, "fetch stderr")
     assert (host.home / ".tpu-vllm/secrets/hf_token").read_text() == HF_SENTINEL
 

@@ -118,8 +118,9 @@ def test_commands_pin_the_host_key_and_retry_dialling(run: ProgramRun) -> None:
 def test_fetch_reads_the_latest_hf_token_and_this_api_key_version(run: ProgramRun) -> None:
     fetch = next(c for c in run.of_type(COMMAND) if c.name == "secrets-fetch")
     script = fetch.inputs["create"]
-    assert "hf_token=projects/test-project/secrets/hf-token/versions/latest" in script
-    assert "vllm_api_key=" in script and "/versions/1" in script
+    stack = run.outputs["queued_resource"].rsplit("-", 1)[-1]
+    assert "\nfetch hf_token test-project hf-token latest\n" in script
+    assert f"\nfetch vllm_api_key test-project tpu-vllm-{stack}-api-key 1" in script
     assert script.startswith("set -euo pipefail\n")
     assert "umask 077" in script
 

@@ -13,9 +13,5 @@ cat > ~/.tpu-vllm/entrypoint.sh <<'TPU_VLLM_ENTRYPOINT'
 @ENTRYPOINT_SH@
 TPU_VLLM_ENTRYPOINT
 chmod 755 ~/.tpu-vllm/entrypoint.sh
-if ! sudo docker image inspect @IMAGE@ >/dev/null 2>&1; then
-  echo "start-server: pulling @IMAGE@" >&2
-  sudo docker pull @IMAGE@ >&2
-fi
 sudo docker rm -f @CONTAINER@ >/dev/null 2>&1 || true
 @DOCKER_RUN@

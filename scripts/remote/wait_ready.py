@@ -4,7 +4,8 @@ A cold start is ~14 minutes, 80% of it XLA compilation (seed 000 §1.4), so the 
 to see phases pass rather than a silent wait; and a crash at boot must fail in seconds, not at
 the timeout. This follows the log of one container start only (by container id), reports each
 phase with elapsed seconds, succeeds on uvicorn's `Application startup complete.`, then checks
-`/health` and `/v1/models` (with the API key, read from its file, never from argv or env).
+`/health` and `/v1/models` with curl (the API key read from its file and handed to curl on
+stdin, never in argv or env).
 
 Usage: python3 - --container ID --model MODEL --port PORT --timeout SECONDS [--poll SECONDS]
 The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds and hbm.
@@ -23,8 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 READY = "Application startup complete."
 API_KEY_FILE = os.path.expanduser("~/.tpu-vllm/secrets/vllm_api_key")
@@ -61,13 +60,24 @@ def docker(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def inspect(container: str) -> tuple[str, str, int, str] | None:
-    """(status, exit code, restart count, started at), or None if the container is gone."""
-    fmt = "{{.State.Status}}|{{.State.ExitCode}}|{{.RestartCount}}|{{.State.StartedAt}}"
-    done = docker("inspect", "--format", fmt, container)
+    """(status, exit code, restart count, started at), or None if the container is gone.
+
+    Plain `docker inspect` JSON rather than a Go template: every docker answers it the same.
+    """
+    done = docker("inspect", container)
     if done.returncode != 0:
         return None
-    status, code, restarts, started = done.stdout.strip().split("|", 3)
-    return status, code, int(restarts or 0), started
+    try:
+        data = json.loads(done.stdout)[0]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+    state = data.get("State") or {}
+    return (
+        str(state.get("Status", "")),
+        str(state.get("ExitCode", "")),
+        int(data.get("RestartCount") or 0),
+        str(state.get("StartedAt", "")),
+    )
 
 
 def parse_started(text: str) -> float | None:
@@ -104,37 +114,40 @@ def follow(container: str, lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-def http_get(url: str, headers: dict[str, str]) -> tuple[int, str]:
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - loopback only
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-            return response.status, response.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as error:
-        return error.code, ""
-    except OSError as error:
-        return 0, str(error)
+def http_get(url: str, api_key: str | None = None) -> tuple[bool, str]:
+    """(2xx?, body) from curl on the VM. The key goes in as a header on curl's stdin
+    (`--header @-`), never as an argument, so `ps` cannot show it."""
+    header = f"Authorization: Bearer {api_key}\n" if api_key else ""
+    done = subprocess.run(
+        ["curl", "--silent", "--fail", "--max-time", "10", "--header", "@-", url],
+        input=header,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    return done.returncode == 0, done.stdout
 
 
 def verify_endpoint(start: float, port: int, model: str, tail: collections.deque[str]) -> None:
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
-    status, _ = http_get(f"{base}/health", {})
-    while status != 200 and time.monotonic() < deadline:
+    healthy, _ = http_get(f"{base}/health")
+    while not healthy and time.monotonic() < deadline:
         time.sleep(1)
-        status, _ = http_get(f"{base}/health", {})
-    if status != 200:
-        fail(start, f"/health answered {status or 'nothing'} after startup complete", tail)
+        healthy, _ = http_get(f"{base}/health")
+    if not healthy:
+        fail(start, "/health did not answer 200 after startup complete", tail)
     say(start, "/health: 200")
     with open(API_KEY_FILE, encoding="utf-8") as handle:
-        key = handle.read().strip()
-    status, body = http_get(f"{base}/v1/models", {"Authorization": f"Bearer {key}"})
-    del key
+        ok, body = http_get(f"{base}/v1/models", handle.read().strip())
     try:
-        served = [m.get("id") for m in json.loads(body).get("data", [])] if status == 200 else []
-    except ValueError:
+        served = [m.get("id") for m in json.loads(body).get("data", [])] if ok else []
+    except (ValueError, AttributeError):
         served = []
     if model not in served:
-        fail(start, f"/v1/models answered {status} and does not list {model} ({served})", tail)
+        answer = "an error (is the API key right?)" if not ok else f"{served}"
+        fail(start, f"/v1/models answered {answer} and does not list {model}", tail)
     say(start, f"/v1/models lists {model}")
 
 
