@@ -15,7 +15,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 
-from components.tpu_api import ApiError, TpuApi, report
+from components.tpu_api import ApiError, TpuApi, poll_delays, report
 
 QUERY_PATH = "hostkeys/"
 PREFERRED_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa")
@@ -47,6 +47,7 @@ class NodeHostKeyProvider(dyn.ResourceProvider):
         )
         start = time.monotonic()
         host_key = None
+        delays = poll_delays(poll)
         while True:
             try:
                 host_key = pick_host_key(api.get_guest_attributes(node, QUERY_PATH))
@@ -55,7 +56,7 @@ class NodeHostKeyProvider(dyn.ResourceProvider):
                     raise
             if host_key or time.monotonic() - start >= timeout:
                 break
-            time.sleep(poll)
+            time.sleep(next(delays))
         elapsed = time.monotonic() - start
         if host_key:
             report(f"{node}: SSH host key {host_key.split()[0]} read after {elapsed:.0f} s")

@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 
-from components.tpu_api import ApiError, TpuApi, report
+from components.tpu_api import ApiError, TpuApi, poll_delays, report
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROVISIONING_MODELS = {"flex-start": "FLEX_START", "spot": "SPOT", "on-demand": "STANDARD"}
@@ -307,6 +307,7 @@ def _wait_active(api: TpuApi, spec: Spec, name: str) -> dict[str, Any]:
     start = time.monotonic()
     deadline = start + spec.capacity_wait_seconds + spec.timing.provisioning_timeout_seconds
     last = ""
+    delays = poll_delays(spec.timing.poll_seconds)
     while True:
         qr = api.get_queued_resource(name)
         state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
@@ -323,7 +324,7 @@ def _wait_active(api: TpuApi, spec: Spec, name: str) -> dict[str, Any]:
             raise ZoneFailedError(f"went to {state} before it was ACTIVE")
         if time.monotonic() >= deadline:
             raise ZoneFailedError(f"not ACTIVE after {elapsed:.0f} s (still {state})")
-        time.sleep(spec.timing.poll_seconds)
+        time.sleep(next(delays))
 
 
 def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict[str, Any]:
@@ -379,6 +380,7 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
             time.sleep(delay)
             delay = min(delay * 2, 120.0)
     last = ""
+    delays = poll_delays(timing.poll_seconds)
     while True:
         try:
             qr = api.get_queued_resource(name)
@@ -397,7 +399,7 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
                 "delete request. Fix: check it with `gcloud alpha compute tpus queued-resources "
                 "list` and run `pulumi destroy` again."
             )
-        time.sleep(timing.poll_seconds)
+        time.sleep(next(delays))
 
 
 def _cleanup_after_crash(api: TpuApi, name: str, timing: Timing) -> None:

@@ -13,7 +13,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -59,6 +59,15 @@ def report(message: str) -> None:
     """Progress for the operator. Python dynamic providers have no engine connection, so
     `pulumi.log` goes nowhere; provider stderr reaches the Pulumi CLI as diagnostics."""
     print(f"tpu-vllm: {message}", file=sys.stderr, flush=True)
+
+
+def poll_delays(cap: float) -> Iterator[float]:
+    """2, 4, 8 ... seconds up to `cap`: quick transitions are seen quickly, long waits cost few
+    API calls."""
+    delay = min(2.0, cap)
+    while True:
+        yield delay
+        delay = min(delay * 2, cap)
 
 
 class TpuApi:
