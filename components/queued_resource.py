@@ -94,7 +94,8 @@ class Spec:
     provisioning: str
     max_run_seconds: int | None
     capacity_wait_seconds: int
-    service_account_email: str
+    #: None only when driven without one (tests, mocks): the node then gets the default.
+    service_account_email: str | None
     labels: Mapping[str, str]
     tags: tuple[str, ...]
     metadata: Mapping[str, str]
@@ -113,7 +114,7 @@ class Spec:
             provisioning=str(props["provisioning"]),
             max_run_seconds=int(max_run) if max_run is not None else None,
             capacity_wait_seconds=int(props["capacity_wait_seconds"]),
-            service_account_email=str(props["service_account_email"]),
+            service_account_email=props.get("service_account_email") or None,
             labels={str(k): str(v) for k, v in dict(props.get("labels") or {}).items()},
             tags=tuple(str(t) for t in props.get("tags") or ()),
             metadata={str(k): str(v) for k, v in dict(props.get("metadata") or {}).items()},
@@ -134,7 +135,7 @@ class Spec:
             # The proto default is false; without it the node has no external IP at all.
             "networkConfig": {"enableExternalIps": True},
             "serviceAccount": {
-                "email": self.service_account_email,
+                **({"email": self.service_account_email} if self.service_account_email else {}),
                 "scope": [CLOUD_PLATFORM_SCOPE],
             },
             "labels": dict(self.labels),

@@ -125,13 +125,20 @@ def start_server_script(config: StackConfig, container: str) -> str:
     )
 
 
+def container_ref(start_stdout: str | None, name: str) -> str:
+    """The id `docker run -d` printed (its last stdout line), else the container's name."""
+    lines = [line.strip() for line in (start_stdout or "").splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last if re.fullmatch(r"[0-9a-f]{12,64}", last) else name
+
+
 def readiness_script(
-    config: StackConfig, container_id: str | None, poll_seconds: float = 1.0
+    config: StackConfig, start_stdout: str | None, container: str, poll_seconds: float = 1.0
 ) -> str:
     """Follow this container start's log until ready, then check /health and /v1/models."""
     args = [
         "--container",
-        (container_id or "").strip(),
+        container_ref(start_stdout, container),
         "--model",
         config.model.id,
         "--port",

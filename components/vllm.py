@@ -68,7 +68,7 @@ class VllmServer(pulumi.ComponentResource):
             f"{name}-ready",
             connection=args.connection,
             create=self.start.stdout.apply(
-                lambda container_id: remote_scripts.readiness_script(config, container_id)
+                lambda stdout: remote_scripts.readiness_script(config, stdout, CONTAINER)
             ),
             logging=command.remote.Logging.STDOUT_AND_STDERR,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),

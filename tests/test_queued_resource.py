@@ -362,3 +362,15 @@ def test_progress_is_reported_while_waiting(tpu_env: FakeTpuApi, capsys: Any) ->
     assert "WAITING_FOR_RESOURCES" in capsys.readouterr().err  # reported before it finishes
     thread.join(timeout=30)
     assert not errors
+
+
+def test_create_without_a_service_account_lets_the_node_use_the_default(
+    tpu_env: FakeTpuApi,
+) -> None:
+    props = props_for("v5e1")
+    del props["service_account_email"]
+    outs = outs_of(QueuedResourceProvider().create(props))
+    assert outs["state"] == "ACTIVE"
+    [body] = create_bodies(tpu_env)
+    node = body["tpu"]["nodeSpec"][0]["node"]
+    assert node["serviceAccount"] == {"scope": ["https://www.googleapis.com/auth/cloud-platform"]}

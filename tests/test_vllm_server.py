@@ -200,3 +200,15 @@ def test_readiness_runs_after_every_start() -> None:
 
 def test_parse_ready_without_a_result_line() -> None:
     assert parse_ready("[ 3s] image present\n") == {"startup_seconds": None, "hbm": None}
+
+
+def test_readiness_follows_the_printed_container_id_or_else_the_name() -> None:
+    from components.remote_scripts import container_ref
+
+    pulled = "Unable to find image locally\nnightly: Pulling from vllm/vllm-tpu\n" + "ab12" * 16
+    assert container_ref(pulled + "\n", "tpu-vllm") == "ab12" * 16
+    assert container_ref("", "tpu-vllm") == "tpu-vllm"
+    assert container_ref(None, "tpu-vllm") == "tpu-vllm"
+    run = run_program("v5e1", outputs_for=None)  # mocks that know no stdout
+    ready = next(r for r in run.of_type("command:remote:Command") if r.name == READY)
+    assert "--container tpu-vllm" in ready.inputs["create"]

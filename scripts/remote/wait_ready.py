@@ -100,7 +100,7 @@ def fail(start: float, reason: str, tail: collections.deque[str]) -> None:
 def follow(container: str, lines: queue.Queue[str | None]) -> None:
     """Stream `docker logs -f` of this container into the queue; None when it ends."""
     proc = subprocess.Popen(
-        ["sudo", "docker", "logs", "--follow", container],
+        ["sudo", "docker", "logs", "-f", container],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
