@@ -8,10 +8,12 @@ read Pulumi config themselves.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import json
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -337,6 +339,13 @@ def _as_str(value: Any) -> str:
     return value.strip()
 
 
+def _as_args(value: Any) -> tuple[str, ...]:
+    """A list of arguments, or one string split as a shell would (`--a --b 2`)."""
+    if isinstance(value, str):
+        return tuple(shlex.split(value))
+    return _as_str_list(value)
+
+
 def _as_str_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise TypeError(value)
@@ -471,8 +480,8 @@ def _parse_zones(
     r: _Reader, chip: Chip | None, provisioning: Provisioning | None, warnings: list[str]
 ) -> tuple[str, ...]:
     raw = r.values.get("zones")
-    if isinstance(raw, str):
-        raw = [raw]
+    if isinstance(raw, str):  # `pulumi config set` without --path: "a, b" or one value
+        raw = [part.strip() for part in raw.split(",") if part.strip()]
     try:
         zones = _as_str_list(raw)
     except TypeError:
@@ -589,7 +598,7 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
     reasoning = r.get("reasoningParser", _as_str, None, "a parser name such as gemma4")
     limits = _parse_mm_limits(r)
     no_extra: tuple[str, ...] = ()
-    extra = r.get("extraArgs", _as_str_list, no_extra, "a list of strings")
+    extra = r.get("extraArgs", _as_args, no_extra, "a list of strings")
     _check_extra_args(r, extra)
     timeout = _parse_positive_duration(r, "readinessTimeout", DEFAULT_READINESS_TIMEOUT)
     if len(r.problems) != before:
@@ -647,6 +656,9 @@ def _parse_mm_limits(r: _Reader) -> tuple[tuple[str, int], ...] | None:
     raw = r.values.get("limitMmPerPrompt")
     if raw is None:
         return None
+    if isinstance(raw, str):  # the flag's own JSON, as vLLM takes it: '{"image":4}'
+        with contextlib.suppress(ValueError):
+            raw = json.loads(raw)
     if not isinstance(raw, Mapping) or not raw:
         r.fail(
             "limitMmPerPrompt", raw, "not an object. Fix: an object such as {image: 4, audio: 1}"
@@ -734,8 +746,8 @@ def _parse_cidrs(
                 f"--path '{r.key(name)}[0]' 203.0.113.0/24` with your own range",
             )
         return None
-    if isinstance(raw, str):
-        raw = [raw]
+    if isinstance(raw, str):  # `pulumi config set` without --path: "a, b" or one value
+        raw = [part.strip() for part in raw.split(",") if part.strip()]
     try:
         cidrs = _as_str_list(raw)
     except TypeError:

@@ -369,3 +369,24 @@ def test_parse_duration(text: str, seconds: int) -> None:
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_plain_string_forms_are_accepted() -> None:
+    """Values set without --path arrive as strings: lists, the flag's JSON, quoted numbers."""
+    run = run_program(
+        "v6e4",
+        {
+            "tpu-vllm:tpu.zones": "us-east5-a, europe-west4-a",
+            "tpu-vllm:vllm.limitMmPerPrompt": '{"image":0,"audio":0}',
+            "tpu-vllm:vllm.extraArgs": "--disable-log-requests --seed 7",
+            "tpu-vllm:vllm.maxModelLen": "32768",
+            "tpu-vllm:access.allowedCidrs": "10.0.0.0/8,192.168.0.0/16",
+        },
+    )
+    assert run.outputs["zones"] == ["us-east5-a", "europe-west4-a"]
+    args = run.outputs["vllm_args"]
+    assert args[args.index("--max-model-len") + 1] == "32768"
+    assert args[args.index("--limit-mm-per-prompt") + 1] == '{"image":0,"audio":0}'
+    assert "--seed" in args and args[args.index("--seed") + 1] == "7"
+    rules = {r.name: r.inputs for r in run.of_type("gcp:compute/firewall:Firewall")}
+    assert rules["tpu-serving"]["sourceRanges"] == ["10.0.0.0/8", "192.168.0.0/16"]
