@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 from pulumi.runtime import mocks  # noqa: E402
 
 from components.queued_resource import OUTPUT_KEYS  # noqa: E402
-from scripts.program_runner import ProgramRun, run_program  # noqa: E402
+from scripts.program_runner import ProgramRun, run_program, stack_file_config  # noqa: E402
 
 PLACEHOLDER_PROJECT = "YOUR-PROJECT"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105 - the SDK marks secrets with it
@@ -120,7 +120,7 @@ def render_plan(run: ProgramRun, stack: str) -> str:
 def plan(
     stack: str,
     *,
-    project: str = PLACEHOLDER_PROJECT,
+    project: str | None = None,
     changes: Mapping[str, Any] | None = None,
     outputs_for: Callable[[mocks.MockResourceArgs], dict[str, Any]] = after_apply,
 ) -> str:
@@ -129,6 +129,8 @@ def plan(
     def lookup_only(args: mocks.MockCallArgs) -> dict[str, Any]:
         return dict(args.args)  # the HF secret is assumed to exist; preview checks it for real
 
+    if project is None and not stack_file_config(stack).get("gcp:project"):
+        project = PLACEHOLDER_PROJECT  # the stack file leaves it to `pulumi config set`
     run = run_program(stack, changes, project=project, outputs_for=outputs_for, call=lookup_only)
     return render_plan(run, stack)
 
@@ -136,7 +138,10 @@ def plan(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("stack", help="stack name: a Pulumi.<stack>.yaml must exist")
-    parser.add_argument("--project", default=PLACEHOLDER_PROJECT, help="gcp:project to assume")
+    parser.add_argument(
+        "--project",
+        help=f"gcp:project to assume (default: the stack file's, else {PLACEHOLDER_PROJECT})",
+    )
     parser.add_argument("--out", type=Path, help="write the plan here instead of stdout")
     args = parser.parse_args(argv)
     if not (ROOT / f"Pulumi.{args.stack}.yaml").exists():
