@@ -114,7 +114,9 @@ def test_a_container_that_restarts_fails_the_check(node: SshHost) -> None:
     restarted = time.monotonic()
     assert readiness.wait(timeout=60) != 0
     assert time.monotonic() - restarted < 5.0
-    assert "restarted" in readiness.stdout
+    # Seen mid-restart the container is "restarting" or, for an instant, "exited": either way the
+    # check stops at once instead of following the new boot.
+    assert "restarted" in readiness.stdout or "the container exited" in readiness.stdout
 
 
 def test_timeout_fails_with_the_last_lines(node: SshHost) -> None:

@@ -1,12 +1,14 @@
 # (Re)start the vLLM container. Rendered by components/remote_scripts.py: `set -euo pipefail`
 # first, then this, with the `docker run` line one flag per line so a preview diff shows
 # exactly which flag changed. Prints only the new container's id on stdout.
+# The fetch-secrets step runs first. Should a file be missing anyway, say so: the container's
+# entrypoint refuses to serve without an API key, so the readiness check then fails fast.
 for secret in hf_token vllm_api_key; do
   if [ ! -s ~/.tpu-vllm/secrets/"$secret" ]; then
-    echo "start-server: ~/.tpu-vllm/secrets/$secret is missing; the fetch-secrets step must run first" >&2
-    exit 1
+    echo "start-server: warning: ~/.tpu-vllm/secrets/$secret is missing (has fetch-secrets run?)" >&2
   fi
 done
+mkdir -p ~/.tpu-vllm
 # The XLA compile cache survives container restarts here: 685 s of an 857 s cold start (seed 000).
 mkdir -p ~/.cache/vllm
 cat > ~/.tpu-vllm/entrypoint.sh <<'TPU_VLLM_ENTRYPOINT'

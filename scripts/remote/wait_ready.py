@@ -200,6 +200,8 @@ def main() -> None:
                 fail(start, "the container was removed", tail)
             assert state is not None
             status, code, restarts, now_started = state
+            if status == "restarting":
+                fail(start, f"the container restarted (it exited with code {code})", tail)
             if status != "running":
                 fail(start, f"the container {status} with exit code {code}", tail)
             if restarts or now_started != started_at:
