@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 import pulumi
 
 from components import catalog
-from components.catalog import Chip, Model, Provisioning
+from components.catalog import Chip, Provisioning
 
 NAMESPACE = "tpu-vllm"
 
@@ -140,7 +140,6 @@ class TpuSettings:
 class ModelSettings:
     id: str
     weights_gib: float
-    catalog_entry: Model | None
 
 
 @dataclass(frozen=True)
@@ -205,10 +204,6 @@ class StackConfig:
     access: AccessSettings
     hourly_cost_usd: float
     warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def usable_hbm_gib(self) -> float:
-        return round(self.tpu.chip.hbm_gib * self.vllm.gpu_memory_utilization, 2)
 
     @property
     def max_run_cost_usd(self) -> float | None:
@@ -552,7 +547,7 @@ def _parse_model(r: _Reader) -> ModelSettings | None:
     if weights is None:
         assert entry is not None
         weights = entry.weights_gib
-    return ModelSettings(id=model_id, weights_gib=weights, catalog_entry=entry)
+    return ModelSettings(id=model_id, weights_gib=weights)
 
 
 def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:

@@ -25,9 +25,6 @@ from components.tpu_api import ApiError, TpuApi, poll_delays, report
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROVISIONING_MODELS = {"flex-start": "FLEX_START", "spot": "SPOT", "on-demand": "STANDARD"}
-WAITING_STATES = frozenset(
-    {"STATE_UNSPECIFIED", "CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING"}
-)
 #: States in which the TPU is gone or going and must be requested again.
 DEAD_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED", "DELETING"})
 #: Create answers that mean "not in this zone": try the next one.
