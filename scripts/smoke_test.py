@@ -424,6 +424,18 @@ class Tester:
             return "choices[0] has no message"
         return choices[0], message
 
+    def _ask(
+        self, name: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any], float] | Result:
+        """POST a chat request; its first choice and message, or the Result that failed it."""
+        payload, took, failure = self.post(name, body)
+        if failure is not None or payload is None:
+            return failure or Result(name, False, took, "no answer")
+        first = self._first_choice(payload)
+        if isinstance(first, str):
+            return Result(name, False, took, first)
+        return first[0], first[1], took
+
     def chat(self) -> Result:
         name = "chat"
         body = {
@@ -432,13 +444,10 @@ class Tester:
             "max_tokens": CHAT_MAX_TOKENS,
             "temperature": 0,
         }
-        payload, took, failure = self.post(name, body)
-        if failure is not None or payload is None:
-            return failure or Result(name, False, took, "no answer")
-        first = self._first_choice(payload)
-        if isinstance(first, str):
-            return Result(name, False, took, first)
-        choice, message = first
+        asked = self._ask(name, body)
+        if isinstance(asked, Result):
+            return asked
+        choice, message, took = asked
         content = message.get("content")
         if isinstance(content, str) and content.strip():
             return Result(name, True, took, show(content.strip()))
@@ -463,13 +472,10 @@ class Tester:
             "max_tokens": TOOL_MAX_TOKENS,
             "temperature": 0,
         }
-        payload, took, failure = self.post(name, body)
-        if failure is not None or payload is None:
-            return failure or Result(name, False, took, "no answer")
-        first = self._first_choice(payload)
-        if isinstance(first, str):
-            return Result(name, False, took, first)
-        choice, message = first
+        asked = self._ask(name, body)
+        if isinstance(asked, Result):
+            return asked
+        choice, message, took = asked
         finish_reason = choice.get("finish_reason")
         calls = message.get("tool_calls")
         if not isinstance(calls, list) or not calls:
