@@ -1,63 +1,45 @@
-"""tpu-vllm: config -> TPU -> secrets -> server -> readiness -> exports. Nothing else lives here."""
+"""tpu-vllm: load config -> build the backend's components -> export. Nothing else lives here.
+
+`tpu-vllm:backend` picks the builder: `vm` (components/vm_backend.py, one TPU VM over SSH) or
+`gke` (components/gke_backend.py, N flex-start TPU replicas behind one address). Both hand back
+the same outputs, so the contract below holds whichever ran.
+"""
 
 import pulumi
 
 from components.config import load_stack_config
-from components.host_key import NodeHostKey
-from components.secrets import NodeSecrets, NodeSecretsArgs, require_hf_token_secret
-from components.ssh import SshIdentity, ssh_command
-from components.tpu import FlexStartTpu, FlexStartTpuArgs
-from components.vllm import VllmServer, VllmServerArgs
+from components.gke_backend import build_gke
+from components.secrets import require_hf_token_secret
+from components.vm_backend import build_vm
 
 config = load_stack_config()
 for warning in config.warnings:
     pulumi.log.warn(warning)
 require_hf_token_secret(config)
 
-ssh = SshIdentity("ssh")
-tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=ssh.metadata))
-host_key = NodeHostKey(
-    "node-host-key",
-    node_name=tpu.node,
-    node_create_time=tpu.created_at,
-    allow_unverified=config.access.allow_unverified_host_key,
-    opts=pulumi.ResourceOptions(parent=tpu),
-)
-connection = ssh.connection(tpu.external_ip, host_key.host_key)
-secrets = NodeSecrets(
-    "secrets",
-    NodeSecretsArgs(
-        config=config,
-        service_account_email=tpu.service_account_email,
-        connection=connection,
-    ),
-)
-server = VllmServer(
-    "vllm",
-    VllmServerArgs(
-        config=config, connection=connection, host=tpu.external_ip, after=[secrets.fetch]
-    ),
-)
+backend = build_gke(config) if config.backend == "gke" else build_vm(config)
 
 # The output contract other stacks read (README "Outputs"): never rename silently.
-pulumi.export("endpoint", server.endpoint)
-pulumi.export("openai_base_url", server.openai_base_url)
+pulumi.export("endpoint", backend.endpoint)
+pulumi.export("openai_base_url", backend.openai_base_url)
 pulumi.export("model", config.model.id)
-pulumi.export("api_key", secrets.api_key)
-pulumi.export("api_key_secret", secrets.api_key_secret)
-pulumi.export("zone", tpu.zone)
+pulumi.export("api_key", backend.api_key)
+pulumi.export("api_key_secret", backend.api_key_secret)
+pulumi.export("zone", backend.zone)
 pulumi.export("chip", config.tpu.chip.accelerator_type)
-pulumi.export("queued_resource", tpu.queued_resource)
-pulumi.export("node", tpu.node)
-pulumi.export("external_ip", tpu.external_ip)
-pulumi.export("internal_ip", tpu.internal_ip)
-pulumi.export("expires_at", tpu.expires_at)
-pulumi.export("ssh_command", ssh_command(config.stack, tpu.external_ip))
-pulumi.export("ssh_private_key", ssh.private_key_openssh)
-pulumi.export("ssh_host_key", host_key.host_key)
+pulumi.export("queued_resource", backend.queued_resource)
+pulumi.export("node", backend.node)
+pulumi.export("external_ip", backend.external_ip)
+pulumi.export("internal_ip", backend.internal_ip)
+pulumi.export("expires_at", backend.expires_at)
+pulumi.export("ssh_command", backend.ssh_command)
+pulumi.export("ssh_private_key", backend.ssh_private_key)
+pulumi.export("ssh_host_key", backend.ssh_host_key)
 pulumi.export("hourly_cost_usd", config.hourly_cost_usd)
 pulumi.export("max_run_cost_usd", config.max_run_cost_usd)
-pulumi.export("hbm", server.hbm)
-pulumi.export("startup_seconds", server.startup_seconds)
+pulumi.export("hbm", backend.hbm)
+pulumi.export("startup_seconds", backend.startup_seconds)
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())
+pulumi.export("replicas", backend.replicas)
+pulumi.export("cluster", backend.cluster)

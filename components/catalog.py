@@ -48,6 +48,11 @@ class Chip:
         return f"{self.family.accelerator_prefix}-{self.chips}"
 
     @property
+    def gke(self) -> GkeTpu | None:
+        """How GKE names this slice, if a single GKE node can carry it."""
+        return GKE_TPUS.get(self.name)
+
+    @property
     def hbm_gib(self) -> float:
         return self.family.hbm_gib_per_chip * self.chips
 
@@ -134,6 +139,55 @@ FLEX_START_REJECTION_TEXT = (
 
 # seed 000 §1.2 / DESIGN.md: flex-start runs at most 7 days.
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
+
+# Chips per host of each family: a slice with more chips than this spans several hosts, which
+# neither the TPU-VM path (one `docker run`) nor vLLM on TPU in GKE (single-host only) can serve.
+# GKE docs "Plan TPUs in GKE": v5e and v6e single-host slices stop at 8 chips (2x4 topology).
+MAX_CHIPS_PER_HOST: Mapping[str, int] = MappingProxyType({"v5e": 8, "v6e": 8})
+
+
+@dataclass(frozen=True)
+class GkeTpu:
+    """A single-host slice as GKE spells it: the node pool's machine type and the node labels.
+
+    GKE docs "Plan TPUs in GKE" (single-host slice table) and the reference manifests in
+    GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`: v5e nodes carry
+    `cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice`, v6e `tpu-v6e-slice`, and
+    `cloud.google.com/gke-tpu-topology` `1x1` / `2x2` / `2x4` for 1, 4 and 8 chips. The node
+    offers `google.com/tpu` = the chip count, and is tainted `google.com/tpu`.
+    """
+
+    machine_type: str
+    accelerator: str
+    topology: str
+
+
+GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+GKE_TPU_RESOURCE = "google.com/tpu"
+
+GKE_TPUS: Mapping[str, GkeTpu] = MappingProxyType(
+    {
+        "v5e-1": GkeTpu("ct5lp-hightpu-1t", "tpu-v5-lite-podslice", "1x1"),
+        "v5e-4": GkeTpu("ct5lp-hightpu-4t", "tpu-v5-lite-podslice", "2x2"),
+        "v5e-8": GkeTpu("ct5lp-hightpu-8t", "tpu-v5-lite-podslice", "2x4"),
+        "v6e-1": GkeTpu("ct6e-standard-1t", "tpu-v6e-slice", "1x1"),
+        "v6e-4": GkeTpu("ct6e-standard-4t", "tpu-v6e-slice", "2x2"),
+        "v6e-8": GkeTpu("ct6e-standard-8t", "tpu-v6e-slice", "2x4"),
+    }
+)
+
+# Zones where GKE offers flex-start for each TPU family. GKE docs "About GPU and TPU provisioning
+# with flex-start" (the TPU availability table): narrower than the TPU API's own zones.
+GKE_FLEX_START_ZONES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "v5e": ("us-west4-a",),
+        "v6e": ("asia-northeast1-b", "us-east5-a", "us-east5-b"),
+    }
+)
+
+# GKE docs (flex-start for TPUs): node pools with flex-start TPUs need this version or later.
+GKE_MIN_FLEX_START_VERSION = "1.33.0-gke.1712000"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import pulumi
 
@@ -66,7 +66,29 @@ KEYS: Mapping[str, Mapping[str, str]] = {
     "cost": {
         "hourlyUsd": "override of the catalog's hourly price for the whole slice",
     },
+    "gke": {
+        "replicas": "how many TPU replicas serve behind the one address (backend gke), >= 1",
+        "cluster": "an existing GKE cluster (NAME or projects/P/locations/L/clusters/NAME); "
+        "unset: the stack creates one",
+    },
 }
+
+Backend = Literal["vm", "gke"]
+#: `tpu-vllm:backend`: where the server runs. `vm` is one TPU VM from a queued resource;
+#: `gke` is N flex-start TPU nodes in a GKE cluster behind one load-balancer address.
+BACKENDS: tuple[Backend, ...] = ("vm", "gke")
+DEFAULT_BACKEND: Backend = "vm"
+# Words people use for a backend, mapped to ours for the "did you mean" hint.
+BACKEND_ALIASES: Mapping[str, Backend] = {
+    "kubernetes": "gke",
+    "k8s": "gke",
+    "gcp-gke": "gke",
+    "tpu-vm": "vm",
+    "tpuvm": "vm",
+    "tpu": "vm",
+    "queued-resource": "vm",
+}
+DEFAULT_GKE_REPLICAS = 1
 
 # vLLM's default port: the flag is rendered only when the stack asks for another one.
 VLLM_DEFAULT_PORT = 8000
@@ -107,6 +129,12 @@ FORBIDDEN_FLAGS: Mapping[str, str] = {
 _DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _SECRET_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+_CLUSTER_NAME_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
+_CLUSTER_PATH_RE = re.compile(
+    r"^projects/(?P<project>[a-z][-a-z0-9.:]{4,61}[a-z0-9])/locations/(?P<location>[a-z]+-[a-z]+[0-9]+(?:-[a-z])?)"
+    r"/clusters/(?P<name>[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?)$"
+)
+_CHIP_SHAPE_RE = re.compile(r"^(?P<family>v[0-9]+[a-z]*)-(?P<chips>[0-9]+)$")
 _DOC_NETS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
@@ -193,6 +221,26 @@ class AccessSettings:
 
 
 @dataclass(frozen=True)
+class GkeSettings:
+    """The GKE backend's shape: how many replicas, and which cluster they run in."""
+
+    replicas: int
+    #: Name of an existing cluster to use; "" when the stack creates its own.
+    existing_cluster: str
+    #: The cluster's project (the stack's, unless an existing cluster's path names another).
+    cluster_project: str
+    #: Where the cluster lives: the one zone of `tpu.zones`, else their region (or the location
+    #: an existing cluster's path names).
+    location: str
+    #: The region of `tpu.zones`: where the load balancer's reserved address lives.
+    region: str
+
+    @property
+    def creates_cluster(self) -> bool:
+        return not self.existing_cluster
+
+
+@dataclass(frozen=True)
 class StackConfig:
     """Everything the components need, validated. Built once by `load_stack_config`."""
 
@@ -204,6 +252,14 @@ class StackConfig:
     access: AccessSettings
     hourly_cost_usd: float
     warnings: tuple[str, ...] = field(default=())
+    backend: Backend = DEFAULT_BACKEND
+    #: Always present; only the gke backend uses it (a vm stack has one replica).
+    gke: GkeSettings | None = None
+
+    @property
+    def replicas(self) -> int:
+        """Serving replicas: `gke.replicas` on GKE, one TPU VM otherwise."""
+        return self.gke.replicas if self.backend == "gke" and self.gke else 1
 
     @property
     def max_run_cost_usd(self) -> float | None:
@@ -225,9 +281,10 @@ def parse_duration(text: str) -> int:
 def normalize_chip(name: str) -> str:
     """Accept gcloud's `v5litepod-N` spelling for `v5e-N`."""
     text = name.strip().lower()
-    for chip in catalog.CHIPS.values():
-        if text == chip.accelerator_type:
-            return chip.name
+    for family in {chip.family.name: chip.family for chip in catalog.CHIPS.values()}.values():
+        prefix = f"{family.accelerator_prefix}-"
+        if text.startswith(prefix):
+            return f"{family.name}-{text[len(prefix) :]}"
     return text
 
 
@@ -247,6 +304,7 @@ def load_stack_config() -> StackConfig:
             )
     if problems:
         raise ConfigError(problems)
+    sections["backend"] = cfg.get("backend")
     return parse_stack_config(
         sections, project=pulumi.Config("gcp").get("project"), stack=pulumi.get_stack()
     )
@@ -365,11 +423,22 @@ def parse_stack_config(
     vllm_r = _Reader("vllm", sections.get("vllm"), problems)
     access_r = _Reader("access", sections.get("access"), problems)
     cost_r = _Reader("cost", sections.get("cost"), problems)
+    gke_r = _Reader("gke", sections.get("gke"), problems)
 
+    backend = _parse_backend(sections.get("backend"), problems)
     chip = _parse_chip(tpu_r)
     provisioning = _parse_provisioning(tpu_r)
     max_run_seconds = _parse_max_run(tpu_r, provisioning)
-    zones = _parse_zones(tpu_r, chip, provisioning, warnings)
+    zones = _parse_zones(tpu_r, chip, provisioning, warnings, backend)
+    gke = _parse_gke(
+        gke_r,
+        backend=backend,
+        chip=chip,
+        provisioning=provisioning,
+        zones=zones,
+        project=project,
+        warnings=warnings,
+    )
     runtime_version = tpu_r.get("runtimeVersion", _as_str, "", "a runtime version string")
     capacity_wait = _parse_positive_duration(tpu_r, "capacityWait", DEFAULT_CAPACITY_WAIT)
 
@@ -387,7 +456,11 @@ def parse_stack_config(
         raise ConfigError(problems)
     assert chip is not None and provisioning is not None and model is not None
     assert vllm is not None and access is not None and project is not None
+    assert backend is not None and gke is not None
     hourly = hourly_override if hourly_override else chip.hourly_usd(provisioning)
+    if backend == "gke":
+        # Every replica is a whole slice; the price is for all of them at full scale.
+        hourly *= gke.replicas
     if provisioning != "flex-start":
         warnings.append(
             f"{NAMESPACE}:tpu.provisioning = {provisioning!r} has no run limit: the TPU bills "
@@ -409,7 +482,126 @@ def parse_stack_config(
         access=access,
         hourly_cost_usd=round(hourly, 4),
         warnings=tuple(warnings),
+        backend=backend,
+        gke=gke,
     )
+
+
+def _parse_backend(raw: Any, problems: list[str]) -> Backend | None:
+    """`tpu-vllm:backend`: `vm` (the default) or `gke`; anything else names the closest one."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return DEFAULT_BACKEND
+    text = raw.strip().lower() if isinstance(raw, str) else ""
+    for backend in BACKENDS:
+        if text == backend:
+            return backend
+    matches = difflib.get_close_matches(text, list(BACKENDS), n=1, cutoff=0.5)
+    close = BACKEND_ALIASES.get(text) or (matches[0] if matches else None)
+    hint = f"did you mean `{close}`? " if close else ""
+    problems.append(
+        f"{NAMESPACE}:backend = {_show(raw)}: unknown backend. Fix: {hint}one of "
+        f"{' | '.join(BACKENDS)} (`pulumi config set {NAMESPACE}:backend gke`)"
+    )
+    return None
+
+
+def region_of(zone: str) -> str:
+    """`us-east5-a` -> `us-east5`."""
+    return zone.rsplit("-", 1)[0]
+
+
+def _parse_gke(
+    r: _Reader,
+    *,
+    backend: Backend | None,
+    chip: Chip | None,
+    provisioning: Provisioning | None,
+    zones: tuple[str, ...],
+    project: str | None,
+    warnings: list[str],
+) -> GkeSettings | None:
+    """The `gke` section, and what the gke backend demands of the chip and zones."""
+    before = len(r.problems)
+    replicas = r.get("replicas", _as_int, DEFAULT_GKE_REPLICAS, "a whole number of replicas")
+    if replicas < 1:
+        r.fail(
+            "replicas",
+            replicas,
+            "must be at least 1 (the node pool scales from 0 to this many TPU nodes). Fix: "
+            f"`pulumi config set --path '{r.key('replicas')}' 1`, or `pulumi destroy` to stop",
+        )
+    cluster = r.get("cluster", _as_str, "", "a cluster name or projects/P/locations/L/clusters/N")
+    path = _CLUSTER_PATH_RE.match(cluster) if cluster else None
+    if cluster and not path and not _CLUSTER_NAME_RE.match(cluster):
+        r.fail(
+            "cluster",
+            cluster,
+            "not a GKE cluster name. Fix: the cluster's name (lower-case letters, digits and -, "
+            "at most 40) or its path projects/PROJECT/locations/LOCATION/clusters/NAME; remove "
+            "the key to let the stack create one",
+        )
+    if backend != "gke":
+        if r.values:
+            warnings.append(
+                f"{NAMESPACE}:gke is set but {NAMESPACE}:backend is {backend or DEFAULT_BACKEND!r}:"
+                " the gke keys are ignored."
+            )
+        if len(r.problems) != before or not zones:
+            return None
+        return GkeSettings(replicas, "", project or "", _location_of(zones), region_of(zones[0]))
+    if chip is not None and chip.gke is None:
+        r.problems.append(
+            f"{NAMESPACE}:tpu.chip = {chip.name!r}: backend gke needs a single-host slice with a "
+            f"GKE machine type. Fix: one of {', '.join(catalog.GKE_TPUS)}"
+        )
+    if chip is not None and zones:
+        _check_gke_zones(r, chip, provisioning, zones)
+    location = _location_of(zones) if zones else ""
+    cluster_project = project or ""
+    if path:
+        cluster_project, location = path["project"], path["location"]
+        region = location if location.count("-") == 1 else region_of(location)
+        outside = [z for z in zones if not (z == location or region_of(z) == location)]
+        if zones and (outside or region_of(zones[0]) != region):
+            r.fail(
+                "cluster",
+                cluster,
+                f"is in {location}, but {NAMESPACE}:tpu.zones lists {', '.join(outside or zones)}"
+                ": a node pool can only use zones of its cluster. Fix: list zones of "
+                f"{location} in {NAMESPACE}:tpu.zones, or name a cluster in their region",
+            )
+    if len(r.problems) != before or not zones:
+        return None
+    name = path["name"] if path else cluster
+    return GkeSettings(replicas, name, cluster_project, location, region_of(zones[0]))
+
+
+def _location_of(zones: Sequence[str]) -> str:
+    """One zone -> a zonal cluster there; several -> a regional cluster in their region."""
+    return zones[0] if len(zones) == 1 else region_of(zones[0])
+
+
+def _check_gke_zones(
+    r: _Reader, chip: Chip, provisioning: Provisioning | None, zones: Sequence[str]
+) -> None:
+    regions = sorted({region_of(z) for z in zones})
+    if len(regions) > 1:
+        r.problems.append(
+            f"{NAMESPACE}:tpu.zones = {_show(list(zones))}: backend gke runs one cluster, in one "
+            f"region, but these zones span {', '.join(regions)}. Fix: list zones of one region"
+        )
+        return
+    if provisioning != "flex-start":
+        return
+    offered = catalog.GKE_FLEX_START_ZONES.get(chip.family.name, ())
+    missing = [z for z in zones if z not in offered]
+    if missing:
+        r.problems.append(
+            f"{NAMESPACE}:tpu.zones = {_show(list(zones))}: GKE offers flex-start "
+            f'{chip.family.name} TPUs only in {", ".join(offered)} (GKE docs, "About GPU and '
+            f'TPU provisioning with flex-start"), not in {", ".join(missing)}. Fix: list zones '
+            f"from {', '.join(offered)}, or use backend vm (the TPU API offers more zones)"
+        )
 
 
 def _parse_chip(r: _Reader) -> Chip | None:
@@ -419,6 +611,17 @@ def _parse_chip(r: _Reader) -> Chip | None:
         return None
     name = normalize_chip(str(raw))
     chip = catalog.CHIPS.get(name)
+    shape = _CHIP_SHAPE_RE.match(name)
+    per_host = catalog.MAX_CHIPS_PER_HOST.get(shape["family"], 0) if shape else 0
+    if chip is None and shape and per_host and int(shape["chips"]) > per_host:
+        r.fail(
+            "chip",
+            raw,
+            f"a multi-host slice ({shape['chips']} chips, at most {per_host} per host): one "
+            "`vllm serve` runs on one host, and vLLM on TPU in GKE is single-host only. Fix: "
+            f"one of {', '.join(catalog.CHIPS)}, and more replicas (backend gke) for throughput",
+        )
+        return None
     if chip is None:
         r.fail(
             "chip",
@@ -472,7 +675,11 @@ def _parse_max_run(r: _Reader, provisioning: Provisioning | None) -> int | None:
 
 
 def _parse_zones(
-    r: _Reader, chip: Chip | None, provisioning: Provisioning | None, warnings: list[str]
+    r: _Reader,
+    chip: Chip | None,
+    provisioning: Provisioning | None,
+    warnings: list[str],
+    backend: Backend | None = DEFAULT_BACKEND,
 ) -> tuple[str, ...]:
     raw = r.values.get("zones")
     if isinstance(raw, str):  # `pulumi config set` without --path: "a, b" or one value
@@ -501,7 +708,8 @@ def _parse_zones(
     if len(set(zones)) != len(zones):
         r.fail("zones", list(zones), "lists a zone twice. Fix: list each zone once")
         return ()
-    if chip is None or provisioning != "flex-start":
+    if chip is None or provisioning != "flex-start" or backend != "vm":
+        # GKE's flex-start zones are checked against its own list (`_check_gke_zones`).
         return zones
     rejected = catalog.FLEX_START_REJECTED_ZONES.get(chip.name, frozenset())
     kept = tuple(z for z in zones if z not in rejected)

@@ -4,7 +4,8 @@ The program never reads the HF token's value: it only checks the secret exists (
 one fails at preview, before a TPU is requested) and grants the node's service account access
 to that one secret. The vLLM API key is generated per stack, kept as a Pulumi secret and as a
 Secret Manager version the node can read. On the VM, one command copies both into 0600 files
-with the VM's own identity.
+with the VM's own identity; on GKE there is no such command: the Secret Manager add-on mounts
+both into the pods (components/k8s_workload.py), read with the same service account.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def require_hf_token_secret(config: StackConfig) -> None:
 class NodeSecretsArgs:
     config: StackConfig
     service_account_email: pulumi.Input[str]
-    connection: command.remote.ConnectionArgs
+    #: The VM to copy the secrets onto; None on GKE, where the pods mount them instead.
+    connection: command.remote.ConnectionArgs | None = None
 
 
 class NodeSecrets(pulumi.ComponentResource):
@@ -53,6 +55,9 @@ class NodeSecrets(pulumi.ComponentResource):
 
     api_key: pulumi.Output[str]
     api_key_secret: pulumi.Output[str]
+    #: `projects/P/secrets/S/versions/N` of the API key (its number changes on rotation).
+    api_key_version: pulumi.Output[str]
+    fetch: command.remote.Command | None
 
     def __init__(
         self, name: str, args: NodeSecretsArgs, opts: pulumi.ResourceOptions | None = None
@@ -98,6 +103,12 @@ class NodeSecrets(pulumi.ComponentResource):
             opts=child,
         )
         self.api_key_secret = key_secret.name
+        self.api_key_version = key_version.name
+        self.grants = [hf_access, key_access]
+        self.fetch = None
+        if args.connection is None:
+            self.register_outputs({"api_key_secret": self.api_key_secret})
+            return
         hf_secret = remote_scripts.SecretFile(
             remote_scripts.HF_TOKEN_FILE, config.project, config.access.hf_token_secret
         )

@@ -40,6 +40,8 @@ AFTER_APPLY: Mapping[str, tuple[str, ...]] = {
     "gcp:secretmanager/secret:Secret": ("name",),
     "gcp:secretmanager/secretVersion:SecretVersion": ("name",),
     "command:remote:Command": ("stdout", "stderr"),
+    "gcp:container/cluster:Cluster": ("endpoint",),
+    "gcp:compute/address:Address": ("address",),
 }
 
 
@@ -110,7 +112,9 @@ def render_plan(run: ProgramRun, stack: str) -> str:
         if name in run.secret_outputs:
             shown = MASK
         elif name == "vllm_args":
-            shown = "(the `vllm serve` flags in vllm-start above)"
+            names = {r.name for r in run.resources}
+            where = "vllm-start" if "vllm-start" in names else "vllm-deployment"
+            shown = f"(the `vllm serve` flags in {where} above)"
         else:
             shown = json.dumps(run.outputs[name], sort_keys=True)
         lines.append(f"  {name}: {shown}")

@@ -12,6 +12,10 @@ from typing import Any
 from pulumi.runtime import mocks
 
 EXTERNAL_IP = "203.0.113.10"
+#: The GKE backend's reserved load-balancer address and its cluster's control plane.
+LB_ADDRESS = "203.0.113.40"
+CLUSTER_ENDPOINT = "198.51.100.7"
+CLUSTER_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUNsdXN0ZXJDQQo="
 INTERNAL_IP = "10.128.0.7"
 EXPIRES_AT = "2026-11-29T18:00:00Z"
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyFromGuestAttributes0000000000000"
@@ -49,6 +53,16 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
         return {"stdout": "", "stderr": ""}
     if args.typ == "pulumi-python:dynamic:Resource" and "node_create_time" in inputs:
         return {"host_key": HOST_KEY}
+    if args.typ == "gcp:compute/address:Address":
+        return {"address": LB_ADDRESS}
+    if args.typ == "gcp:container/cluster:Cluster":
+        path = f"projects/{inputs['project']}/locations/{inputs['location']}/clusters"
+        return {
+            "__id": f"{path}/{inputs['name']}",
+            "endpoint": CLUSTER_ENDPOINT,
+            "masterAuth": {"clusterCaCertificate": CLUSTER_CA},
+            "masterVersion": "1.34.1-gke.1829001",
+        }
     if args.typ == "gcp:serviceaccount/account:Account":
         project = inputs.get("project", "test-project")
         return {"email": f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"}

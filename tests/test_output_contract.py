@@ -33,10 +33,14 @@ CONTRACT: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "startup_seconds": (NUMBER, True, False),
     "zones": ((list,), False, False),
     "vllm_args": ((list,), False, False),
+    "replicas": ((int,), False, False),
+    "cluster": ((str,), False, False),
 }
+# Resources each stack registers, under mocks that only echo inputs.
+RESOURCE_COUNTS = {"v5e1": 18, "v6e4": 18, "v6e4-gke": 23}
 
 
-@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+@pytest.mark.parametrize("stack", list(RESOURCE_COUNTS))
 def test_every_contract_output_is_present_typed_and_secret_where_it_must_be(stack: str) -> None:
     run = run_program(stack)
     assert set(run.outputs) == set(CONTRACT), "outputs changed: update the README and consumers"
@@ -46,8 +50,17 @@ def test_every_contract_output_is_present_typed_and_secret_where_it_must_be(stac
         assert (name in run.secret_outputs) == secret, name
     assert re.fullmatch(r"http://[0-9.]+:8000", run.outputs["endpoint"])
     assert run.outputs["openai_base_url"] == run.outputs["endpoint"] + "/v1"
-    assert set(run.outputs["hbm"]) == {"total_gib", "usable_gib", "used_gib", "available_gib"}
     assert run.outputs["api_key_secret"].startswith("projects/")
+    if stack.endswith("-gke"):
+        # One address for N replicas; what names a single VM is empty (README "Outputs").
+        assert run.outputs["replicas"] == 2
+        assert run.outputs["cluster"].startswith("projects/")
+        assert run.outputs["hbm"] == {}
+        assert run.outputs["node"] == run.outputs["ssh_command"] == ""
+    else:
+        assert set(run.outputs["hbm"]) == {"total_gib", "usable_gib", "used_gib", "available_gib"}
+        assert run.outputs["replicas"] == 1
+        assert run.outputs["cluster"] == ""
 
 
 def test_consumers_read_only_contract_outputs() -> None:
@@ -64,11 +77,11 @@ def test_consumers_read_only_contract_outputs() -> None:
 
 
 @pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
-@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+@pytest.mark.parametrize("stack", list(RESOURCE_COUNTS))
 def test_program_runs_under_mocks_that_only_echo_inputs(stack: str, preview: bool) -> None:
     """Mocks that know no cloud outputs (or a preview, where they are unknown) must not crash
     the program: every value computed from an output tolerates its absence."""
     run = run_program(stack, preview=preview, outputs_for=None)
-    assert len(run.resources) == 18
+    assert len(run.resources) == RESOURCE_COUNTS[stack]
     assert set(run.outputs) == set(CONTRACT)
     assert run.outputs["model"] in ("google/gemma-4-E2B-it", "google/gemma-4-31B-it")

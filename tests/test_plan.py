@@ -78,3 +78,14 @@ def test_unknown_stack_is_a_clear_error() -> None:
     )
     assert done.returncode == 2
     assert "no Pulumi.nope.yaml" in done.stderr
+
+
+def test_plan_covers_the_gke_stack() -> None:
+    done = run_plan_script("v6e4-gke")
+    assert done.returncode == 0, done.stderr
+    assert "gke-tpu-pool  (gcp:container/nodePool:NodePool)" in done.stdout
+    assert "vllm-deployment  (kubernetes:apps/v1:Deployment)" in done.stdout
+    assert "flexStart: true" in done.stdout
+    assert 'loadBalancerIP: "<gke-address.address>"' in done.stdout
+    assert 'endpoint: "http://<gke-address.address>:8000"' in done.stdout
+    assert "replicas: 2" in done.stdout

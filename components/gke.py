@@ -1,0 +1,330 @@
+"""GkeTpuCluster: the cluster (created or existing), its flex-start TPU node pool, the workload
+identity, and the reserved address the Service serves on.
+
+Flex-start on GKE (pulumi-gcp 10.2.0 `container.NodePool`, GKE docs "About GPU and TPU
+provisioning with flex-start"): `node_config.flex_start` with `max_run_duration` ("14400s"),
+autoscaling from `total_min_node_count=0` to `total_max_node_count=N` with
+`location_policy="ANY"`, `management.auto_repair=False`,
+`reservation_affinity.consume_reservation_type="NO_RESERVATION"` and `initial_node_count=0`.
+`queued_provisioning` is never set: the API refuses it together with flex-start. Nodes appear
+when the Deployment's pods ask for them (scale from zero) and go when a run ends or the pods go.
+
+A created cluster has no default node pool (`remove_default_node_pool` with the one node the
+API insists on), one small CPU node for system pods and the readiness Job, Workload Identity,
+and GKE's Secret Manager add-on; it is zonal for one zone in `tpu.zones`, else regional.
+An existing cluster (`gke.cluster`) is checked for the same before anything is created.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+
+from components import catalog, k8s_manifests
+from components.config import ConfigError, GkeSettings, StackConfig
+from components.tpu import labels, resource_id
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+RELEASE_CHANNEL = "REGULAR"
+#: The CPU pool for system pods and the readiness Job; TPU nodes carry only the servers.
+SYSTEM_MACHINE_TYPE = "e2-standard-4"
+WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
+
+
+def gke_version_key(version: str) -> tuple[int, ...] | None:
+    """`1.33.0-gke.1712000` -> (1, 33, 0, 1712000); None when it does not parse."""
+    match = _VERSION_RE.match(version or "")
+    return tuple(int(g or 0) for g in match.groups()) if match else None
+
+
+def supports_flex_start_tpus(version: str) -> bool:
+    have, need = gke_version_key(version), gke_version_key(catalog.GKE_MIN_FLEX_START_VERSION)
+    return have is not None and need is not None and have >= need
+
+
+def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
+    """The IAM member a KSA acts as under GKE Workload Identity (GKE docs)."""
+    return f"serviceAccount:{project}.svc.id.goog[{namespace}/{ksa}]"
+
+
+def cluster_path(settings: GkeSettings, name: str) -> str:
+    return f"projects/{settings.cluster_project}/locations/{settings.location}/clusters/{name}"
+
+
+def kubeconfig(name: str, endpoint: str | None, ca_certificate: str | None) -> str:
+    """A kubeconfig for the cluster that authenticates with `gke-gcloud-auth-plugin` (the
+    deployer's gcloud credentials; GKE docs "kubectl auth changes in GKE"). No secret in it."""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: {name}
+  cluster:
+    server: https://{endpoint or "CLUSTER-ENDPOINT"}
+    certificate-authority-data: {ca_certificate or ""}
+contexts:
+- name: {name}
+  context:
+    cluster: {name}
+    user: {name}
+current-context: {name}
+users:
+- name: {name}
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: gke-gcloud-auth-plugin
+      installHint: gcloud components install gke-gcloud-auth-plugin
+      provideClusterInfo: true
+"""
+
+
+def check_existing_cluster(config: StackConfig, found: Any) -> None:
+    """Stop before anything is created if an existing cluster cannot run this backend.
+
+    `found` is the `getCluster` result. Fields that did not come back (a mocked lookup) are not
+    judged: only what the API says counts.
+    """
+    assert config.gke is not None
+    key = "tpu-vllm:gke.cluster"
+    where = cluster_path(config.gke, config.gke.existing_cluster)
+    problems: list[str] = []
+    version = getattr(found, "master_version", None)
+    if version and not supports_flex_start_tpus(str(version)):
+        problems.append(
+            f"{key} = {where!r} runs GKE {version}; flex-start TPU node pools need "
+            f"{catalog.GKE_MIN_FLEX_START_VERSION} or later. Fix: upgrade it "
+            f"(`gcloud container clusters upgrade --master`) or unset {key} to create one"
+        )
+    pools = getattr(found, "workload_identity_configs", None)
+    if pools is not None and not any(getattr(p, "workload_pool", None) for p in pools):
+        problems.append(
+            f"{key} = {where!r} has no Workload Identity, which the pods need to read their "
+            f"secrets. Fix: `gcloud container clusters update ... "
+            f"--workload-pool={config.gke.cluster_project}.svc.id.goog`"
+        )
+    managers = getattr(found, "secret_manager_configs", None)
+    if managers is not None and not any(getattr(m, "enabled", False) for m in managers):
+        problems.append(
+            f"{key} = {where!r} has no Secret Manager add-on, which mounts the HF token and API "
+            "key into the pods. Fix: `gcloud container clusters update ... --enable-secret-manager`"
+        )
+    if problems:
+        raise ConfigError(problems)
+
+
+def lookup_existing_cluster(config: StackConfig) -> Any:
+    """`getCluster`, at preview too, before any resource: a wrong name fails here, clearly."""
+    assert config.gke is not None
+    settings = config.gke
+    try:
+        return gcp.container.get_cluster(
+            name=settings.existing_cluster,
+            location=settings.location,
+            project=settings.cluster_project,
+        )
+    except Exception as error:  # noqa: BLE001 - the SDK raises a plain Exception for invokes
+        raise ConfigError(
+            [
+                f"tpu-vllm:gke.cluster = {settings.existing_cluster!r}: cluster "
+                f"{cluster_path(settings, settings.existing_cluster)} was not found or cannot be "
+                f"read ({error}). Fix: name a cluster in {settings.location} (or give its path "
+                "projects/P/locations/L/clusters/NAME), or unset the key to create one"
+            ]
+        ) from None
+
+
+@dataclass
+class GkeTpuClusterArgs:
+    config: StackConfig
+
+
+class GkeTpuCluster(pulumi.ComponentResource):
+    """Where the replicas run, who they are, and the address they answer on."""
+
+    cluster: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    service_account_email: pulumi.Output[str]
+    address: pulumi.Output[str]
+    node_pool_name: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: GkeTpuClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        config = args.config
+        assert config.gke is not None
+        settings = config.gke
+        # Checks that need the cloud run before anything is registered.
+        found = lookup_existing_cluster(config) if not settings.creates_cluster else None
+        if found is not None:
+            check_existing_cluster(config, found)
+        super().__init__("tpu-vllm:index:GkeTpuCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.system_pool: gcp.container.NodePool | None = None
+        self.service_account = gcp.serviceaccount.Account(
+            f"{name}-sa",
+            project=config.project,
+            account_id=resource_id(config.stack),
+            display_name=f"tpu-vllm workload ({config.stack})",
+            description="Identity of the vLLM pods (Workload Identity); reads only its own "
+            "secrets and compile cache.",
+            opts=child,
+        )
+        self.service_account_email = self.service_account.email
+        ns = k8s_manifests.namespace_name(config.stack)
+        self.workload_identity = gcp.serviceaccount.IAMMember(
+            f"{name}-workload-identity",
+            service_account_id=self.service_account.name,
+            role=WORKLOAD_IDENTITY_USER,
+            member=workload_identity_member(settings.cluster_project, ns, k8s_manifests.KSA),
+            opts=child,
+        )
+        if found is None:
+            created = self._create_cluster(name, config, settings)
+            cluster_name: pulumi.Input[str] = created.name
+            endpoint: pulumi.Input[str | None] = created.endpoint
+            ca: pulumi.Input[str | None] = created.master_auth.apply(
+                lambda auth: getattr(auth, "cluster_ca_certificate", None)
+            )
+            pool_opts = child
+        else:
+            cluster_name = settings.existing_cluster
+            endpoint = getattr(found, "endpoint", None)
+            auths = getattr(found, "master_auths", None) or []
+            ca = auths[0].cluster_ca_certificate if auths else None
+            pool_opts = child
+        self.node_pool = self._create_tpu_pool(name, config, settings, cluster_name, pool_opts)
+        #: Every node pool this stack made: pods wait for them (and go before them on destroy).
+        self.node_pools: list[gcp.container.NodePool] = [
+            p for p in (self.system_pool, self.node_pool) if p is not None
+        ]
+        self.node_pool_name = self.node_pool.name
+        self.reserved_address = gcp.compute.Address(
+            f"{name}-address",
+            name=resource_id(config.stack, "-lb"),
+            project=settings.cluster_project,
+            region=settings.region,
+            address_type="EXTERNAL",
+            network_tier="PREMIUM",
+            description=f"tpu-vllm {config.stack}: the endpoint's stable address",
+            labels=labels(config),
+            opts=child,
+        )
+        # Unknown only under mocks that know no cloud outputs; never None in the outputs.
+        self.address = self.reserved_address.address.apply(lambda ip: ip or "")
+        self.cluster = pulumi.Output.from_input(cluster_name).apply(
+            lambda n: cluster_path(settings, n)
+        )
+        context = f"gke_{settings.cluster_project}_{settings.location}_{resource_id(config.stack)}"
+        self.kubeconfig = pulumi.Output.all(endpoint, ca).apply(
+            lambda parts: kubeconfig(context, parts[0], parts[1])
+        )
+        self.register_outputs(
+            {
+                "cluster": self.cluster,
+                "service_account_email": self.service_account_email,
+                "address": self.address,
+                "node_pool_name": self.node_pool_name,
+            }
+        )
+
+    def _create_cluster(
+        self, name: str, config: StackConfig, settings: GkeSettings
+    ) -> gcp.container.Cluster:
+        cluster = gcp.container.Cluster(
+            f"{name}-cluster",
+            name=resource_id(config.stack),
+            project=settings.cluster_project,
+            location=settings.location,
+            description=f"tpu-vllm {config.stack}: flex-start TPU replicas of {config.model.id}",
+            # No default node pool: the API needs one node to create the cluster, then the
+            # provider deletes it; the pools below are the only ones.
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            # A release channel keeps the control plane current: flex-start TPUs need
+            # catalog.GKE_MIN_FLEX_START_VERSION, which every channel's default is past.
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=RELEASE_CHANNEL),
+            networking_mode="VPC_NATIVE",
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                workload_pool=f"{settings.cluster_project}.svc.id.goog"
+            ),
+            secret_manager_config=gcp.container.ClusterSecretManagerConfigArgs(enabled=True),
+            resource_labels=labels(config),
+            # `pulumi destroy` must be able to delete what `pulumi up` made.
+            deletion_protection=False,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # One small CPU node (in the first zone) for system pods and the readiness Job.
+        self.system_pool = gcp.container.NodePool(
+            f"{name}-system-pool",
+            name="system",
+            project=settings.cluster_project,
+            location=settings.location,
+            cluster=cluster.name,
+            node_locations=[config.tpu.zones[0]],
+            node_count=1,
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=SYSTEM_MACHINE_TYPE,
+                disk_size_gb=50,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+                resource_labels=labels(config),
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return cluster
+
+    def _create_tpu_pool(
+        self,
+        name: str,
+        config: StackConfig,
+        settings: GkeSettings,
+        cluster_name: pulumi.Input[str],
+        opts: pulumi.ResourceOptions,
+    ) -> gcp.container.NodePool:
+        tpu = config.tpu
+        gke_tpu = tpu.chip.gke
+        assert gke_tpu is not None
+        flex = tpu.provisioning == "flex-start"
+        return gcp.container.NodePool(
+            f"{name}-tpu-pool",
+            name=resource_id(config.stack, "-tpu"),
+            project=settings.cluster_project,
+            location=settings.location,
+            cluster=cluster_name,
+            node_locations=list(tpu.zones),
+            initial_node_count=0,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=0,
+                total_max_node_count=config.replicas,
+                location_policy="ANY",
+            ),
+            management=gcp.container.NodePoolManagementArgs(
+                auto_repair=False,
+                # Required on a release channel; flex-start nodes are short-lived anyway.
+                auto_upgrade=True,
+            ),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=gke_tpu.machine_type,
+                flex_start=True if flex else None,
+                max_run_duration=f"{tpu.max_run_seconds}s" if flex else None,
+                spot=True if tpu.provisioning == "spot" else None,
+                reservation_affinity=gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                    consume_reservation_type="NO_RESERVATION"
+                ),
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+                resource_labels=labels(config),
+            ),
+            opts=opts,
+        )

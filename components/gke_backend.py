@@ -1,0 +1,56 @@
+"""The GKE backend: N flex-start TPU replicas in a GKE cluster behind one reserved address.
+
+config -> cluster and TPU node pool -> secrets (grants, API key) -> Kubernetes objects ->
+readiness. The same secrets component as the VM path makes the API key and grants the stack's
+service account the two secrets; here that account is the pods' Workload Identity.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from components.config import StackConfig
+from components.gke import GkeTpuCluster, GkeTpuClusterArgs
+from components.k8s_workload import GkeWorkload, GkeWorkloadArgs
+from components.outputs import BackendOutputs
+from components.secrets import NodeSecrets, NodeSecretsArgs
+
+
+def build_gke(config: StackConfig) -> BackendOutputs:
+    """Register the GKE backend's components and return its part of the outputs."""
+    cluster = GkeTpuCluster("gke", GkeTpuClusterArgs(config=config))
+    secrets = NodeSecrets(
+        "secrets",
+        NodeSecretsArgs(config=config, service_account_email=cluster.service_account_email),
+    )
+    workload = GkeWorkload(
+        "vllm",
+        GkeWorkloadArgs(
+            config=config,
+            kubeconfig=cluster.kubeconfig,
+            service_account_email=cluster.service_account_email,
+            address=cluster.address,
+            api_key_version=secrets.api_key_version,
+            after=[*secrets.grants, cluster.workload_identity, *cluster.node_pools],
+        ),
+    )
+    # Outputs that name one VM mean nothing here: their documented empty values (README).
+    return BackendOutputs(
+        endpoint=workload.endpoint,
+        openai_base_url=workload.openai_base_url,
+        api_key=secrets.api_key,
+        api_key_secret=secrets.api_key_secret,
+        zone="",
+        queued_resource="",
+        node="",
+        external_ip=cluster.address,
+        internal_ip="",
+        expires_at="",
+        ssh_command="",
+        ssh_private_key=pulumi.Output.secret(""),
+        ssh_host_key="",
+        hbm={},
+        startup_seconds=0.0,
+        replicas=config.replicas,
+        cluster=cluster.cluster,
+    )

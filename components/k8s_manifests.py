@@ -1,0 +1,414 @@
+"""The GKE backend's Kubernetes objects, as plain manifests (dicts) built from the stack config.
+
+Pure functions, so the same dicts are what Pulumi sends (components/k8s_workload.py) and what the
+tests validate against the Kubernetes OpenAPI schema offline. Values that only exist after
+`pulumi up` (the service account's email, the reserved address, the API key's version) are
+passed in as Pulumi inputs and nested as they are.
+
+What the server runs is the VM path's, from the same code: the image `vllm.image`, the
+entrypoint scripts/remote/vllm_entrypoint.sh (mounted from a ConfigMap, reads the API key file
+into VLLM_API_KEY), and `vllm serve MODEL` with `VllmSettings.serve_args()`. The differences are
+GKE's: the TPU is a `google.com/tpu` resource on a node chosen by its labels, the secrets are
+files mounted by GKE's Secret Manager add-on (a SecretProviderClass read with the pod's Workload
+Identity; no Kubernetes Secret holds them), and readiness is probed over HTTP.
+
+Shapes follow GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`
+(`base/deployment.yaml`: `strategy: Recreate`, a `/health` readiness probe, `/dev/shm` as a
+memory emptyDir; `v6e-*` overlays: `google.com/tpu` requests and limits) and the GKE docs for the
+Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from components import catalog, remote_scripts
+from components.config import StackConfig
+from components.tpu import resource_id
+
+APP = "tpu-vllm"
+#: The Kubernetes service account the pods run as, bound to the stack's GSA.
+KSA = "vllm"
+DEPLOYMENT = "vllm"
+SERVICE = "vllm"
+SCRIPTS_CONFIG_MAP = "tpu-vllm-scripts"
+SERVER_SECRETS = "vllm-secrets"
+PROBE_SECRETS = "vllm-api-key"
+READINESS_JOB = "vllm-ready"
+CONTAINER = "vllm"
+#: GKE's Secret Manager add-on (GKE docs "Use Secret Manager add-on with GKE").
+SECRETS_DRIVER = "secrets-store-gke.csi.k8s.io"
+SECRETS_PROVIDER = "gke"
+SPC_API_VERSION = "secrets-store.csi.x-k8s.io/v1"
+#: Where the container sees things: the same paths as the VM path's `docker run`.
+SCRIPTS_DIR = "/tpu-vllm"
+ENTRYPOINT = f"{SCRIPTS_DIR}/entrypoint.sh"
+SECRETS_DIR = remote_scripts.CONTAINER_SECRETS
+VLLM_CACHE_DIR = "/root/.cache/vllm"
+SHM_DIR = "/dev/shm"  # noqa: S108 - the VM path's HF_HOME, in memory
+#: A small image with curl for the readiness Job (Alpine; /bin/sh is busybox ash).
+PROBE_IMAGE = "curlimages/curl:8.11.1"
+PROBE_PERIOD_SECONDS = 10
+#: `pulumi.com/skipAwait`: pulumi-kubernetes would otherwise wait for *every* replica of a
+#: Recreate Deployment (its Available condition), i.e. for N flex-start nodes at once.
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+
+
+def namespace_name(stack: str) -> str:
+    """One namespace per stack, so stacks can share a cluster (`gke.cluster`)."""
+    return resource_id(stack)
+
+
+def labels(config: StackConfig) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": APP,
+        "app.kubernetes.io/instance": resource_id(config.stack),
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+
+
+def selector(config: StackConfig) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": APP,
+        "app.kubernetes.io/instance": resource_id(config.stack),
+        "app.kubernetes.io/component": "server",
+    }
+
+
+def _meta(name: str, namespace: str, config: StackConfig, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": labels(config), **extra}
+
+
+def namespace(config: StackConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace_name(config.stack), "labels": labels(config)},
+    }
+
+
+def service_account(config: StackConfig, gsa_email: pulumi.Input[str]) -> dict[str, Any]:
+    """The KSA, bound to the stack's GSA: GKE's Workload Identity reads this annotation."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(
+            KSA,
+            namespace_name(config.stack),
+            config,
+            annotations={"iam.gke.io/gcp-service-account": gsa_email},
+        ),
+    }
+
+
+def script_files() -> dict[str, str]:
+    """The scripts the pods run, from scripts/remote (the VM path's files where shared)."""
+    return {
+        "entrypoint.sh": remote_scripts.REMOTE.joinpath("vllm_entrypoint.sh").read_text(),
+        "wait_ready.sh": remote_scripts.HEADER
+        + remote_scripts.REMOTE.joinpath("gke_wait_ready.sh").read_text(),
+    }
+
+
+def scripts_config_map(config: StackConfig, files: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(SCRIPTS_CONFIG_MAP, namespace_name(config.stack), config),
+        "data": dict(files),
+    }
+
+
+def digest(value: Any) -> str:
+    """A short, stable hash: a pod annotation that rolls the pods when what it names changes."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class MountedSecret:
+    """One Secret Manager version the add-on mounts as SECRETS_DIR/file."""
+
+    file: str
+    project: str
+    secret: str
+    version: pulumi.Input[str]
+
+
+def secret_provider_class(
+    config: StackConfig, name: str, secrets: Sequence[MountedSecret]
+) -> dict[str, Any]:
+    """GKE's Secret Manager add-on: which versions to mount, and under which file names.
+
+    It holds resource names only; the values are fetched by the add-on on the node, with the
+    pod's Workload Identity, when the pod starts.
+    """
+    entries = pulumi.Output.all(*(s.version for s in secrets)).apply(
+        lambda versions: "".join(
+            f'- resourceName: "projects/{s.project}/secrets/{s.secret}/versions/{v}"\n'
+            f'  path: "{s.file}"\n'
+            for s, v in zip(secrets, versions, strict=True)
+        )
+    )
+    return {
+        "apiVersion": SPC_API_VERSION,
+        "kind": "SecretProviderClass",
+        "metadata": _meta(name, namespace_name(config.stack), config),
+        "spec": {"provider": SECRETS_PROVIDER, "parameters": {"secrets": entries}},
+    }
+
+
+def secrets_volume(name: str, provider_class: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "csi": {
+            "driver": SECRETS_DRIVER,
+            "readOnly": True,
+            "volumeAttributes": {"secretProviderClass": provider_class},
+        },
+    }
+
+
+def node_selector(config: StackConfig) -> dict[str, str]:
+    """The TPU node this replica needs: GKE labels every TPU node with these two."""
+    gke = config.tpu.chip.gke
+    assert gke is not None  # validated: backend gke needs a GKE machine type
+    return {
+        catalog.GKE_TPU_ACCELERATOR_LABEL: gke.accelerator,
+        catalog.GKE_TPU_TOPOLOGY_LABEL: gke.topology,
+    }
+
+
+TPU_TOLERATION = {
+    "key": catalog.GKE_TPU_RESOURCE,
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
+
+def server_command(config: StackConfig) -> tuple[list[str], list[str]]:
+    """(command, args): the VM path's entrypoint, then `vllm serve MODEL` and its flags."""
+    return [ENTRYPOINT], ["vllm", "serve", config.model.id, *config.vllm.serve_args()]
+
+
+def probes(config: StackConfig) -> dict[str, Any]:
+    """/health probes. The startup probe allows `vllm.readinessTimeout` from container start
+    (weights, XLA compile); the server answers nothing before it is up (DESIGN.md)."""
+    health = {"path": "/health", "port": config.vllm.port, "scheme": "HTTP"}
+    timeout = config.vllm.readiness_timeout_seconds
+    startup_failures = max(1, math.ceil(timeout / PROBE_PERIOD_SECONDS))
+    return {
+        "startupProbe": {
+            "httpGet": health,
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
+            "failureThreshold": startup_failures,
+        },
+        "readinessProbe": {
+            "httpGet": health,
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        # /health turns 503 once the engine died: restart the container after two minutes of it.
+        "livenessProbe": {
+            "httpGet": health,
+            "periodSeconds": 20,
+            "timeoutSeconds": 10,
+            "failureThreshold": 6,
+        },
+    }
+
+
+@dataclass(frozen=True)
+class PodExtras:
+    """Containers and volumes other components add to the server pod (the compile cache)."""
+
+    init_containers: tuple[dict[str, Any], ...] = ()
+    sidecars: tuple[dict[str, Any], ...] = ()
+    volumes: tuple[dict[str, Any], ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def deployment(
+    config: StackConfig,
+    *,
+    api_key_version: pulumi.Input[str],
+    scripts_digest: str,
+    extras: PodExtras | None = None,
+) -> dict[str, Any]:
+    """N replicas of the server, one TPU node each, replaced all at once (`Recreate`: a
+    rolling update would need a spare TPU node)."""
+    extras = extras or PodExtras()
+    chips = str(config.tpu.chip.chips)
+    command, args = server_command(config)
+    container = {
+        "name": CONTAINER,
+        "image": config.vllm.image,
+        "command": command,
+        "args": args,
+        "env": [
+            # The VM path's `-e HF_HOME=/dev/shm`: the weights download into memory.
+            {"name": "HF_HOME", "value": SHM_DIR},
+            {
+                "name": "HF_TOKEN_PATH",
+                "value": f"{SECRETS_DIR}/{remote_scripts.HF_TOKEN_FILE}",
+            },
+            {
+                "name": "VLLM_API_KEY_FILE",
+                "value": f"{SECRETS_DIR}/{remote_scripts.API_KEY_FILE}",
+            },
+        ],
+        "ports": [{"name": "http", "containerPort": config.vllm.port, "protocol": "TCP"}],
+        "resources": {
+            "requests": {catalog.GKE_TPU_RESOURCE: chips},
+            "limits": {catalog.GKE_TPU_RESOURCE: chips},
+        },
+        **probes(config),
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": SHM_DIR},
+            {"name": "vllm-cache", "mountPath": VLLM_CACHE_DIR},
+            {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
+            {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},
+        ],
+    }
+    annotations: dict[str, Any] = {
+        # A rotated API key is a new version: a new pod template mounts it.
+        "tpu-vllm/api-key-version": api_key_version,
+        "tpu-vllm/scripts": scripts_digest,
+        **extras.annotations,
+    }
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": KSA,
+        "nodeSelector": node_selector(config),
+        "tolerations": [TPU_TOLERATION],
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container, *extras.sidecars],
+        "volumes": [
+            # Seed 000's `-v /dev/shm:/dev/shm --shm-size 10gb`, and HF_HOME, in memory.
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            # The XLA compile cache (~/.cache/vllm): restored from GCS before the server starts.
+            {"name": "vllm-cache", "emptyDir": {}},
+            secrets_volume("secrets", SERVER_SECRETS),
+            {
+                "name": "scripts",
+                "configMap": {"name": SCRIPTS_CONFIG_MAP, "defaultMode": 0o555},
+            },
+            *extras.volumes,
+        ],
+    }
+    if extras.init_containers:
+        pod_spec["initContainers"] = list(extras.init_containers)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(
+            DEPLOYMENT, namespace_name(config.stack), config, annotations=dict(SKIP_AWAIT)
+        ),
+        "spec": {
+            "replicas": config.replicas,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector(config)},
+            "template": {
+                "metadata": {"labels": selector(config), "annotations": annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def service(config: StackConfig, address: pulumi.Input[str]) -> dict[str, Any]:
+    """The one stable address: a LoadBalancer on the reserved regional IP, open only to
+    `access.allowedCidrs` (GKE turns loadBalancerSourceRanges into firewall rules)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(SERVICE, namespace_name(config.stack), config),
+        "spec": {
+            "type": "LoadBalancer",
+            # GKE docs ("Configuring a static external IP"): the reserved regional address.
+            "loadBalancerIP": address,
+            "loadBalancerSourceRanges": list(config.access.allowed_cidrs),
+            "selector": selector(config),
+            "ports": [
+                {"name": "http", "port": config.vllm.port, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def readiness_deadline_seconds(config: StackConfig) -> int:
+    """How long `pulumi up` waits for a Ready replica: a flex-start node must be found
+    (`tpu.capacityWait`), then the server must start (`vllm.readinessTimeout`)."""
+    return config.tpu.capacity_wait_seconds + config.vllm.readiness_timeout_seconds
+
+
+def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str, Any]:
+    """Completes once one replica answers /health and /v1/models through the Service.
+
+    pulumi-kubernetes waits for a Job to complete, so this is what `pulumi up` waits on.
+    `revision` names the server's pod template: a new one replaces the Job, which runs again.
+    """
+    ns = namespace_name(config.stack)
+    deadline = readiness_deadline_seconds(config)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(
+            READINESS_JOB,
+            ns,
+            config,
+            # A Job that failed once is replaced on the next `pulumi up` instead of awaited.
+            annotations={"pulumi.com/replaceUnready": "true"},
+        ),
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline + 60,
+            "template": {
+                "metadata": {
+                    "labels": {**labels(config), "app.kubernetes.io/component": "readiness"},
+                    "annotations": {"tpu-vllm/server-revision": revision},
+                },
+                "spec": {
+                    "serviceAccountName": KSA,
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "wait-ready",
+                            "image": PROBE_IMAGE,
+                            "command": ["/bin/sh", f"{SCRIPTS_DIR}/wait_ready.sh"],
+                            "env": [
+                                {"name": "TARGET_HOST", "value": f"{SERVICE}.{ns}.svc"},
+                                {"name": "TARGET_PORT", "value": str(config.vllm.port)},
+                                {"name": "MODEL", "value": config.model.id},
+                                {"name": "DEADLINE_SECONDS", "value": str(deadline)},
+                                {
+                                    "name": "API_KEY_FILE",
+                                    "value": f"{SECRETS_DIR}/{remote_scripts.API_KEY_FILE}",
+                                },
+                                {
+                                    "name": "POD_NAMESPACE",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+                                },
+                            ],
+                            "volumeMounts": [
+                                {"name": "api-key", "mountPath": SECRETS_DIR, "readOnly": True},
+                                {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        secrets_volume("api-key", PROBE_SECRETS),
+                        {"name": "scripts", "configMap": {"name": SCRIPTS_CONFIG_MAP}},
+                    ],
+                },
+            },
+        },
+    }

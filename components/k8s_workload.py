@@ -1,0 +1,182 @@
+"""GkeWorkload: the Kubernetes objects of the GKE backend, applied with a Provider built from
+the cluster, and the wait that makes `pulumi up` end only once a replica serves.
+
+Readiness, deliberately: pulumi-kubernetes would wait on the Deployment until it is Available,
+and a `Recreate` Deployment is Available only when *every* replica is (its maxUnavailable is 0),
+which with flex-start means N TPU nodes found at once. So the Deployment is applied with
+`pulumi.com/skipAwait`, and a Job (`k8s_manifests.readiness_job`) is what `pulumi up` waits on:
+pulumi-kubernetes awaits a Job until it completes, and this one completes when one replica
+answers /health and /v1/models through the Service (which sends traffic only to Ready pods).
+Its await timeout is `tpu.capacityWait + vllm.readinessTimeout` plus a margin; the pods' startup
+probe allows `vllm.readinessTimeout` from container start. The Job runs in the cluster, so the
+API key never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import k8s_manifests as m
+from components import remote_scripts
+from components.config import StackConfig
+from components.tpu import resource_id
+
+#: Time for GKE to provision the load balancer on the reserved address.
+LOAD_BALANCER_TIMEOUT = "20m"
+#: Beyond the Job's own deadline, for the Job to be scheduled and its image pulled.
+AWAIT_MARGIN_SECONDS = 300
+
+
+@dataclass
+class GkeWorkloadArgs:
+    config: StackConfig
+    kubeconfig: pulumi.Input[str]
+    service_account_email: pulumi.Input[str]
+    address: pulumi.Input[str]
+    #: `projects/P/secrets/S/versions/N` of the API key the pods mount.
+    api_key_version: pulumi.Input[str]
+    #: Resources the pods need first: secret grants, the Workload Identity binding, node pools.
+    after: Sequence[pulumi.Resource] = field(default_factory=list)
+    #: Containers, volumes and scripts other components add to the server pod.
+    extras: m.PodExtras | None = None
+    extra_scripts: Mapping[str, str] = field(default_factory=dict)
+
+
+def _k8s(value: Any) -> Any:
+    """Manifest parts go to pulumi-kubernetes as they are (typed args accept these dicts)."""
+    return value
+
+
+class GkeWorkload(pulumi.ComponentResource):
+    """Namespace, identity, secrets mounts, the server Deployment, its address and readiness."""
+
+    endpoint: pulumi.Output[str]
+    openai_base_url: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: GkeWorkloadArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("tpu-vllm:index:GkeWorkload", name, None, opts)
+        config = args.config
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=args.kubeconfig,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        base = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        ns_manifest = m.namespace(config)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace", metadata=_k8s(ns_manifest["metadata"]), opts=base
+        )
+        in_ns = pulumi.ResourceOptions.merge(
+            base, pulumi.ResourceOptions(depends_on=[self.namespace])
+        )
+        ksa = m.service_account(config, args.service_account_email)
+        self.service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-ksa", metadata=_k8s(ksa["metadata"]), opts=in_ns
+        )
+        files = {**m.script_files(), **args.extra_scripts}
+        scripts = m.scripts_config_map(config, files)
+        self.scripts = k8s.core.v1.ConfigMap(
+            f"{name}-scripts", metadata=_k8s(scripts["metadata"]), data=scripts["data"], opts=in_ns
+        )
+        key_version = pulumi.Output.from_input(args.api_key_version).apply(
+            remote_scripts.version_of
+        )
+        api_key = m.MountedSecret(
+            remote_scripts.API_KEY_FILE,
+            config.project,
+            resource_id(config.stack, "-api-key"),
+            key_version,
+        )
+        hf_token = m.MountedSecret(
+            remote_scripts.HF_TOKEN_FILE, config.project, config.access.hf_token_secret, "latest"
+        )
+        self.server_secrets = self._secret_provider_class(
+            f"{name}-server-secrets",
+            m.secret_provider_class(config, m.SERVER_SECRETS, [hf_token, api_key]),
+            in_ns,
+        )
+        self.probe_secrets = self._secret_provider_class(
+            f"{name}-probe-secrets",
+            m.secret_provider_class(config, m.PROBE_SECRETS, [api_key]),
+            in_ns,
+        )
+        deployment = m.deployment(
+            config,
+            api_key_version=key_version,
+            scripts_digest=m.digest(sorted(files.items())),
+            extras=args.extras,
+        )
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=_k8s(deployment["metadata"]),
+            spec=_k8s(deployment["spec"]),
+            opts=pulumi.ResourceOptions.merge(
+                in_ns,
+                pulumi.ResourceOptions(
+                    depends_on=[
+                        self.service_account,
+                        self.scripts,
+                        self.server_secrets,
+                        *args.after,
+                    ]
+                ),
+            ),
+        )
+        service = m.service(config, args.address)
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=_k8s(service["metadata"]),
+            spec=_k8s(service["spec"]),
+            opts=pulumi.ResourceOptions.merge(
+                in_ns,
+                pulumi.ResourceOptions(
+                    custom_timeouts=pulumi.CustomTimeouts(
+                        create=LOAD_BALANCER_TIMEOUT, update=LOAD_BALANCER_TIMEOUT
+                    )
+                ),
+            ),
+        )
+        revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
+        job = m.readiness_job(config, revision)
+        wait = f"{m.readiness_deadline_seconds(config) + AWAIT_MARGIN_SECONDS}s"
+        self.ready = k8s.batch.v1.Job(
+            f"{name}-ready",
+            metadata=_k8s(job["metadata"]),
+            spec=_k8s(job["spec"]),
+            opts=pulumi.ResourceOptions.merge(
+                in_ns,
+                pulumi.ResourceOptions(
+                    depends_on=[self.deployment, self.service, self.probe_secrets],
+                    custom_timeouts=pulumi.CustomTimeouts(create=wait, update=wait),
+                    # The Job's name is fixed: the old one goes before a new one runs.
+                    delete_before_replace=True,
+                ),
+            ),
+        )
+        port = config.vllm.port
+        # Depending on the Job means consumers never see an endpoint that does not serve yet.
+        self.endpoint = pulumi.Output.all(args.address, self.ready.id).apply(
+            lambda parts: f"http://{parts[0]}:{port}"
+        )
+        self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1")
+        self.register_outputs({"endpoint": self.endpoint, "openai_base_url": self.openai_base_url})
+
+    @staticmethod
+    def _secret_provider_class(
+        name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions
+    ) -> k8s.apiextensions.CustomResource:
+        return k8s.apiextensions.CustomResource(
+            name,
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=_k8s(manifest["metadata"]),
+            spec=manifest["spec"],
+            opts=opts,
+        )

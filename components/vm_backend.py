@@ -1,0 +1,65 @@
+"""The VM backend: one TPU VM from a flex-start queued resource, served over SSH.
+
+config -> TPU -> host key -> secrets -> server -> readiness. The resource names and parents
+are those the program has always used, so existing stacks see no replacement.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from components.config import StackConfig
+from components.host_key import NodeHostKey
+from components.outputs import BackendOutputs
+from components.secrets import NodeSecrets, NodeSecretsArgs
+from components.ssh import SshIdentity, ssh_command
+from components.tpu import FlexStartTpu, FlexStartTpuArgs
+from components.vllm import VllmServer, VllmServerArgs
+
+
+def build_vm(config: StackConfig) -> BackendOutputs:
+    """Register the VM backend's components and return its part of the outputs."""
+    ssh = SshIdentity("ssh")
+    tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=ssh.metadata))
+    host_key = NodeHostKey(
+        "node-host-key",
+        node_name=tpu.node,
+        node_create_time=tpu.created_at,
+        allow_unverified=config.access.allow_unverified_host_key,
+        opts=pulumi.ResourceOptions(parent=tpu),
+    )
+    connection = ssh.connection(tpu.external_ip, host_key.host_key)
+    secrets = NodeSecrets(
+        "secrets",
+        NodeSecretsArgs(
+            config=config,
+            service_account_email=tpu.service_account_email,
+            connection=connection,
+        ),
+    )
+    assert secrets.fetch is not None  # a connection was given
+    server = VllmServer(
+        "vllm",
+        VllmServerArgs(
+            config=config, connection=connection, host=tpu.external_ip, after=[secrets.fetch]
+        ),
+    )
+    return BackendOutputs(
+        endpoint=server.endpoint,
+        openai_base_url=server.openai_base_url,
+        api_key=secrets.api_key,
+        api_key_secret=secrets.api_key_secret,
+        zone=tpu.zone,
+        queued_resource=tpu.queued_resource,
+        node=tpu.node,
+        external_ip=tpu.external_ip,
+        internal_ip=tpu.internal_ip,
+        expires_at=tpu.expires_at,
+        ssh_command=ssh_command(config.stack, tpu.external_ip),
+        ssh_private_key=ssh.private_key_openssh,
+        ssh_host_key=host_key.host_key,
+        hbm=server.hbm,
+        startup_seconds=server.startup_seconds,
+        replicas=1,
+        cluster="",
+    )

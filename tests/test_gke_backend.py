@@ -1,0 +1,400 @@
+"""The GKE backend under Pulumi mocks: every resource's key inputs, for the v6e4-gke stack file.
+
+What a user would notice if it were wrong: a node pool that is not flex-start (billed until
+deleted) or that cannot scale to N, pods that ask for the wrong TPU count or land nowhere,
+flags that differ from the VM path, an address that changes, secrets in a manifest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+import yaml
+from pulumi.runtime import mocks
+
+from components import catalog
+from components.config import ConfigError
+from tests.mock_outputs import API_KEY_SENTINEL, CLUSTER_ENDPOINT, LB_ADDRESS
+from tests.pulumi_program import ROOT, InvokeFailure, ProgramRun, run_program
+
+STACK = "v6e4-gke"
+NS = "tpu-vllm-v6e4-gke"
+GSA = "tpu-vllm-v6e4-gke@test-project.iam.gserviceaccount.com"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+CLUSTER = "gcp:container/cluster:Cluster"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SPC = "kubernetes:secrets-store.csi.x-k8s.io/v1:SecretProviderClass"
+
+
+@pytest.fixture(scope="module")
+def run() -> ProgramRun:
+    return run_program(STACK)
+
+
+def tpu_pool(run: ProgramRun) -> dict[str, Any]:
+    [pool] = [p for p in run.of_type(NODE_POOL) if p.name == "gke-tpu-pool"]
+    return pool.inputs
+
+
+def server_pod(run: ProgramRun) -> dict[str, Any]:
+    return dict(run.one(DEPLOYMENT).inputs["spec"]["template"]["spec"])
+
+
+def server_container(run: ProgramRun) -> dict[str, Any]:
+    [container] = [c for c in server_pod(run)["containers"] if c["name"] == "vllm"]
+    return dict(container)
+
+
+def test_stack_file_serves_31b_on_two_v6e4_replicas(run: ProgramRun) -> None:
+    assert run.outputs["replicas"] == 2
+    assert run.outputs["chip"] == "v6e-4"
+    assert run.outputs["model"] == "google/gemma-4-31B-it"
+    assert run.outputs["zones"] == ["us-east5-a", "us-east5-b"]
+    assert run.outputs["cluster"] == f"projects/test-project/locations/us-east5/clusters/{NS}"
+    # Two whole v6e-4 slices at seed 003's $1.35 per chip-hour; 4 h bounds a run.
+    assert run.outputs["hourly_cost_usd"] == pytest.approx(2 * 4 * 1.35)
+    assert run.outputs["max_run_cost_usd"] == pytest.approx(2 * 4 * 1.35 * 4)
+
+
+def test_endpoint_is_the_reserved_regional_address(run: ProgramRun) -> None:
+    address = run.one("gcp:compute/address:Address").inputs
+    assert address["region"] == "us-east5"
+    assert address["addressType"] == "EXTERNAL"
+    assert run.outputs["endpoint"] == f"http://{LB_ADDRESS}:8000"
+    assert run.outputs["openai_base_url"] == f"http://{LB_ADDRESS}:8000/v1"
+    assert run.outputs["external_ip"] == LB_ADDRESS
+    service = run.one("kubernetes:core/v1:Service").inputs["spec"]
+    assert service["type"] == "LoadBalancer"
+    assert service["loadBalancerIP"] == LB_ADDRESS
+    assert service["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+    assert service["ports"] == [
+        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert service["selector"] == run.one(DEPLOYMENT).inputs["spec"]["selector"]["matchLabels"]
+
+
+def test_tpu_node_pool_is_flex_start_and_scales_from_zero_to_replicas(run: ProgramRun) -> None:
+    pool = tpu_pool(run)
+    config = pool["nodeConfig"]
+    assert config["flexStart"] is True
+    assert config["maxRunDuration"] == "14400s"  # tpu.maxRunDuration 4h
+    assert config["machineType"] == "ct6e-standard-4t"
+    assert config["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    assert "spot" not in config
+    assert config["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+    assert pool["autoscaling"] == {
+        "totalMinNodeCount": 0,
+        "totalMaxNodeCount": 2,
+        "locationPolicy": "ANY",
+    }
+    assert pool["initialNodeCount"] == 0
+    assert pool["management"]["autoRepair"] is False
+    assert "queuedProvisioning" not in pool  # the API refuses it with flex-start
+    assert pool["nodeLocations"] == ["us-east5-a", "us-east5-b"]
+    assert pool["location"] == "us-east5"
+    assert pool["cluster"] == NS
+
+
+def test_created_cluster_has_no_default_pool_identity_and_secret_manager(run: ProgramRun) -> None:
+    cluster = run.one(CLUSTER).inputs
+    assert cluster["removeDefaultNodePool"] is True
+    assert cluster["initialNodeCount"] == 1
+    assert cluster["location"] == "us-east5"  # two zones: regional
+    assert cluster["workloadIdentityConfig"] == {"workloadPool": "test-project.svc.id.goog"}
+    assert cluster["secretManagerConfig"] == {"enabled": True}
+    assert cluster["releaseChannel"]["channel"] in ("RAPID", "REGULAR", "STABLE")
+    assert cluster["deletionProtection"] is False
+    [system] = [p for p in run.of_type(NODE_POOL) if p.name == "gke-system-pool"]
+    assert system.inputs["nodeCount"] == 1
+    assert system.inputs["nodeLocations"] == ["us-east5-a"]
+    assert not system.inputs["nodeConfig"]["machineType"].startswith("ct")  # a CPU machine
+
+
+def test_one_zone_makes_a_zonal_cluster() -> None:
+    run = run_program(STACK, {"tpu-vllm:tpu.zones": ["us-east5-b"]})
+    assert run.one(CLUSTER).inputs["location"] == "us-east5-b"
+    assert tpu_pool(run)["location"] == "us-east5-b"
+    assert run.outputs["cluster"].endswith("/locations/us-east5-b/clusters/" + NS)
+
+
+@pytest.mark.parametrize(
+    ("provisioning", "spot"), [("spot", True), ("on-demand", None)], ids=["spot", "on-demand"]
+)
+def test_spot_and_on_demand_variants(provisioning: str, spot: bool | None) -> None:
+    run = run_program(
+        STACK,
+        {"tpu-vllm:tpu.provisioning": provisioning, "tpu-vllm:tpu.maxRunDuration": None},
+    )
+    config = tpu_pool(run)["nodeConfig"]
+    assert "flexStart" not in config
+    assert "maxRunDuration" not in config
+    assert config.get("spot") is spot
+    assert tpu_pool(run)["autoscaling"]["totalMaxNodeCount"] == 2
+
+
+def test_deployment_runs_replicas_with_recreate_and_skips_the_all_replicas_await(
+    run: ProgramRun,
+) -> None:
+    deployment = run.one(DEPLOYMENT).inputs
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert deployment["metadata"]["namespace"] == NS
+    assert server_pod(run)["serviceAccountName"] == "vllm"
+
+
+def test_pods_ask_for_the_whole_slice_on_a_matching_tpu_node(run: ProgramRun) -> None:
+    container = server_container(run)
+    tp = dict(itertools.pairwise(run.outputs["vllm_args"]))["--tensor-parallel-size"]
+    assert container["resources"]["limits"] == {"google.com/tpu": tp}
+    assert container["resources"]["requests"] == {"google.com/tpu": tp}
+    assert tp == "4"
+    pod = server_pod(run)
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "2x2",
+    }
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+
+
+def test_v5e1_on_gke_uses_the_v5e_machine_type_and_labels() -> None:
+    run = run_program(
+        STACK,
+        {
+            "tpu-vllm:tpu.chip": "v5e-1",
+            "tpu-vllm:tpu.zones": ["us-west4-a"],
+            "tpu-vllm:model.id": "google/gemma-4-E2B-it",
+            "tpu-vllm:vllm.tensorParallelSize": 1,
+            "tpu-vllm:vllm.kvCacheDtype": "auto",
+            "tpu-vllm:vllm.maxModelLen": 32768,
+        },
+    )
+    assert tpu_pool(run)["nodeConfig"]["machineType"] == "ct5lp-hightpu-1t"
+    assert server_pod(run)["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "1x1",
+    }
+    assert server_container(run)["resources"]["limits"] == {"google.com/tpu": "1"}
+
+
+def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
+    """Rendered by the same code: the GKE args equal the VM stack's `docker run` flags."""
+    vm = run_program("v6e4")
+    container = server_container(run)
+    assert container["image"] == "vllm/vllm-tpu:nightly"
+    assert container["command"] == ["/tpu-vllm/entrypoint.sh"]
+    assert container["args"] == ["vllm", "serve", "google/gemma-4-31B-it", *vm.outputs["vllm_args"]]
+    assert run.outputs["vllm_args"] == vm.outputs["vllm_args"]
+    start = next(c for c in vm.of_type("command:remote:Command") if c.name == "vllm-start")
+    for flag, value in itertools.pairwise(container["args"][3:]):
+        if flag.startswith("--") and not value.startswith("--"):
+            assert f"{flag} {value}" in start.inputs["create"].replace("'", "")
+    scripts = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    assert scripts["entrypoint.sh"] == (ROOT / "scripts/remote/vllm_entrypoint.sh").read_text()
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["HF_HOME"] == "/dev/shm"  # the VM path's HF cache in memory
+    assert env["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
+    volumes = {v["name"]: v for v in server_pod(run)["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
+    mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
+    assert mounts["dshm"] == "/dev/shm"
+    assert mounts["vllm-cache"] == "/root/.cache/vllm"  # the VM's ~/.cache/vllm mount
+
+
+def test_probes_allow_the_readiness_timeout_then_watch_health(run: ProgramRun) -> None:
+    container = server_container(run)
+    startup = container["startupProbe"]
+    assert startup["httpGet"]["path"] == "/health"
+    assert startup["httpGet"]["port"] == 8000
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60 * 60  # readinessTimeout
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["path"] == "/health"
+        assert container[probe]["periodSeconds"] * container[probe]["failureThreshold"] < 600
+
+
+def test_up_waits_for_one_replica_to_answer_v1_models(run: ProgramRun) -> None:
+    job = run.one("kubernetes:batch/v1:Job").inputs
+    pod = job["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["TARGET_HOST"] == f"vllm.{NS}.svc"
+    assert env["MODEL"] == "google/gemma-4-31B-it"
+    # capacityWait 30m (default) + readinessTimeout 60m
+    assert int(env["DEADLINE_SECONDS"]) == 90 * 60
+    assert job["spec"]["activeDeadlineSeconds"] > int(env["DEADLINE_SECONDS"])
+    script = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]["wait_ready.sh"]
+    assert script.startswith("set -euo pipefail\n")
+    assert "/v1/models" in script and "--header @-" in script
+    assert job["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
+
+
+def test_a_new_pod_template_reruns_the_readiness_job() -> None:
+    def revision(run: ProgramRun) -> str:
+        job = run.one("kubernetes:batch/v1:Job").inputs
+        return str(job["spec"]["template"]["metadata"]["annotations"]["tpu-vllm/server-revision"])
+
+    base = revision(run_program(STACK))
+    assert revision(run_program(STACK)) == base
+    assert revision(run_program(STACK, {"tpu-vllm:vllm.maxModelLen": 16384})) != base
+
+
+def test_identity_ksa_bound_to_the_gsa_which_alone_reads_the_secrets(run: ProgramRun) -> None:
+    binding = run.one("gcp:serviceaccount/iAMMember:IAMMember").inputs
+    assert binding["role"] == "roles/iam.workloadIdentityUser"
+    assert binding["member"] == f"serviceAccount:test-project.svc.id.goog[{NS}/vllm]"
+    ksa = run.one("kubernetes:core/v1:ServiceAccount").inputs["metadata"]
+    assert ksa["name"] == "vllm"
+    assert ksa["namespace"] == NS
+    assert ksa["annotations"] == {"iam.gke.io/gcp-service-account": GSA}
+    grants = run.of_type("gcp:secretmanager/secretIamMember:SecretIamMember")
+    assert {g.inputs["secretId"] for g in grants} == {"hf-token", f"{NS}-api-key"}
+    for grant in grants:
+        assert grant.inputs["role"] == "roles/secretmanager.secretAccessor"
+        assert grant.inputs["member"] == f"serviceAccount:{GSA}"
+
+
+def test_secrets_are_mounted_by_the_secret_manager_add_on(run: ProgramRun) -> None:
+    classes = {c.inputs["metadata"]["name"]: c.inputs for c in run.of_type(SPC)}
+    assert set(classes) == {"vllm-secrets", "vllm-api-key"}
+    for spc in classes.values():
+        assert spc["apiVersion"] == "secrets-store.csi.x-k8s.io/v1"
+        assert spc["spec"]["provider"] == "gke"
+    entries = yaml.safe_load(classes["vllm-secrets"]["spec"]["parameters"]["secrets"])
+    assert entries == [
+        {
+            "resourceName": "projects/test-project/secrets/hf-token/versions/latest",
+            "path": "hf_token",
+        },
+        {
+            "resourceName": f"projects/test-project/secrets/{NS}-api-key/versions/1",
+            "path": "vllm_api_key",
+        },
+    ]
+    probe = yaml.safe_load(classes["vllm-api-key"]["spec"]["parameters"]["secrets"])
+    assert [e["path"] for e in probe] == ["vllm_api_key"]  # the Job sees the API key only
+    volumes = {v["name"]: v for v in server_pod(run)["volumes"]}
+    assert volumes["secrets"]["csi"] == {
+        "driver": "secrets-store-gke.csi.k8s.io",
+        "readOnly": True,
+        "volumeAttributes": {"secretProviderClass": "vllm-secrets"},
+    }
+    annotations = run.one(DEPLOYMENT).inputs["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["tpu-vllm/api-key-version"] == "1"  # a rotated key rolls the pods
+
+
+def test_no_secret_in_any_manifest_input_or_plain_output(run: ProgramRun) -> None:
+    assert run.of_type("kubernetes:core/v1:Secret") == []
+    for resource in run.resources:
+        if resource.type == "gcp:secretmanager/secretVersion:SecretVersion":
+            continue  # the one place the key goes, as a Pulumi secret (test_secrets_program)
+        assert API_KEY_SENTINEL not in json.dumps(resource.inputs, default=str), resource.name
+    for name, value in run.outputs.items():
+        if name not in run.secret_outputs:
+            assert API_KEY_SENTINEL not in json.dumps(value, default=str), name
+    assert "api_key" in run.secret_outputs
+    assert "ssh_private_key" in run.secret_outputs
+
+
+def test_kubernetes_provider_uses_the_cluster_and_the_gcloud_auth_plugin(run: ProgramRun) -> None:
+    [provider] = run.of_type("pulumi:providers:kubernetes")
+    config = yaml.safe_load(provider.inputs["kubeconfig"])
+    assert config["clusters"][0]["cluster"]["server"] == f"https://{CLUSTER_ENDPOINT}"
+    assert config["clusters"][0]["cluster"]["certificate-authority-data"]
+    assert config["users"][0]["user"]["exec"]["command"] == "gke-gcloud-auth-plugin"
+    for resource in run.resources:
+        if resource.type.startswith("kubernetes:"):
+            assert resource.provider.endswith("::vllm-k8s::vllm-k8s-id"), resource.name
+
+
+def test_outputs_that_name_one_vm_are_empty_not_none(run: ProgramRun) -> None:
+    for name in ("zone", "queued_resource", "node", "ssh_command", "ssh_host_key", "expires_at"):
+        assert run.outputs[name] == "", name
+    assert run.outputs["ssh_private_key"] == ""
+    assert all(value is not None for value in run.outputs.values())
+
+
+def test_vm_stacks_report_one_replica_and_no_cluster() -> None:
+    run = run_program("v5e1")
+    assert run.outputs["replicas"] == 1
+    assert run.outputs["cluster"] == ""
+    assert not any(r.type.startswith(("kubernetes:", "gcp:container")) for r in run.resources)
+
+
+# --- an existing cluster ------------------------------------------------------------------
+
+
+def existing_cluster(**fields: Any) -> Any:
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        if args.token == "gcp:container/getCluster:getCluster":
+            return {
+                "name": args.args["name"],
+                "location": args.args["location"],
+                "project": args.args["project"],
+                "endpoint": "192.0.2.55",
+                "masterAuths": [{"clusterCaCertificate": "Q0E="}],
+                "masterVersion": "1.34.1-gke.1829001",
+                "workloadIdentityConfigs": [{"workloadPool": "test-project.svc.id.goog"}],
+                "secretManagerConfigs": [{"enabled": True, "rotationConfigs": []}],
+                **fields,
+            }
+        return dict(args.args)
+
+    return call
+
+
+def test_existing_cluster_gets_only_the_node_pool() -> None:
+    run = run_program(STACK, {"tpu-vllm:gke.cluster": "shared"}, call=existing_cluster())
+    assert run.of_type(CLUSTER) == []
+    assert [p.name for p in run.of_type(NODE_POOL)] == ["gke-tpu-pool"]
+    assert tpu_pool(run)["cluster"] == "shared"
+    assert run.outputs["cluster"] == "projects/test-project/locations/us-east5/clusters/shared"
+    [provider] = run.of_type("pulumi:providers:kubernetes")
+    assert "https://192.0.2.55" in provider.inputs["kubeconfig"]
+    lookups = [a for t, a in run.calls if t == "gcp:container/getCluster:getCluster"]
+    assert lookups == [{"name": "shared", "location": "us-east5", "project": "test-project"}]
+
+
+def test_existing_cluster_by_path_in_another_project() -> None:
+    path = "projects/platform-prj/locations/us-east5/clusters/tpus"
+    run = run_program(STACK, {"tpu-vllm:gke.cluster": path}, call=existing_cluster())
+    assert tpu_pool(run)["project"] == "platform-prj"
+    assert run.outputs["cluster"] == path
+    binding = run.one("gcp:serviceaccount/iAMMember:IAMMember").inputs
+    assert binding["member"] == f"serviceAccount:platform-prj.svc.id.goog[{NS}/vllm]"
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ({"masterVersion": "1.32.4-gke.1106000"}, catalog.GKE_MIN_FLEX_START_VERSION),
+        ({"masterVersion": "1.33.0-gke.1700000"}, catalog.GKE_MIN_FLEX_START_VERSION),
+        ({"workloadIdentityConfigs": []}, "Workload Identity"),
+        ({"secretManagerConfigs": [{"enabled": False, "rotationConfigs": []}]}, "Secret Manager"),
+    ],
+    ids=["old-minor", "old-patch", "no-workload-identity", "no-secret-manager"],
+)
+def test_unfit_existing_cluster_is_refused_before_any_resource(
+    fields: dict[str, Any], text: str
+) -> None:
+    changes = {"tpu-vllm:gke.cluster": "shared"}
+    run = run_program(STACK, changes, call=existing_cluster(**fields), expect_error=True)
+    assert isinstance(run.error, ConfigError), run.error
+    assert "tpu-vllm:gke.cluster" in str(run.error)
+    assert text in str(run.error)
+    assert run.resources == []
+
+
+def test_missing_existing_cluster_is_a_clear_error() -> None:
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        if args.token == "gcp:container/getCluster:getCluster":
+            raise InvokeFailure("googleapi: Error 404: Not found: clusters/nope")
+        return dict(args.args)
+
+    run = run_program(STACK, {"tpu-vllm:gke.cluster": "nope"}, call=call, expect_error=True)
+    assert "tpu-vllm:gke.cluster = 'nope'" in str(run.error)
+    assert "projects/test-project/locations/us-east5/clusters/nope" in str(run.error)
+    assert run.resources == []
