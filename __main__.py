@@ -2,6 +2,7 @@
 
 import pulumi
 
+from components.compile_cache import CompileCache, CompileCacheArgs, compile_cache_output
 from components.config import load_stack_config
 from components.host_key import NodeHostKey
 from components.secrets import NodeSecrets, NodeSecretsArgs, require_hf_token_secret
@@ -32,10 +33,22 @@ secrets = NodeSecrets(
         connection=connection,
     ),
 )
+cache = (
+    CompileCache(
+        "compile-cache",
+        CompileCacheArgs(config=config, service_account_email=tpu.service_account_email),
+    )
+    if config.cache.enabled
+    else None
+)
 server = VllmServer(
     "vllm",
     VllmServerArgs(
-        config=config, connection=connection, host=tpu.external_ip, after=[secrets.fetch]
+        config=config,
+        connection=connection,
+        host=tpu.external_ip,
+        after=[secrets.fetch],
+        cache=cache,
     ),
 )
 
@@ -61,3 +74,5 @@ pulumi.export("hbm", server.hbm)
 pulumi.export("startup_seconds", server.startup_seconds)
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())
+pulumi.export("compile_cache", compile_cache_output(config))
+pulumi.export("cache_restored", server.cache_restored)
