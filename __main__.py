@@ -7,6 +7,7 @@ the same outputs, so the contract below holds whichever ran.
 
 import pulumi
 
+from components.compile_cache import compile_cache_output
 from components.config import load_stack_config
 from components.gke_backend import build_gke
 from components.secrets import require_hf_token_secret
@@ -41,5 +42,7 @@ pulumi.export("hbm", backend.hbm)
 pulumi.export("startup_seconds", backend.startup_seconds)
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())
+pulumi.export("compile_cache", compile_cache_output(config))
+pulumi.export("cache_restored", backend.cache_restored)
 pulumi.export("replicas", backend.replicas)
 pulumi.export("cluster", backend.cluster)

@@ -71,6 +71,11 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "cluster": "an existing GKE cluster (NAME or projects/P/locations/L/clusters/NAME); "
         "unset: the stack creates one",
     },
+    "cache": {
+        "enabled": "carry the XLA compile cache across TPU lifetimes in Cloud Storage",
+        "bucket": "an existing bucket for the cache instead of the per-stack one",
+        "restoreTimeout": "how long a node may spend restoring the cache before starting cold",
+    },
 }
 
 Backend = Literal["vm", "gke"]
@@ -96,6 +101,7 @@ DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
 DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
+DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
 # seed 000 §1.1 `gcloud secrets create hf-token`.
 PROVISIONING_MODELS: tuple[Provisioning, ...] = ("flex-start", "spot", "on-demand")
@@ -135,6 +141,8 @@ _CLUSTER_PATH_RE = re.compile(
     r"/clusters/(?P<name>[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?)$"
 )
 _CHIP_SHAPE_RE = re.compile(r"^(?P<family>v[0-9]+[a-z]*)-(?P<chips>[0-9]+)$")
+# Cloud Storage bucket names: 3-63 of [a-z0-9_.-], starting and ending with a letter or digit.
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
 _DOC_NETS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
@@ -241,6 +249,17 @@ class GkeSettings:
 
 
 @dataclass(frozen=True)
+class CacheSettings:
+    """The XLA compile cache in Cloud Storage (components/compile_cache.py)."""
+
+    enabled: bool = True
+    #: An existing bucket to use; None means the stack creates its own.
+    bucket: str | None = None
+    #: Seconds the node may spend restoring; after that it starts cold.
+    restore_timeout_seconds: int = 300
+
+
+@dataclass(frozen=True)
 class StackConfig:
     """Everything the components need, validated. Built once by `load_stack_config`."""
 
@@ -252,6 +271,7 @@ class StackConfig:
     access: AccessSettings
     hourly_cost_usd: float
     warnings: tuple[str, ...] = field(default=())
+    cache: CacheSettings = field(default=CacheSettings())
     backend: Backend = DEFAULT_BACKEND
     #: Always present; only the gke backend uses it (a vm stack has one replica).
     gke: GkeSettings | None = None
@@ -424,6 +444,7 @@ def parse_stack_config(
     access_r = _Reader("access", sections.get("access"), problems)
     cost_r = _Reader("cost", sections.get("cost"), problems)
     gke_r = _Reader("gke", sections.get("gke"), problems)
+    cache_r = _Reader("cache", sections.get("cache"), problems)
 
     backend = _parse_backend(sections.get("backend"), problems)
     chip = _parse_chip(tpu_r)
@@ -445,6 +466,7 @@ def parse_stack_config(
     model = _parse_model(model_r)
     vllm = _parse_vllm(vllm_r, chip)
     access = _parse_access(access_r, warnings)
+    cache = _parse_cache(cache_r)
     hourly_override = cost_r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
     if hourly_override is not None and hourly_override <= 0:
         cost_r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
@@ -484,6 +506,7 @@ def parse_stack_config(
         warnings=tuple(warnings),
         backend=backend,
         gke=gke,
+        cache=cache,
     )
 
 
@@ -934,6 +957,24 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
         hf_token_secret=secret,
         allow_unverified_host_key=unverified,
     )
+
+
+def _parse_cache(r: _Reader) -> CacheSettings:
+    enabled = r.get("enabled", _as_bool, True, "true or false")
+    bucket = r.get("bucket", _as_str, None, "a Cloud Storage bucket name")
+    if bucket is not None:
+        bucket = bucket.removeprefix("gs://").rstrip("/")
+        if not _BUCKET_RE.match(bucket) or ".." in bucket or bucket.startswith("goog"):
+            r.fail(
+                "bucket",
+                bucket,
+                "not a Cloud Storage bucket name. Fix: 3-63 lowercase letters, digits, "
+                "'-', '_' and '.', e.g. my-project-xla-cache, or remove the key to let the "
+                "stack create its own bucket",
+            )
+            bucket = None
+    timeout = _parse_positive_duration(r, "restoreTimeout", DEFAULT_CACHE_RESTORE_TIMEOUT)
+    return CacheSettings(enabled=enabled, bucket=bucket, restore_timeout_seconds=timeout)
 
 
 def _parse_cidrs(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pulumi
 
+from components import compile_cache
+from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.gke import GkeTpuCluster, GkeTpuClusterArgs
 from components.k8s_workload import GkeWorkload, GkeWorkloadArgs
@@ -23,6 +25,15 @@ def build_gke(config: StackConfig) -> BackendOutputs:
         "secrets",
         NodeSecretsArgs(config=config, service_account_email=cluster.service_account_email),
     )
+    # The VM path's cache, bucket and key: the pods' identity may write it.
+    cache = (
+        CompileCache(
+            "compile-cache",
+            CompileCacheArgs(config=config, service_account_email=cluster.service_account_email),
+        )
+        if config.cache.enabled
+        else None
+    )
     workload = GkeWorkload(
         "vllm",
         GkeWorkloadArgs(
@@ -31,7 +42,14 @@ def build_gke(config: StackConfig) -> BackendOutputs:
             service_account_email=cluster.service_account_email,
             address=cluster.address,
             api_key_version=secrets.api_key_version,
-            after=[*secrets.grants, cluster.workload_identity, *cluster.node_pools],
+            after=[
+                *secrets.grants,
+                cluster.workload_identity,
+                *cluster.node_pools,
+                *([cache.writer] if cache else []),
+            ],
+            cache_prefix=cache.prefix if cache else "",
+            cache_restore_timeout_seconds=config.cache.restore_timeout_seconds,
         ),
     )
     # Outputs that name one VM mean nothing here: their documented empty values (README).
@@ -53,4 +71,13 @@ def build_gke(config: StackConfig) -> BackendOutputs:
         startup_seconds=0.0,
         replicas=config.replicas,
         cluster=cluster.cluster,
+        # Each replica restores on its own; its init container's log says how it went.
+        cache_restored={
+            **compile_cache.NO_CACHE,
+            "reason": (
+                "per replica on GKE: kubectl logs POD -c xla-cache-restore"
+                if cache
+                else "tpu-vllm:cache.enabled is false"
+            ),
+        },
     )

@@ -42,9 +42,9 @@ class GkeWorkloadArgs:
     api_key_version: pulumi.Input[str]
     #: Resources the pods need first: secret grants, the Workload Identity binding, node pools.
     after: Sequence[pulumi.Resource] = field(default_factory=list)
-    #: Containers, volumes and scripts other components add to the server pod.
-    extras: m.PodExtras | None = None
-    extra_scripts: Mapping[str, str] = field(default_factory=dict)
+    #: The compile cache's prefix (`gs://BUCKET/xla-cache/KEY/`); "" when it is off.
+    cache_prefix: str = ""
+    cache_restore_timeout_seconds: int = 300
 
 
 def _k8s(value: Any) -> Any:
@@ -80,7 +80,14 @@ class GkeWorkload(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa", metadata=_k8s(ksa["metadata"]), opts=in_ns
         )
-        files = {**m.script_files(), **args.extra_scripts}
+        extras = None
+        files = m.script_files()
+        if args.cache_prefix:
+            extras = m.compile_cache_extras(
+                config, args.cache_prefix, args.cache_restore_timeout_seconds
+            )
+            files.update(m.cache_script_files())
+            self._pod_reader(name, config, in_ns)
         scripts = m.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
             f"{name}-scripts", metadata=_k8s(scripts["metadata"]), data=scripts["data"], opts=in_ns
@@ -111,7 +118,7 @@ class GkeWorkload(pulumi.ComponentResource):
             config,
             api_key_version=key_version,
             scripts_digest=m.digest(sorted(files.items())),
-            extras=args.extras,
+            extras=extras,
         )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
@@ -167,6 +174,22 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1")
         self.register_outputs({"endpoint": self.endpoint, "openai_base_url": self.openai_base_url})
+
+    def _pod_reader(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions) -> None:
+        role = m.pod_reader_role(config)
+        self.pod_reader = k8s.rbac.v1.Role(
+            f"{name}-pod-reader", metadata=_k8s(role["metadata"]), rules=role["rules"], opts=opts
+        )
+        binding = m.pod_reader_binding(config)
+        self.pod_reader_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-pod-reader-binding",
+            metadata=_k8s(binding["metadata"]),
+            role_ref=binding["roleRef"],
+            subjects=binding["subjects"],
+            opts=pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(depends_on=[self.pod_reader])
+            ),
+        )
 
     @staticmethod
     def _secret_provider_class(

@@ -9,6 +9,7 @@ consumer's `require_output` would then fail.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
@@ -34,3 +35,5 @@ class BackendOutputs:
     replicas: pulumi.Input[int]
     #: The GKE cluster's `projects/P/locations/L/clusters/N`; "" on the VM backend.
     cluster: pulumi.Input[str]
+    #: Whether the start was warm (components/compile_cache.py `cache_result`), never None.
+    cache_restored: pulumi.Input[dict[str, Any]]

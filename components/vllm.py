@@ -19,6 +19,7 @@ import pulumi
 import pulumi_command as command
 
 from components import remote_scripts
+from components.compile_cache import NO_CACHE, CompileCache, cache_result
 from components.config import StackConfig
 
 CONTAINER = "tpu-vllm"
@@ -26,11 +27,14 @@ READY_MARKER = "TPU_VLLM_READY "
 
 
 def parse_ready(stdout: str | None) -> dict[str, Any]:
-    """The readiness script's result line: `{"startup_seconds": ..., "hbm": {...}}`."""
+    """The readiness script's result line: `{"startup_seconds": ..., "hbm": {...},
+    "cache": {"restored", "files", "bytes", "seconds", "generation", "reason"}}`."""
     for line in reversed((stdout or "").splitlines()):
         if line.startswith(READY_MARKER):
-            return dict(json.loads(line[len(READY_MARKER) :]))
-    return {"startup_seconds": None, "hbm": None}
+            result = dict(json.loads(line[len(READY_MARKER) :]))
+            result["cache"] = cache_result(result.get("cache"))
+            return result
+    return {"startup_seconds": None, "hbm": None, "cache": dict(NO_CACHE)}
 
 
 @dataclass
@@ -40,6 +44,8 @@ class VllmServerArgs:
     host: pulumi.Input[str | None]
     #: Commands that must finish first (the secret fetch); a change in them restarts the server.
     after: Sequence[command.remote.Command] = field(default_factory=list)
+    #: The compile-cache bucket and grant; the start waits for the grant so its restore works.
+    cache: CompileCache | None = None
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -49,6 +55,7 @@ class VllmServer(pulumi.ComponentResource):
     openai_base_url: pulumi.Output[str]
     startup_seconds: pulumi.Output[float | None]
     hbm: pulumi.Output[dict[str, float] | None]
+    cache_restored: pulumi.Output[dict[str, Any]]
 
     def __init__(
         self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None
@@ -62,7 +69,10 @@ class VllmServer(pulumi.ComponentResource):
             # New secrets (a rotated API key) need a new container to take effect.
             triggers=[c.create for c in args.after],
             logging=command.remote.Logging.STDOUT_AND_STDERR,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*args.after, *([args.cache.writer] if args.cache else [])],
+            ),
         )
         self.ready = command.remote.Command(
             f"{name}-ready",
@@ -76,6 +86,8 @@ class VllmServer(pulumi.ComponentResource):
         result = self.ready.stdout.apply(parse_ready)
         self.startup_seconds = result.apply(lambda r: r.get("startup_seconds"))
         self.hbm = result.apply(lambda r: r.get("hbm"))
+        # Whether this start was warm, and from which generation (never None: an output).
+        self.cache_restored = result.apply(lambda r: cache_result(r.get("cache")))
         port = config.vllm.port
         # Depending on `ready` means consumers never see an endpoint that does not serve yet.
         self.endpoint = pulumi.Output.all(args.host, self.ready.stdout).apply(
@@ -88,5 +100,6 @@ class VllmServer(pulumi.ComponentResource):
                 "openai_base_url": self.openai_base_url,
                 "startup_seconds": self.startup_seconds,
                 "hbm": self.hbm,
+                "cache_restored": self.cache_restored,
             }
         )

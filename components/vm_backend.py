@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pulumi
 
+from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.host_key import NodeHostKey
 from components.outputs import BackendOutputs
@@ -38,10 +39,22 @@ def build_vm(config: StackConfig) -> BackendOutputs:
         ),
     )
     assert secrets.fetch is not None  # a connection was given
+    cache = (
+        CompileCache(
+            "compile-cache",
+            CompileCacheArgs(config=config, service_account_email=tpu.service_account_email),
+        )
+        if config.cache.enabled
+        else None
+    )
     server = VllmServer(
         "vllm",
         VllmServerArgs(
-            config=config, connection=connection, host=tpu.external_ip, after=[secrets.fetch]
+            config=config,
+            connection=connection,
+            host=tpu.external_ip,
+            after=[secrets.fetch],
+            cache=cache,
         ),
     )
     return BackendOutputs(
@@ -62,4 +75,5 @@ def build_vm(config: StackConfig) -> BackendOutputs:
         startup_seconds=server.startup_seconds,
         replicas=1,
         cluster="",
+        cache_restored=server.cache_restored,
     )

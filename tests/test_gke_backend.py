@@ -398,3 +398,41 @@ def test_missing_existing_cluster_is_a_clear_error() -> None:
     assert "tpu-vllm:gke.cluster = 'nope'" in str(run.error)
     assert "projects/test-project/locations/us-east5/clusters/nope" in str(run.error)
     assert run.resources == []
+
+
+# --- the compile cache ----------------------------------------------------------------------
+
+
+def test_pods_restore_and_save_the_vm_paths_compile_cache(run: ProgramRun) -> None:
+    """Same tool, same key: the prefix is `compile_cache`, whose KEY equals the VM stack's."""
+    prefix = run.outputs["compile_cache"]
+    vm_prefix = run_program("v6e4").outputs["compile_cache"]
+    assert prefix.rsplit("/", 2)[-2] == vm_prefix.rsplit("/", 2)[-2]  # the same key
+    pod = server_pod(run)
+    [restore] = pod["initContainers"]
+    assert restore["name"] == "xla-cache-restore"
+    assert restore["image"] == "vllm/vllm-tpu:nightly"  # already on the node: no extra pull
+    env = {e["name"]: e.get("value") for e in restore["env"]}
+    assert env["CACHE_PREFIX"] == prefix
+    assert env["CACHE_DIR"] == "/root/.cache/vllm/xla_cache"
+    [save] = [c for c in pod["containers"] if c["name"] == "xla-cache-save"]
+    assert {e["name"]: e.get("value") for e in save["env"]}["CACHE_PREFIX"] == prefix
+    for container in (restore, save, server_container(run)):
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["vllm-cache"] == "/root/.cache/vllm"  # one emptyDir, shared
+    scripts = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    assert scripts["xla_cache.py"] == (ROOT / "scripts/remote/xla_cache.py").read_text()
+    assert scripts["cache_restore.sh"].startswith("set -euo pipefail\n")
+    writer = run.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs
+    assert writer["member"] == f"serviceAccount:{GSA}"
+    role = run.one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    assert run.outputs["cache_restored"]["restored"] is False
+
+
+def test_cache_off_means_no_cache_containers() -> None:
+    run = run_program(STACK, {"tpu-vllm:cache.enabled": False})
+    assert "initContainers" not in server_pod(run)
+    assert [c["name"] for c in server_pod(run)["containers"]] == ["vllm"]
+    assert run.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") == []
+    assert run.outputs["compile_cache"] == ""

@@ -35,9 +35,13 @@ CONTRACT: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "vllm_args": ((list,), False, False),
     "replicas": ((int,), False, False),
     "cluster": ((str,), False, False),
+    # "" when tpu-vllm:cache.enabled is false.
+    "compile_cache": ((str,), False, False),
+    # {"restored": false, "generation": "", ...} when off or not known.
+    "cache_restored": ((dict,), False, False),
 }
 # Resources each stack registers, under mocks that only echo inputs.
-RESOURCE_COUNTS = {"v5e1": 18, "v6e4": 18, "v6e4-gke": 23}
+RESOURCE_COUNTS = {"v5e1": 21, "v6e4": 21, "v6e4-gke": 28}  # with the compile cache
 
 
 @pytest.mark.parametrize("stack", list(RESOURCE_COUNTS))
@@ -61,6 +65,14 @@ def test_every_contract_output_is_present_typed_and_secret_where_it_must_be(stac
         assert set(run.outputs["hbm"]) == {"total_gib", "usable_gib", "used_gib", "available_gib"}
         assert run.outputs["replicas"] == 1
         assert run.outputs["cluster"] == ""
+    assert re.fullmatch(r"gs://[a-z0-9-]+/xla-cache/[0-9a-f]{16}/", run.outputs["compile_cache"])
+    restored = run.outputs["cache_restored"]
+    assert set(restored) == {"restored", "files", "bytes", "seconds", "generation", "reason"}
+    if stack.endswith("-gke"):
+        assert restored["restored"] is False  # per replica: each pod's init container logs it
+        assert "xla-cache-restore" in restored["reason"]
+    else:
+        assert restored["generation"].startswith(run.outputs["compile_cache"])
 
 
 def test_consumers_read_only_contract_outputs() -> None:
