@@ -4,6 +4,7 @@ import pulumi
 
 from components.config import load_stack_config
 from components.host_key import NodeHostKey
+from components.outputs import object_or_empty, text_or_empty
 from components.secrets import NodeSecrets, NodeSecretsArgs, require_hf_token_secret
 from components.ssh import SshIdentity, ssh_command
 from components.tpu import FlexStartTpu, FlexStartTpuArgs
@@ -39,7 +40,9 @@ server = VllmServer(
     ),
 )
 
-# The output contract other stacks read (README "Outputs"): never rename silently.
+# The output contract other stacks read (README "Outputs"): never rename silently. No value is
+# ever None, which the engine would drop: "" / {} mean "not applicable", and the two optional
+# outputs are exported only when they have a value.
 pulumi.export("endpoint", server.endpoint)
 pulumi.export("openai_base_url", server.openai_base_url)
 pulumi.export("model", config.model.id)
@@ -49,15 +52,16 @@ pulumi.export("zone", tpu.zone)
 pulumi.export("chip", config.tpu.chip.accelerator_type)
 pulumi.export("queued_resource", tpu.queued_resource)
 pulumi.export("node", tpu.node)
-pulumi.export("external_ip", tpu.external_ip)
-pulumi.export("internal_ip", tpu.internal_ip)
-pulumi.export("expires_at", tpu.expires_at)
+pulumi.export("external_ip", text_or_empty(tpu.external_ip))
+pulumi.export("internal_ip", text_or_empty(tpu.internal_ip))
+pulumi.export("expires_at", text_or_empty(tpu.expires_at))
 pulumi.export("ssh_command", ssh_command(config.stack, tpu.external_ip))
 pulumi.export("ssh_private_key", ssh.private_key_openssh)
-pulumi.export("ssh_host_key", host_key.host_key)
+pulumi.export("ssh_host_key", text_or_empty(host_key.host_key))
 pulumi.export("hourly_cost_usd", config.hourly_cost_usd)
-pulumi.export("max_run_cost_usd", config.max_run_cost_usd)
-pulumi.export("hbm", server.hbm)
-pulumi.export("startup_seconds", server.startup_seconds)
+if config.max_run_cost_usd is not None:  # optional: spot and on-demand have no maximum
+    pulumi.export("max_run_cost_usd", config.max_run_cost_usd)
+pulumi.export("hbm", object_or_empty(server.hbm))
+pulumi.export("startup_seconds", server.startup_seconds)  # optional: None (absent) if unrecorded
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())

@@ -78,10 +78,11 @@ class VllmServer(pulumi.ComponentResource):
         self.hbm = result.apply(lambda r: r.get("hbm"))
         port = config.vllm.port
         # Depending on `ready` means consumers never see an endpoint that does not serve yet.
+        # "" when the node has no address (the output contract's empty value, never `None`).
         self.endpoint = pulumi.Output.all(args.host, self.ready.stdout).apply(
-            lambda parts: f"http://{parts[0]}:{port}"
+            lambda parts: f"http://{parts[0]}:{port}" if parts[0] else ""
         )
-        self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1")
+        self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1" if url else "")
         self.register_outputs(
             {
                 "endpoint": self.endpoint,

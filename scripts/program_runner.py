@@ -21,8 +21,8 @@ from typing import Any
 
 import pulumi
 import yaml
-from pulumi.runtime import mocks
-from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime import mocks, rpc
+from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,7 +172,14 @@ def run_program(
     if project is not None:
         config["gcp:project"] = project
     config = with_changes(config, changes or {})
-    run = contextvars.Context().run(_run, stack, config, preview, outputs_for, call)
+    run = run_file(
+        ROOT / "__main__.py",
+        stack,
+        config,
+        preview=preview,
+        outputs_for=outputs_for,
+        call=call,
+    )
     if run.error is not None and not expect_error:
         raise run.error
     if run.error is None and expect_error:
@@ -180,9 +187,51 @@ def run_program(
     return run
 
 
+async def engine_output_names(exported: Mapping[str, Any]) -> set[str]:
+    """The stack outputs the Pulumi engine really stores.
+
+    A real run ends with the root stack's `register_outputs` (pulumi/runtime/stack.py
+    `Stack._finish`: `massage` then `register_resource_outputs`), which serializes them with
+    `rpc.serialize_properties`; that function skips every property that serializes to None
+    ("We treat properties that serialize to None as if they don't exist"). So an export whose
+    value is None is absent from the stack, and `require_output` fails on it. Under mocks the
+    root stack registered its (then empty) outputs before the program ran, so this replays the
+    same serialization on the final exports. Unknown values (a preview) serialize to the
+    UNKNOWN sentinel and are kept, as the engine keeps them.
+    """
+    struct = await rpc.serialize_properties(massage(dict(exported), []), {})
+    return set(struct.keys())
+
+
+def run_file(
+    program: Path,
+    stack: str,
+    config: Mapping[str, Any],
+    *,
+    project_name: str = "tpu-vllm",
+    preview: bool = False,
+    outputs_for: NewResource | None = None,
+    call: Call | None = None,
+) -> ProgramRun:
+    """Run any Pulumi Python program file under mocks (errors are returned in `.error`)."""
+    return contextvars.Context().run(
+        _run,
+        program,
+        stack,
+        dict(config),
+        project_name=project_name,
+        preview=preview,
+        outputs_for=outputs_for,
+        call=call,
+    )
+
+
 def _run(
+    program_file: Path,
     stack: str,
     config: dict[str, Any],
+    *,
+    project_name: str,
     preview: bool,
     outputs_for: NewResource | None,
     call: Call | None,
@@ -194,12 +243,12 @@ def _run(
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     pulumi.runtime.set_mocks(
-        recorder, project="tpu-vllm", stack=stack, preview=preview, logger=logger
+        recorder, project=project_name, stack=stack, preview=preview, logger=logger
     )
     pulumi.runtime.set_all_config(cli_config(config))
 
     def program() -> None:
-        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+        runpy.run_path(str(program_file), run_name="__main__")
 
     try:
         _sync_await(run_pulumi_func(program))
@@ -209,9 +258,13 @@ def _run(
         )
     root = pulumi.runtime.settings.get_root_resource()
     assert root is not None
+    exported: dict[str, Any] = dict(getattr(root, "outputs", {}))
+    kept = _sync_await(engine_output_names(exported))
     outputs: dict[str, Any] = {}
     secrets: set[str] = set()
-    for name, value in getattr(root, "outputs", {}).items():
+    for name, value in exported.items():
+        if name not in kept:
+            continue  # the engine never sees it: `pulumi stack output NAME` would fail
         output = pulumi.Output.from_input(value)
         outputs[name] = _sync_await(output.future())
         if _sync_await(output.is_secret()):

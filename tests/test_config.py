@@ -3,38 +3,29 @@
 from __future__ import annotations
 
 import itertools
-import shlex
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components import catalog
 from components.config import ConfigError, parse_duration
+from tests import seed_facts
 from tests.pulumi_program import run_program
-
-SEED_000 = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "000_b725c05a82784bed.txt"
-
-
-def seed_000_serve_flags() -> list[str]:
-    """The `vllm serve` flags of seed 000 §1.3, split as a shell would split them."""
-    text = SEED_000.read_text()
-    start = text.index("vllm serve google/gemma-4-E2B-it")
-    end = text.index("That -v ~/.cache/vllm", start)
-    words = shlex.split(text[start:end].replace("\\ ", " "))
-    assert words[:3] == ["vllm", "serve", "google/gemma-4-E2B-it"]
-    return words[3:]
 
 
 def test_v5e1_stack_file_evaluates_with_seed_000_flags_exactly() -> None:
     run = run_program("v5e1")
-    assert run.outputs["vllm_args"] == seed_000_serve_flags()
+    assert run.outputs["vllm_args"] == seed_facts.serve_flags()
     assert run.outputs["chip"] == "v5litepod-1"
     assert run.outputs["zones"] == ["us-west4-a"]
     assert run.outputs["model"] == "google/gemma-4-E2B-it"
     # Flex-start v5e: seed 000 spot $0.58 + 3.8% = $0.602/h; 4 h bounds a run at $2.41.
+    spot = seed_facts.figure("spot_usd_per_hour")
+    hourly = spot * (1 + seed_facts.figure("flex_start_premium_over_spot"))
+    assert hourly == pytest.approx(0.602, abs=1e-3)
     assert run.outputs["hourly_cost_usd"] == pytest.approx(0.602)
-    assert run.outputs["max_run_cost_usd"] == pytest.approx(2.41)
+    assert seed_facts.figure("max_run_duration") == "4h"
+    assert run.outputs["max_run_cost_usd"] == pytest.approx(round(4 * 0.602, 2))
 
 
 def test_v6e4_stack_file_evaluates_with_seed_003_flags() -> None:
@@ -335,7 +326,7 @@ def test_spot_has_no_run_limit_and_warns_that_it_bills_until_deleted() -> None:
     run = run_program(
         "v5e1", {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
     )
-    assert run.outputs["max_run_cost_usd"] is None
+    assert "max_run_cost_usd" not in run.outputs  # optional output: spot has no maximum
     assert run.outputs["hourly_cost_usd"] == pytest.approx(0.58)
     assert any("bills" in w and "pulumi destroy" in w for w in run.warnings)
 

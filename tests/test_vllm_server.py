@@ -31,7 +31,7 @@ from tests.remote_stack import (
     run_crash,
     start,
 )
-from tests.test_config import seed_000_serve_flags
+from tests.seed_facts import serve_flags as seed_000_serve_flags
 
 
 @pytest.fixture
