@@ -719,6 +719,14 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
                 f"{NAMESPACE}:access: {cidr} is a documentation range that nobody can come "
                 "from; replace it with your own network before relying on the endpoint."
             )
+    if ssh is None:
+        warnings.append(
+            f"{NAMESPACE}:access.sshCidrs is not set, so port 22 admits only "
+            f"access.allowedCidrs ({', '.join(allowed)}). The machine that runs `pulumi up` "
+            "connects to the node over SSH: if its address is not inside access.sshCidrs, the "
+            "run dials for about 10 minutes on a billing TPU and then fails. Fix: `pulumi config "
+            f"set --path '{NAMESPACE}:access.sshCidrs[0]' YOUR.ADDRESS/32`."
+        )
     return AccessSettings(
         allowed_cidrs=allowed,
         allow_public=allow_public,

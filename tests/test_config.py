@@ -381,3 +381,18 @@ def test_plain_string_forms_are_accepted() -> None:
     assert "--seed" in args and args[args.index("--seed") + 1] == "7"
     rules = {r.name: r.inputs for r in run.of_type("gcp:compute/firewall:Firewall")}
     assert rules["tpu-serving"]["sourceRanges"] == ["10.0.0.0/8", "192.168.0.0/16"]
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+def test_ssh_cidrs_left_to_default_warns_naming_the_key(preview: bool) -> None:
+    """The deployer's own address must reach port 22; a default that may omit it is named."""
+    run = run_program("v5e1", preview=preview)
+    [warning] = [w for w in run.warnings if "access.sshCidrs" in w]
+    assert "tpu-vllm:access.sshCidrs is not set" in warning
+    assert "203.0.113.0/24" in warning  # what port 22 admits instead
+    assert "pulumi config set --path 'tpu-vllm:access.sshCidrs[0]'" in warning
+
+
+def test_ssh_cidrs_set_gives_no_default_warning() -> None:
+    run = run_program("v5e1", {"tpu-vllm:access.sshCidrs": ["198.51.100.7/32"]})
+    assert not [w for w in run.warnings if "sshCidrs is not set" in w]

@@ -1,0 +1,62 @@
+"""README "Costs and waits": the table is what the program's own figures give, per stack."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import catalog
+from scripts import budget
+from tests.pulumi_program import ROOT
+
+
+def test_readme_table_matches_the_stack_files_catalog_and_timeouts() -> None:
+    expected = budget.render_table(budget.all_stacks())
+    found = budget.readme_table((ROOT / "README.md").read_text())
+    assert found == expected, "run `.venv/bin/python scripts/budget.py --update-readme`"
+
+
+def test_v5e1_worst_case_adds_up_from_its_parts() -> None:
+    b = budget.budget("v5e1")
+    # One zone: 30 min capacity wait + 20 min provisioning; then a 10 min host-key wait,
+    # 40 dials x (15 s + 5 s backoff), a 10 min secret fetch and the 30 min readiness timeout.
+    assert (b.zones, b.capacity_wait_s, b.provisioning_s) == (1, 1800, 1200)
+    assert (b.host_key_s, b.ssh_s, b.secrets_s, b.readiness_s) == (600, 800, 600, 1800)
+    assert b.worst_case_s == 1800 + 1200 + 600 + 800 + 600 + 1800 == 6800
+    assert budget.duration(b.worst_case_s) == "1 h 53 min 20 s"
+
+
+def test_v6e4_worst_case_counts_every_zone_and_the_deletes_between() -> None:
+    b = budget.budget("v6e4")
+    assert b.zones == 3 and b.zone_delete_s == 1800 and b.readiness_s == 3600
+    assert b.worst_case_s == 3 * (1800 + 1200) + 2 * 1800 + 600 + 800 + 600 + 3600
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+def test_prices_come_from_the_catalog(stack: str) -> None:
+    b = budget.budget(stack)
+    chip = catalog.CHIPS["v5e-1" if stack == "v5e1" else "v6e-4"]
+    assert b.hourly_usd == pytest.approx(chip.hourly_usd("flex-start"))
+    assert b.max_run_usd == pytest.approx(round(b.hourly_usd * 4, 2))
+
+
+def test_figures_follow_the_config() -> None:
+    b = budget.budget(
+        "v5e1",
+        {"tpu-vllm:tpu.capacityWait": "10m", "tpu-vllm:vllm.readinessTimeout": "45m"},
+    )
+    assert (b.capacity_wait_s, b.readiness_s) == (600, 2700)
+
+
+def test_spot_has_no_bound_on_cost() -> None:
+    b = budget.budget(
+        "v5e1", {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
+    )
+    assert b.max_run_usd is None and b.max_run_hours is None
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0 s"), (40, "40 s"), (1800, "30 min"), (3600, "1 h"), (6800, "1 h 53 min 20 s")],
+)
+def test_duration_text(seconds: float, text: str) -> None:
+    assert budget.duration(seconds) == text
