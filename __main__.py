@@ -3,7 +3,9 @@
 import pulumi
 
 from components.config import load_stack_config
+from components.dns import EndpointName, require_managed_zone
 from components.host_key import NodeHostKey
+from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs, require_hf_token_secret
 from components.ssh import SshIdentity, ssh_command
 from components.tpu import FlexStartTpu, FlexStartTpuArgs
@@ -13,6 +15,7 @@ config = load_stack_config()
 for warning in config.warnings:
     pulumi.log.warn(warning)
 require_hf_token_secret(config)
+managed_zone = require_managed_zone(config)
 
 ssh = SshIdentity("ssh")
 tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=ssh.metadata))
@@ -24,6 +27,11 @@ host_key = NodeHostKey(
     opts=pulumi.ResourceOptions(parent=tpu),
 )
 connection = ssh.connection(tpu.external_ip, host_key.host_key)
+name = (
+    EndpointName("endpoint-name", config, managed_zone, tpu.external_ip)
+    if managed_zone is not None
+    else None
+)
 secrets = NodeSecrets(
     "secrets",
     NodeSecretsArgs(
@@ -35,12 +43,17 @@ secrets = NodeSecrets(
 server = VllmServer(
     "vllm",
     VllmServerArgs(
-        config=config, connection=connection, host=tpu.external_ip, after=[secrets.fetch]
+        config=config,
+        connection=connection,
+        host=tpu.external_ip,
+        hostname=name.hostname if name is not None else None,
+        after=[secrets.fetch],
     ),
 )
 
 # The output contract other stacks read (README "Outputs"): never rename silently.
 pulumi.export("endpoint", server.endpoint)
+pulumi.export("endpoint_ip", server.endpoint_ip)
 pulumi.export("openai_base_url", server.openai_base_url)
 pulumi.export("model", config.model.id)
 pulumi.export("api_key", secrets.api_key)
@@ -52,6 +65,7 @@ pulumi.export("node", tpu.node)
 pulumi.export("external_ip", tpu.external_ip)
 pulumi.export("internal_ip", tpu.internal_ip)
 pulumi.export("expires_at", tpu.expires_at)
+pulumi.export("renew_command", renew_command(config.stack))
 pulumi.export("ssh_command", ssh_command(config.stack, tpu.external_ip))
 pulumi.export("ssh_private_key", ssh.private_key_openssh)
 pulumi.export("ssh_host_key", host_key.host_key)
@@ -61,3 +75,7 @@ pulumi.export("hbm", server.hbm)
 pulumi.export("startup_seconds", server.startup_seconds)
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())
+
+tpu.expires_at.apply(
+    lambda at: pulumi.log.info(expiry_notice(config.stack, config.tpu.max_run_seconds, at))
+)

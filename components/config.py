@@ -66,6 +66,10 @@ KEYS: Mapping[str, Mapping[str, str]] = {
     "cost": {
         "hourlyUsd": "override of the catalog's hourly price for the whole slice",
     },
+    "dns": {
+        "managedZone": "an existing Cloud DNS managed zone in the project, for a stable name",
+        "name": "the record's name inside that zone; default the stack name",
+    },
 }
 
 # vLLM's default port: the flag is rendered only when the stack asks for another one.
@@ -107,6 +111,10 @@ FORBIDDEN_FLAGS: Mapping[str, str] = {
 _DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _SECRET_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+# Cloud DNS: a managed zone's name is 1-63 of [a-z0-9-], starting with a letter and not ending
+# with a dash; a record name is dot-separated labels of 1-63 of [a-z0-9-] (RFC 1123 host names).
+_MANAGED_ZONE_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DOC_NETS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
@@ -193,6 +201,15 @@ class AccessSettings:
 
 
 @dataclass(frozen=True)
+class DnsSettings:
+    """A stable name for the endpoint: an A record `name.ZONE_DNS_NAME` in `managed_zone`."""
+
+    managed_zone: str
+    #: Relative to the zone: `v5e1` becomes `v5e1.models.example.com.`.
+    name: str
+
+
+@dataclass(frozen=True)
 class StackConfig:
     """Everything the components need, validated. Built once by `load_stack_config`."""
 
@@ -203,6 +220,8 @@ class StackConfig:
     vllm: VllmSettings
     access: AccessSettings
     hourly_cost_usd: float
+    #: None: clients reach the node by its IP, which changes with every renewal.
+    dns: DnsSettings | None = None
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -365,6 +384,7 @@ def parse_stack_config(
     vllm_r = _Reader("vllm", sections.get("vllm"), problems)
     access_r = _Reader("access", sections.get("access"), problems)
     cost_r = _Reader("cost", sections.get("cost"), problems)
+    dns_r = _Reader("dns", sections.get("dns"), problems)
 
     chip = _parse_chip(tpu_r)
     provisioning = _parse_provisioning(tpu_r)
@@ -379,6 +399,7 @@ def parse_stack_config(
     hourly_override = cost_r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
     if hourly_override is not None and hourly_override <= 0:
         cost_r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
+    dns = _parse_dns(dns_r, stack)
 
     if chip is not None and model is not None and vllm is not None:
         _check_fit(chip, model, vllm, problems)
@@ -408,8 +429,53 @@ def parse_stack_config(
         vllm=vllm,
         access=access,
         hourly_cost_usd=round(hourly, 4),
+        dns=dns,
         warnings=tuple(warnings),
     )
+
+
+def _parse_dns(r: _Reader, stack: str) -> DnsSettings | None:
+    """Both keys are optional; a name without a zone is a mistake, not a silent no-op."""
+    zone = r.get("managedZone", _as_str, None, "a Cloud DNS managed zone name")
+    name = r.get("name", _as_str, None, "a host name such as v5e1")
+    if zone is None:
+        if name is not None:
+            r.fail(
+                "name",
+                name,
+                f"has no effect without `{r.key('managedZone')}`. Fix: set the managed zone "
+                f"(`pulumi config set --path '{r.key('managedZone')}' ZONE`) or remove the key",
+            )
+        return None
+    if not _MANAGED_ZONE_RE.match(zone):
+        r.fail(
+            "managedZone",
+            zone,
+            "not a Cloud DNS managed zone name (1-63 lower-case letters, digits and dashes, "
+            "starting with a letter). Fix: the zone's NAME from `gcloud dns managed-zones list`, "
+            "not its DNS name",
+        )
+        return None
+    if name is None:
+        name = stack.lower()
+        if not all(_DNS_LABEL_RE.match(label) for label in name.split(".")):
+            r.fail(
+                "name",
+                None,
+                f"the default, the stack name {stack!r}, is not a valid host name. Fix: "
+                f"`pulumi config set --path '{r.key('name')}' NAME` with letters, digits and "
+                "dashes",
+            )
+            return None
+    elif not all(_DNS_LABEL_RE.match(label) for label in name.split(".")):
+        r.fail(
+            "name",
+            name,
+            "not a host name relative to the zone (dot-separated labels of lower-case letters, "
+            "digits and dashes, at most 63 each). Fix: e.g. v5e1 or api.v5e1",
+        )
+        return None
+    return DnsSettings(managed_zone=zone, name=name)
 
 
 def _parse_chip(r: _Reader) -> Chip | None:

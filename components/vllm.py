@@ -38,6 +38,8 @@ class VllmServerArgs:
     config: StackConfig
     connection: command.remote.ConnectionArgs
     host: pulumi.Input[str | None]
+    #: The stable name clients use (`dns.*`), else None: the endpoint then names `host`.
+    hostname: pulumi.Input[str] | None = None
     #: Commands that must finish first (the secret fetch); a change in them restarts the server.
     after: Sequence[command.remote.Command] = field(default_factory=list)
 
@@ -46,6 +48,7 @@ class VllmServer(pulumi.ComponentResource):
     """The vLLM container on the node, and proof that it serves."""
 
     endpoint: pulumi.Output[str]
+    endpoint_ip: pulumi.Output[str]
     openai_base_url: pulumi.Output[str]
     startup_seconds: pulumi.Output[float | None]
     hbm: pulumi.Output[dict[str, float] | None]
@@ -77,14 +80,20 @@ class VllmServer(pulumi.ComponentResource):
         self.startup_seconds = result.apply(lambda r: r.get("startup_seconds"))
         self.hbm = result.apply(lambda r: r.get("hbm"))
         port = config.vllm.port
+
         # Depending on `ready` means consumers never see an endpoint that does not serve yet.
-        self.endpoint = pulumi.Output.all(args.host, self.ready.stdout).apply(
-            lambda parts: f"http://{parts[0]}:{port}"
-        )
+        def url_of(host: pulumi.Input[str | None]) -> pulumi.Output[str]:
+            return pulumi.Output.all(host, self.ready.stdout).apply(
+                lambda parts: f"http://{parts[0]}:{port}"
+            )
+
+        self.endpoint_ip = url_of(args.host)
+        self.endpoint = self.endpoint_ip if args.hostname is None else url_of(args.hostname)
         self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1")
         self.register_outputs(
             {
                 "endpoint": self.endpoint,
+                "endpoint_ip": self.endpoint_ip,
                 "openai_base_url": self.openai_base_url,
                 "startup_seconds": self.startup_seconds,
                 "hbm": self.hbm,

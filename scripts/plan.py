@@ -27,7 +27,12 @@ if str(ROOT) not in sys.path:
 from pulumi.runtime import mocks  # noqa: E402
 
 from components.queued_resource import OUTPUT_KEYS  # noqa: E402
-from scripts.program_runner import ProgramRun, run_program, stack_file_config  # noqa: E402
+from scripts.program_runner import (  # noqa: E402
+    GET_MANAGED_ZONE,
+    ProgramRun,
+    run_program,
+    stack_file_config,
+)
 
 PLACEHOLDER_PROJECT = "YOUR-PROJECT"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105 - the SDK marks secrets with it
@@ -127,7 +132,11 @@ def plan(
     """Run the program for `stack` under mocks and render its plan."""
 
     def lookup_only(args: mocks.MockCallArgs) -> dict[str, Any]:
-        return dict(args.args)  # the HF secret is assumed to exist; preview checks it for real
+        # The HF secret and a dns.managedZone are assumed to exist; preview checks them for
+        # real. Only Cloud DNS knows the zone's DNS name.
+        if args.token == GET_MANAGED_ZONE:
+            return {**dict(args.args), "dnsName": f"<{args.args.get('name')}.dnsName>."}
+        return dict(args.args)
 
     if project is None and not stack_file_config(stack).get("gcp:project"):
         project = PLACEHOLDER_PROJECT  # the stack file leaves it to `pulumi config set`

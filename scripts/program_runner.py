@@ -82,14 +82,53 @@ class InvokeFailure(Exception):
         self.property_name = property_name
 
 
-class RecordingMocks(pulumi.runtime.Mocks):
-    """Records every resource; outputs default to the inputs plus what `outputs_for` adds."""
+GET_MANAGED_ZONE = "gcp:dns/getManagedZone:getManagedZone"
 
-    def __init__(self, outputs_for: NewResource | None, call: Call | None) -> None:
+
+def managed_zone_lookup(zones: Mapping[str, str]) -> Call:
+    """Answer `gcp.dns.get_managed_zone` from `{zone name: DNS name}`, as the provider would.
+
+    The provider's data source (hashicorp/terraform-provider-google,
+    `google/services/dns/data_source_dns_managed_zone.go`) reads the zone with
+    `ManagedZones.Get` and fails with `projects/P/managedZones/NAME not found` when it is absent.
+    """
+
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        name = str(args.args.get("name"))
+        project = str(args.args.get("project"))
+        if name not in zones:
+            raise InvokeFailure(f"projects/{project}/managedZones/{name} not found")
+        return {
+            "id": f"projects/{project}/managedZones/{name}",
+            "name": name,
+            "project": project,
+            "dnsName": zones[name],
+            "visibility": "public",
+            "nameServers": ["ns-cloud-a1.googledomains.com."],
+            "description": "",
+        }
+
+    return call
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Records every resource; outputs default to the inputs plus what `outputs_for` adds.
+
+    Invokes go to `call` (by default they echo their arguments); with `managed_zones`, the
+    managed-zone lookup is answered from it first, so a test can say which zones exist.
+    """
+
+    def __init__(
+        self,
+        outputs_for: NewResource | None,
+        call: Call | None,
+        managed_zones: Mapping[str, str] | None = None,
+    ) -> None:
         self.resources: list[Registered] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._outputs_for = outputs_for
         self._call = call
+        self._zone_lookup = None if managed_zones is None else managed_zone_lookup(managed_zones)
 
     def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         self.resources.append(
@@ -105,8 +144,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         self.calls.append((args.token, dict(args.args)))
+        call = self._call
+        if self._zone_lookup is not None and args.token == GET_MANAGED_ZONE:
+            call = self._zone_lookup
         try:
-            return (self._call(args) if self._call else dict(args.args)), []
+            return (call(args) if call else dict(args.args)), []
         except InvokeFailure as failure:
             return {}, [(failure.property_name, failure.reason)]
 
@@ -162,8 +204,12 @@ def run_program(
     outputs_for: NewResource | None = None,
     call: Call | None = None,
     expect_error: bool = False,
+    managed_zones: Mapping[str, str] | None = None,
 ) -> ProgramRun:
     """Run `__main__.py` for a stack under mocks and return what it registered and exported.
+
+    `managed_zones` (`{zone name: DNS name}`) are the Cloud DNS zones that exist; None leaves
+    the lookup to `call`.
 
     With `expect_error`, the program must fail: the run is returned with `.error` set and the
     resources registered before the failure, so a test can prove nothing was created.
@@ -172,7 +218,9 @@ def run_program(
     if project is not None:
         config["gcp:project"] = project
     config = with_changes(config, changes or {})
-    run = contextvars.Context().run(_run, stack, config, preview, outputs_for, call)
+    run = contextvars.Context().run(
+        _run, stack, config, preview, outputs_for, call, managed_zones=managed_zones
+    )
     if run.error is not None and not expect_error:
         raise run.error
     if run.error is None and expect_error:
@@ -186,8 +234,10 @@ def _run(
     preview: bool,
     outputs_for: NewResource | None,
     call: Call | None,
+    *,
+    managed_zones: Mapping[str, str] | None,
 ) -> ProgramRun:
-    recorder = RecordingMocks(outputs_for, call)
+    recorder = RecordingMocks(outputs_for, call, managed_zones)
     handler = _ListHandler()
     logger = logging.getLogger(f"tpu-vllm-test-{id(handler)}")
     logger.addHandler(handler)

@@ -13,6 +13,7 @@ NUMBER = (int, float)
 # name -> (accepted types, may be None, must be secret)
 CONTRACT: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "endpoint": ((str,), False, False),
+    "endpoint_ip": ((str,), False, False),
     "openai_base_url": ((str,), False, False),
     "model": ((str,), False, False),
     "api_key": ((str,), False, True),
@@ -24,6 +25,7 @@ CONTRACT: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "external_ip": ((str,), True, False),
     "internal_ip": ((str,), True, False),
     "expires_at": ((str,), True, False),
+    "renew_command": ((str,), False, False),
     "ssh_command": ((str,), False, False),
     "ssh_private_key": ((str,), False, True),
     "ssh_host_key": ((str,), True, False),
