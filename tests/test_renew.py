@@ -23,7 +23,8 @@ from components.tpu import queued_resource_props
 from scripts import renew
 from tests.fakes.fake_pulumi import FakePulumi
 from tests.fakes.tpu_api import FakeTpuApi, ManualClock
-from tests.pulumi_program import ROOT
+from tests.mock_outputs import EXPIRES_AT
+from tests.pulumi_program import ROOT, run_program
 from tests.test_queued_resource import SA_EMAIL, stack_config
 
 STACK = "v5e1"
@@ -297,3 +298,24 @@ def test_bad_stack_name_is_refused(capfd: pytest.CaptureFixture[str]) -> None:
         renew.main(["-s; rm -rf /"])
     assert exit_info.value.code == 2
     assert "not a stack name" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+def test_the_stack_says_what_will_happen_and_when(stack: str) -> None:
+    """`renew_command` is the command to run, and `pulumi up` ends by saying when the run ends
+    and what brings the node back."""
+    run = run_program(stack)
+    assert run.outputs["renew_command"] == f"python scripts/renew.py {stack}"
+    assert run.outputs["expires_at"] == EXPIRES_AT
+    [notice] = [message for _, message in run.log if "flex-start run ends" in message]
+    assert f"ends at {EXPIRES_AT}" in notice
+    assert f"`python scripts/renew.py {stack}`" in notice
+    assert "every 15 minutes" in notice
+
+
+def test_a_spot_stack_is_told_it_has_no_run_limit() -> None:
+    run = run_program(
+        "v5e1", {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
+    )
+    assert run.outputs["renew_command"] == "python scripts/renew.py v5e1"
+    assert any("no run limit" in message for _, message in run.log)
