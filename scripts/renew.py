@@ -23,10 +23,7 @@ done. Progress goes to stdout, one line per step, prefixed `renew STACK:`.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from collections import deque
@@ -42,12 +39,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from components.tpu_api import ApiError, TpuApi  # noqa: E402
+from scripts import pulumi_cli  # noqa: E402
 
 #: States in which the run is over and a new request is needed (the issue's "ended").
 ENDED_STATES = frozenset({"SUSPENDED", "FAILED"})
 #: States on the way to (or at) a serving node: renewing now would throw away a live request.
 LIVE_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"})
-PULUMI_TIMEOUT_SECONDS = 120.0
 EXIT_RENEW_FAILED = 1
 EXIT_UNKNOWN_STATE = 2
 _STACK_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
@@ -86,52 +83,24 @@ def decide(state: str | None) -> Decision:
 
 
 class Pulumi:
-    """The pulumi CLI, run from the project root with stdin closed (a prompt fails, not hangs)."""
+    """The pulumi CLI for one stack, run from the project root with stdin closed."""
 
     def __init__(self, stack: str) -> None:
         self.stack = stack
-        found = shutil.which("pulumi")
-        if found is None:
-            raise RenewError(
-                "the pulumi CLI is not on PATH: install it (https://www.pulumi.com/docs/install/) "
-                "and log in to the stack's backend"
-            )
-        self.executable = found
-        self.env = {**os.environ, "PULUMI_SKIP_UPDATE_CHECKS": "true"}
+        try:
+            self.executable = pulumi_cli.executable()
+        except pulumi_cli.PulumiCliError as error:
+            raise RenewError(f"{error}, and log in to the stack's backend") from None
 
     def outputs(self) -> Mapping[str, Any]:
         """`pulumi stack output --json -s STACK`, without --show-secrets: secrets stay hidden."""
-        args = ["stack", "output", "--json", "-s", self.stack]
         try:
-            done = subprocess.run(
-                [self.executable, *args],
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=PULUMI_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+            return pulumi_cli.stack_outputs(self.stack)
+        except pulumi_cli.PulumiCliError as error:
             raise RenewError(
-                f"`pulumi {' '.join(args)}` did not answer in {PULUMI_TIMEOUT_SECONDS:.0f} s"
+                f"{error}. Fix: run it from the project directory, logged in to the stack's "
+                "backend (`pulumi stack ls`)"
             ) from None
-        except OSError as error:
-            raise RenewError(f"cannot run pulumi: {error}") from None
-        if done.returncode != 0:
-            raise RenewError(
-                f"`pulumi {' '.join(args)}` failed (exit status {done.returncode}): "
-                f"{_reason(done.stderr, done.returncode)}. Fix: run it from the project "
-                "directory, logged in to the stack's backend (`pulumi stack ls`)"
-            )
-        try:
-            outputs = json.loads(done.stdout or "{}")
-        except ValueError:
-            raise RenewError(f"`pulumi {' '.join(args)}` did not print JSON") from None
-        if not isinstance(outputs, dict):
-            raise RenewError(f"`pulumi {' '.join(args)}` did not print a JSON object")
-        return outputs
 
     def up(self) -> None:
         """`pulumi up --refresh --yes -s STACK`, its output passed on as it comes (a cold start
@@ -141,8 +110,8 @@ class Pulumi:
         try:
             with subprocess.Popen(
                 [self.executable, *args],
-                cwd=ROOT,
-                env=self.env,
+                cwd=pulumi_cli.PROJECT_ROOT,
+                env=pulumi_cli.environment(),
                 stdin=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -158,16 +127,9 @@ class Pulumi:
         if status != 0:
             raise RenewError(
                 f"`pulumi {' '.join(args)}` failed (exit status {status}): "
-                f"{_reason(''.join(tail), status)}",
+                f"{pulumi_cli.error_reason(''.join(tail), status)}",
                 EXIT_RENEW_FAILED,
             )
-
-
-def _reason(stderr: str, status: int) -> str:
-    """The CLI's own error line (`error: ...`), else its last line, else the exit status."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.lower().startswith("error")]
-    return (errors or lines or [f"exit status {status}"])[-1]
 
 
 def queued_resource_state(name: str) -> str | None:

@@ -38,8 +38,6 @@ import getpass
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -52,8 +50,15 @@ from typing import Any
 import requests
 from requests.auth import AuthBase
 
-PROG = "smoke_test"
+# `python scripts/smoke_test.py` puts scripts/ first on sys.path; the shared helpers are imported
+# as `scripts.*` from the project root.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is
+if str(PROJECT_ROOT) not in sys.path:
+    sys.path.insert(0, str(PROJECT_ROOT))
+
+from scripts import pulumi_cli  # noqa: E402
+
+PROG = "smoke_test"
 API_KEY_ENV = "TPU_VLLM_API_KEY"
 DEFAULT_TIMEOUT = 60.0
 CONNECT_TIMEOUT_MAX = 10.0
@@ -122,48 +127,15 @@ class Target:
 
 def stack_outputs(stack: str) -> Mapping[str, Any]:
     """All outputs of ``stack``, secrets in plain text, read from the pulumi CLI's stdout."""
-    pulumi = shutil.which("pulumi")
-    if pulumi is None:
-        raise SetupError(
-            "the pulumi CLI is not on PATH: install it (https://www.pulumi.com/docs/install/), "
+    try:
+        return pulumi_cli.stack_outputs(stack, show_secrets=True, timeout=PULUMI_TIMEOUT)
+    except pulumi_cli.PulumiCliError as error:
+        hint = (
             f"or pass --base-url and --model with the API key in ${API_KEY_ENV} or on stdin"
+            if "not on PATH" in str(error)
+            else "run it from the project, logged in to the stack's backend: `pulumi stack ls`"
         )
-    argv = [pulumi, "stack", "output", "--json", "--show-secrets", "-s", stack]
-    env = {**os.environ, "PULUMI_SKIP_UPDATE_CHECKS": "true"}
-    try:
-        # stdin closed: a passphrase prompt fails with pulumi's own message instead of hanging.
-        proc = subprocess.run(
-            argv,
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=PULUMI_TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise SetupError(
-            f"`pulumi stack output -s {stack}` did not finish in {PULUMI_TIMEOUT:.0f} s"
-        ) from None
-    except OSError as error:
-        raise SetupError(f"cannot run pulumi: {one_line(error)}") from None
-    if proc.returncode != 0:
-        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-        errors = [line for line in lines if line.lower().startswith("error")]
-        reason = (errors or lines or [f"exit status {proc.returncode}"])[-1]
-        raise SetupError(
-            f"`pulumi stack output -s {stack}` failed: {reason} "
-            f"(run it from the project, logged in to the stack's backend: `pulumi stack ls`)"
-        )
-    try:
-        outputs = json.loads(proc.stdout or "{}")
-    except ValueError:
-        # Never echo that stdout: it holds the stack's secrets.
-        raise SetupError(f"`pulumi stack output --json -s {stack}` did not print JSON") from None
-    if not isinstance(outputs, dict):
-        raise SetupError(f"`pulumi stack output --json -s {stack}` did not print an object")
-    return outputs
+        raise SetupError(f"{error} ({hint})") from None
 
 
 def _output(outputs: Mapping[str, Any], name: str, stack: str) -> str:

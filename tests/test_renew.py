@@ -112,9 +112,15 @@ def run_renew(capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     return status, out, err
 
 
-def tpu_changes(fake: FakeTpuApi) -> list[str]:
-    """Every request that could change or cost something (anything but a read)."""
-    return [f"{r.method} {r.path}" for r in fake.requests if r.method != "GET"]
+def renew_in_state(
+    state: str, tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> tuple[str, str]:
+    """Deploy a stack whose queued resource is in `state`, renew it; (its name, stdout)."""
+    name = in_state(tpu, state)
+    deployed(fake_pulumi, name)
+    status, out, _ = run_renew(capfd)
+    assert status == 0
+    return name, out
 
 
 def test_active_means_nothing_to_do(
@@ -122,13 +128,13 @@ def test_active_means_nothing_to_do(
 ) -> None:
     name = in_state(tpu, "ACTIVE")
     deployed(fake_pulumi, name)
-    before = tpu_changes(tpu)
+    before = len(tpu.requests)
     status, out, _ = run_renew(capfd)
     assert status == 0
     assert fake_pulumi.argvs() == [STACK_OUTPUT]  # no `pulumi up`: no TPU time, no change
-    assert tpu_changes(tpu) == before  # only reads reached the API
-    assert [r.path for r in tpu.requests if r.method == "GET"][-1].endswith(name)
-    assert "ACTIVE" in out and "nothing to do" in out
+    # One read of the queued resource, nothing else: no create, no delete.
+    assert [(r.method, r.path.endswith(name)) for r in tpu.requests[before:]] == [("GET", True)]
+    assert "ACTIVE: the node is serving; nothing to do" in out
     assert tpu.state(name) == "ACTIVE"
 
 
@@ -136,10 +142,7 @@ def test_active_means_nothing_to_do(
 def test_a_tpu_on_its_way_up_is_left_to_finish(
     state: str, tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    name = in_state(tpu, state)
-    deployed(fake_pulumi, name)
-    status, out, _ = run_renew(capfd)
-    assert status == 0
+    name, out = renew_in_state(state, tpu, fake_pulumi, capfd)
     assert fake_pulumi.argvs() == [STACK_OUTPUT]
     assert f"{state}: the node is on its way up; nothing to do now" in out
     assert tpu.state(name) == state
@@ -149,12 +152,8 @@ def test_a_tpu_on_its_way_up_is_left_to_finish(
 def test_an_ended_queued_resource_is_renewed(
     state: str, tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    name = in_state(tpu, state)
-    deployed(fake_pulumi, name)
-    status, out, _ = run_renew(capfd)
-    assert status == 0
-    argvs = fake_pulumi.argvs()
-    assert argvs[:2] == [STACK_OUTPUT, UP]
+    _, out = renew_in_state(state, tpu, fake_pulumi, capfd)
+    assert fake_pulumi.argvs()[:2] == [STACK_OUTPUT, UP]
     assert all(call["cwd"] == str(ROOT) for call in fake_pulumi.calls())  # where Pulumi.yaml is
     assert f"{state}:" in out
     assert f"renewing: `pulumi up --refresh --yes -s {STACK}`" in out
