@@ -8,6 +8,7 @@ import pytest
 from pulumi.runtime import mocks
 
 from components.config import ConfigError
+from scripts.plan import plan
 from scripts.program_runner import GET_MANAGED_ZONE
 from tests.mock_outputs import EXTERNAL_IP, MANAGED_ZONE, cloud_outputs
 from tests.pulumi_program import InvokeFailure, run_program
@@ -157,3 +158,10 @@ def test_bad_dns_config_is_rejected_before_any_lookup_or_resource(
     assert text in str(run.error)
     assert run.resources == []
     assert GET_MANAGED_ZONE not in [token for token, _ in run.calls]
+
+
+def test_the_credential_free_plan_shows_the_record_and_the_name() -> None:
+    text = plan("v5e1", changes=WITH_DNS)
+    assert "endpoint-name-a  (gcp:dns/recordSet:RecordSet)" in text
+    assert f'name: "v5e1.<{MANAGED_ZONE}.dnsName>."' in text
+    assert f'endpoint: "http://v5e1.<{MANAGED_ZONE}.dnsName>:8000"' in text
