@@ -170,23 +170,11 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
             return 0
         log(f"renewing: `pulumi up --refresh --yes -s {stack}` (a cold start takes ~15 minutes)")
         pulumi.up()
-        _report_renewed(pulumi, log)
+        log("renewed: `pulumi up` succeeded; its Outputs above show the endpoint and expires_at")
     except RenewError as error:
         print(f"renew {stack}: FAILED: {error}", file=sys.stderr, flush=True)
         return error.status
     return 0
-
-
-def _report_renewed(pulumi: Pulumi, log: Callable[[str], None]) -> None:
-    """Say where the new node serves and until when; a failure here does not undo the renewal."""
-    try:
-        outputs = pulumi.outputs()
-    except RenewError as error:
-        log(f"renewed; could not read the new outputs: {error}")
-        return
-    endpoint = outputs.get("endpoint") or "(no endpoint output)"
-    expires = outputs.get("expires_at") or "no run limit"
-    log(f"renewed: serving at {endpoint}; the new run ends {expires}")
 
 
 def main(argv: list[str] | None = None) -> int:

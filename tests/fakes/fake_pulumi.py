@@ -15,8 +15,9 @@ imitates, and where that comes from:
 * `up` without a TTY and without `--yes`/`--skip-preview`: `error: --yes or --skip-preview must be
   passed in to proceed when running in non-interactive mode` (pulumi/pulumi#12036).
 
-`up` succeeds by default, prints progress in the CLI's shape, and replaces the stack's outputs
-with `after_up` when a test gives it (the renewed node's new address and expiry).
+`up` succeeds by default, prints progress and the stack's `Outputs:` in the CLI's shape (secrets
+as `[secret]`), after replacing the outputs with `after_up` when a test gives it (the renewed
+node's new address and expiry).
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ elif command == "up":
         entry["outputs"] = entry.pop("after_up")
         with open(state_path, "w") as f:
             json.dump(state, f)
+    sys.stdout.write("\nOutputs:\n")
+    for key, value in sorted(entry["outputs"].items()):
+        shown = "[secret]" if key in entry.get("secrets", []) else json.dumps(value)
+        sys.stdout.write("    %s: %s\n" % (key, shown))
     sys.stdout.write("\nResources:\n    ~ 1 updated\n\nDuration: 14m17s\n")
 else:
     fail("this fake does not implement `pulumi %s`" % " ".join(argv))
