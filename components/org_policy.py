@@ -86,8 +86,12 @@ def read_boolean_policy(project: str, constraint: str) -> PolicyReading:
 
     A 403 (no `orgpolicy.policy.get`, or the API disabled) is an answer too: "unknown".
     """
-    request = _service().projects().getEffectiveOrgPolicy(
-        resource=f"projects/{project}", body={"constraint": f"constraints/{constraint}"}
+    request = (
+        _service()
+        .projects()
+        .getEffectiveOrgPolicy(
+            resource=f"projects/{project}", body={"constraint": f"constraints/{constraint}"}
+        )
     )
     try:
         policy = request.execute(num_retries=NUM_RETRIES)

@@ -160,7 +160,7 @@ class FlexStartTpu(pulumi.ComponentResource):
         ]
         firewalls = []
         for what, port, cidrs in rules:
-            tcp = {"protocol": "tcp", "ports": [str(port)]}
+            ports = [str(port)]
             firewalls.append(
                 gcp.compute.Firewall(
                     f"{name}-{what}",
@@ -171,7 +171,7 @@ class FlexStartTpu(pulumi.ComponentResource):
                     description=f"tpu-vllm {config.stack}: {what} port {port} from its ranges",
                     source_ranges=list(cidrs),
                     target_tags=[self.network_tag],
-                    allows=[gcp.compute.FirewallAllowArgs(**tcp)],
+                    allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=ports)],
                     opts=pulumi.ResourceOptions(parent=self),
                 )
             )
@@ -188,7 +188,7 @@ class FlexStartTpu(pulumi.ComponentResource):
                     ),
                     source_ranges=[EVERYWHERE],
                     target_tags=[self.network_tag],
-                    denies=[gcp.compute.FirewallDenyArgs(**tcp)],
+                    denies=[gcp.compute.FirewallDenyArgs(protocol="tcp", ports=ports)],
                     opts=pulumi.ResourceOptions(parent=self),
                 )
             )

@@ -236,6 +236,7 @@ def _run(
 def _record_dependencies() -> dict[str, set[str]]:
     """Wrap the mock monitor's RegisterResource to keep each request's dependency URNs."""
     monitor = pulumi.runtime.settings.get_monitor()
+    assert monitor is not None, "set_mocks installs a monitor"
     register = monitor.RegisterResource
     found: dict[str, set[str]] = {}
 

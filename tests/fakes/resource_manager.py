@@ -82,7 +82,9 @@ class FakeResourceManager(LoopbackHttpServer):
                 self._answer(200, {"constraint": constraint, "booleanPolicy": boolean})
 
             def _error(self, status: int, code: str, message: str) -> None:
-                self._answer(status, {"error": {"code": status, "message": message, "status": code}})
+                self._answer(
+                    status, {"error": {"code": status, "message": message, "status": code}}
+                )
 
             def _answer(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
