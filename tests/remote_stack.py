@@ -76,8 +76,14 @@ def node_with_secrets(
     return host, version
 
 
-def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
-    done = host.run(commands("v5e1", changes)[START])
+def on_host(host: SshHost, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`changes` plus the host's own free port as `vllm.port`: the fake vLLM binds it, so two
+    test runs on one machine never collide on vLLM's default 8000."""
+    return {"tpu-vllm:vllm.port": host.vllm_port, **(changes or {})}
+
+
+def start(host: SshHost, changes: Mapping[str, Any] | None = None) -> str:
+    done = host.run(commands("v5e1", on_host(host, changes))[START])
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode().strip()
 
@@ -85,8 +91,8 @@ def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
 class Readiness:
     """The readiness command running over SSH, with each stdout line's arrival time."""
 
-    def __init__(self, host: SshHost, container_id: str, changes: dict[str, Any] | None) -> None:
-        text = commands("v5e1", changes, start_stdout=container_id)[READY]
+    def __init__(self, host: SshHost, container_id: str, changes: Mapping[str, Any] | None) -> None:
+        text = commands("v5e1", on_host(host, changes), start_stdout=container_id)[READY]
         self.started = time.monotonic()
         self.proc = host.popen(text)
         self.lines: list[tuple[float, str]] = []
