@@ -48,6 +48,7 @@ if str(PROJECT_ROOT) not in sys.path:
 from matplotlib.figure import Figure  # noqa: E402
 
 from components.config import DEFAULT_IMAGE, NAMESPACE, VLLM_DEFAULT_PORT  # noqa: E402
+from components.messages import operator_line, show  # noqa: E402
 from components.remote_scripts import (  # noqa: E402
     API_KEY_FILE,
     CONTAINER_SECRETS,
@@ -135,7 +136,7 @@ class StackOutputs:
     def from_json(cls, data: Mapping[str, Any]) -> StackOutputs:
         cost = data.get("hourly_cost_usd")
         if cost is not None and not isinstance(cost, int | float):
-            raise Failure(f"stack output hourly_cost_usd is not a number: {cost!r}")
+            raise Failure(f"stack output hourly_cost_usd is not a number: {show(cost)}")
         return cls(
             external_ip=_opt_str(data.get("external_ip")),
             ssh_private_key=_opt_str(data.get("ssh_private_key")),
@@ -188,7 +189,8 @@ class Result:
 
 
 def log(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One stderr line; errors and warnings follow components/messages.py."""
+    print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
 # --- stack outputs and config ----------------------------------------------------------------
@@ -249,7 +251,7 @@ def read_server(stack: str, stack_file: Path | None = None) -> Server:
     if not isinstance(image, str) or not image.strip():
         raise Failure(f"{path}: `{NAMESPACE}:vllm.image` must be an image reference")
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise Failure(f"{path}: `{NAMESPACE}:vllm.port` must be a port number, not {port!r}")
+        raise Failure(f"{path}: `{NAMESPACE}:vllm.port` must be a port number, not {show(port)}")
     return Server(image=image.strip(), port=port)
 
 
@@ -392,7 +394,7 @@ class Node:
 def _number(data: Mapping[str, Any], key: str, where: str) -> float:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise Failure(f"{where}: `{key}` is not a number ({value!r})")
+        raise Failure(f"{where}: `{key}` is not a number ({show(value)})")
     return float(value)
 
 
@@ -403,7 +405,7 @@ def _meta_int(data: Mapping[str, Any], key: str, where: str) -> int | None:
     try:
         return int(str(value))
     except ValueError:
-        raise Failure(f"{where}: `{key}` is not an integer ({value!r})") from None
+        raise Failure(f"{where}: `{key}` is not an integer ({show(value)})") from None
 
 
 def parse_result(data: Any, where: str) -> Result:
@@ -417,7 +419,9 @@ def parse_result(data: Any, where: str) -> Result:
         )
     concurrency = data["max_concurrency"]
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise Failure(f"{where}: `max_concurrency` must be a positive integer ({concurrency!r})")
+        raise Failure(
+            f"{where}: `max_concurrency` must be a positive integer ({show(concurrency)})"
+        )
     completed = int(_number(data, "completed", where))
     if completed < 1:
         raise Failure(f"{where}: no request completed (see `errors` with --save-detailed)")

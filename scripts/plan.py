@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
 from pulumi.runtime import mocks  # noqa: E402
 
 from components.config import ConfigError, StackConfig, parse_stack_config  # noqa: E402
+from components.messages import operator_line  # noqa: E402
 from components.queued_resource import OUTPUT_KEYS  # noqa: E402
 from scripts.program_runner import (  # noqa: E402
     ProgramRun,
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stacks = [resolve_stack(arg, ROOT) for arg in args.stacks]
     except StackFileError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+        print(operator_line(PROG, f"error: {error}"), file=sys.stderr)
         return 2
     texts: list[str] = []
     status = 0
@@ -291,7 +292,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: {stack}: {error}", file=sys.stderr)
             status = 1
         except Exception as error:  # noqa: BLE001 - the program's own failure is the answer
-            print(f"{PROG}: {stack}: the program failed: {error}", file=sys.stderr)
+            print(
+                operator_line(PROG, f"error: {stack}: the program failed: {error}"), file=sys.stderr
+            )
             status = 1
     text = "\n".join(texts)
     if args.out:

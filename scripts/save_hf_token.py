@@ -65,6 +65,7 @@ from huggingface_hub.errors import (  # noqa: E402
 )
 
 from components.google_credentials import ACCESS_TOKEN_ENV, google_credentials  # noqa: E402
+from components.messages import operator_line  # noqa: E402
 
 PROG = "save_hf_token"
 ENDPOINT_ENV = "SECRET_MANAGER_API_ENDPOINT"
@@ -99,7 +100,8 @@ class Failure(Exception):
 
 
 def log(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One stderr line; errors and warnings follow components/messages.py."""
+    print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -263,6 +263,9 @@ def test_image_and_port_come_from_the_stack_file(tmp_path: Path) -> None:
     stack_file.write_text("config:\n  tpu-vllm:vllm:\n    port: http\n")
     with pytest.raises(bench.Failure, match="must be a port number"):
         bench.read_server("x", stack_file)
+    stack_file.write_text("config:\n  tpu-vllm:vllm:\n    port:\n")  # YAML null
+    with pytest.raises(bench.Failure, match=r"must be a port number, not null$"):
+        bench.read_server("x", stack_file)
     stack_file.write_text("config:\n  gcp:project: p\n")  # no vllm section: the defaults
     assert bench.read_server("x", stack_file) == bench.Server("vllm/vllm-tpu:nightly", 8000)
 
@@ -458,6 +461,7 @@ def test_dry_run_needs_no_pulumi_cli(
     code, out, err = run_bench(["mine", "--dry-run", "--stack-file", str(stack_file)], capsys)
     assert code == 2
     assert "has no `tpu-vllm:model.id`" in err
+    assert err.strip().startswith("bench: error: ") and err.strip().endswith(".")
     code, out, err = run_bench(["nosuchstack", "--dry-run"], capsys)
     assert code == 2
     assert "no stack file" in err and "Pulumi.nosuchstack.yaml" in err

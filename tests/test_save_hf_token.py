@@ -298,6 +298,10 @@ def assert_one_line_error(result: Result) -> str:
     assert result.stdout == ""
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1, result.stderr
+    # components/messages.py: an error is a sentence, and never shows Python's None.
+    assert errors[0].startswith("save_hf_token: error: ")
+    assert errors[0].endswith("."), errors[0]
+    assert "None" not in errors[0]
     return errors[0]
 
 
