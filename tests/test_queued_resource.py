@@ -34,6 +34,7 @@ FAST = {
 }
 SA_EMAIL = "tpu-vllm-v5e1@test-project.iam.gserviceaccount.com"
 REJECTION = 'FLEX_START provisioning model is not supported for accelerator type "v5litepod-1"'
+UNAVAILABLE_V6E = 'Accelerator type "v6e-4" is not available in zone southamerica-west1-a.'
 
 
 def stack_config(stack: str, **tpu_changes: Any) -> config_module.StackConfig:
@@ -163,7 +164,7 @@ def test_transient_429_and_503_are_retried(tpu_env: FakeTpuApi) -> None:
 
 def test_zone_failover_past_a_rejecting_zone(tpu_env: FakeTpuApi) -> None:
     zones = ["southamerica-west1-a", "us-east5-a", "europe-west4-a"]
-    tpu_env.set_zone(zones[0], "reject_invalid_argument", "v6e-4 is not available here")
+    tpu_env.set_zone(zones[0], "reject_invalid_argument", UNAVAILABLE_V6E)
     outs = outs_of(QueuedResourceProvider().create(props_for("v6e4")))
     assert outs["zone"] == "us-east5-a"
     assert outs["state"] == "ACTIVE"
@@ -172,13 +173,13 @@ def test_zone_failover_past_a_rejecting_zone(tpu_env: FakeTpuApi) -> None:
 
 def test_all_zones_failing_lists_each_zone_and_leaves_nothing(tpu_env: FakeTpuApi) -> None:
     tpu_env.seconds_per_run_second = 0.0005  # the 1800 s capacity wait lasts ~1 s
-    tpu_env.set_zone("southamerica-west1-a", "reject_invalid_argument", "not supported here")
+    tpu_env.set_zone("southamerica-west1-a", "reject_invalid_argument", UNAVAILABLE_V6E)
     tpu_env.set_zone("us-east5-a", "resource_exhausted", "Quota TPUV6E exceeded")
     tpu_env.set_zone("europe-west4-a", "never_capacity")
     with pytest.raises(Exception) as caught:
         QueuedResourceProvider().create(props_for("v6e4"))
     message = str(caught.value)
-    assert "southamerica-west1-a: INVALID_ARGUMENT" in message and "not supported here" in message
+    assert "southamerica-west1-a: INVALID_ARGUMENT" in message and UNAVAILABLE_V6E in message
     assert "us-east5-a: RESOURCE_EXHAUSTED" in message
     assert "europe-west4-a: FAILED" in message
     for zone in ("southamerica-west1-a", "us-east5-a", "europe-west4-a"):
@@ -286,14 +287,26 @@ def test_diff_replaces_on_spec_change_but_not_on_timing_or_kept_zone() -> None:
     assert "accelerator_type" in (provider.diff("id", olds, bigger).replaces or [])
     longer = provider.diff("id", olds, props_for("v6e4", maxRunDuration="8h"))
     assert "max_run_seconds" in (longer.replaces or [])
-    timing = props_for("v6e4")
-    timing["timing"] = {**timing["timing"], "poll_seconds": 30.0}
-    slower = provider.diff("id", olds, timing)
-    assert slower.changes and not slower.replaces
-    kept = provider.diff("id", olds, props_for("v6e4", zones=["us-east5-a"]))
-    assert not kept.replaces
     moved = provider.diff("id", olds, props_for("v6e4", zones=["europe-west4-a"]))
-    assert "zones" in (moved.replaces or [])
+    assert moved.changes and "zones" in (moved.replaces or [])
+
+
+def test_diff_reports_no_change_for_timing_or_zone_order_alone() -> None:
+    """Item 13: the provider host never declares preview support, so a `changes=True` update
+    previews with unknown outputs (a new host key, re-run fetch/start/ready) that `up` would
+    not perform. Only a spec change is a change; zones and timing are read at the next create."""
+    provider = QueuedResourceProvider()
+    olds = {**props_for("v6e4"), "zone": "us-east5-a", "state": "ACTIVE"}
+    zones = list(olds["zones"])
+    slower = props_for("v6e4")
+    slower["timing"] = {**slower["timing"], "poll_seconds": 30.0, "iam_wait_seconds": 60.0}
+    reordered = props_for("v6e4", zones=list(reversed(zones)))
+    kept = props_for("v6e4", zones=["us-east5-a"])
+    added = props_for("v6e4", zones=[*zones, "asia-northeast1-b"])
+    for news in (slower, reordered, kept, added):
+        diff = provider.diff("id", olds, news)
+        assert not diff.changes, news["zones"]
+        assert not diff.replaces
 
 
 def test_check_reports_missing_run_limit() -> None:
