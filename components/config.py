@@ -9,7 +9,6 @@ read Pulumi config themselves.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import ipaddress
 import json
 import re
@@ -22,6 +21,7 @@ import pulumi
 
 from components import catalog
 from components.catalog import Chip, Provisioning
+from components.messages import closest, sentence, show
 
 NAMESPACE = "tpu-vllm"
 
@@ -130,7 +130,8 @@ class ConfigError(pulumi.RunError):
     """Bad stack configuration. A RunError, so Pulumi prints the message without a traceback."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
+        # Each problem is a sentence ending with a period (components/messages.py).
+        self.problems = [sentence(p) for p in problems]
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(
             f"tpu-vllm: the stack configuration has {len(self.problems)} problem(s); "
@@ -293,19 +294,32 @@ class _Reader:
             self.fail("", raw, f"not an object. Fix: set its keys, e.g. `{self.key('KEY')}`")
         for key in self.values:
             if key not in KEYS[section]:
-                close = difflib.get_close_matches(key, list(KEYS[section]), n=1)
-                hint = f"Fix: did you mean `{close[0]}`?" if close else "Fix: remove it"
+                close = closest(key, KEYS[section])
+                hint = f"Fix: did you mean `{close}`?" if close else "Fix: remove it."
                 self.fail(
                     key,
                     self.values[key],
-                    f"unknown key; {hint} Known keys: {', '.join(KEYS[section])}",
+                    f"unknown key. {hint} Known keys: {', '.join(KEYS[section])}",
                 )
 
     def key(self, name: str) -> str:
         return f"{NAMESPACE}:{self.section}.{name}" if name else f"{NAMESPACE}:{self.section}"
 
     def fail(self, name: str, value: Any, fix: str) -> None:
-        self.problems.append(f"{self.key(name)} = {_show(value)}: {fix}")
+        """Record `KEY = VALUE: what is wrong. Fix: ...`; an absent value "is not set"."""
+        shown = "is not set" if value is None else f"= {show(value)}"
+        self.problems.append(f"{self.key(name)} {shown}: {fix}")
+
+    def fail_choice(
+        self, name: str, value: Any, what: str, choices: Sequence[str], note: str = ""
+    ) -> None:
+        """An unknown enum value: a did-you-mean for a near miss, and the valid values."""
+        listing = " | ".join(choices)
+        match = closest(value, choices)
+        fix = (
+            f"Fix: did you mean `{match}`? Valid: {listing}" if match else f"Fix: one of {listing}"
+        )
+        self.fail(name, value, f"unknown {what}{f' ({note})' if note else ''}. {fix}")
 
     def get(self, name: str, convert: Callable[[Any], T], default: T, what: str) -> T:
         """Convert a present value, or return the default; a bad value is recorded."""
@@ -321,10 +335,6 @@ class _Reader:
                 f"expected {what}. Fix: `pulumi config set --path '{self.key(name)}' ...`",
             )
             return default
-
-
-def _show(value: Any) -> str:
-    return json.dumps(value) if not isinstance(value, str) else repr(value)
 
 
 def _format_number(value: float) -> str:
@@ -384,7 +394,7 @@ def parse_stack_config(
     warnings: list[str] = []
     if not project or not project.strip():
         problems.append(
-            f"gcp:project = {_show(project or '')}: a GCP project is required. Fix: "
+            f"gcp:project = {show(project or '')}: a GCP project is required. Fix: "
             f"`pulumi config set gcp:project YOUR_PROJECT -s {stack}`."
         )
     tpu_r = _Reader("tpu", sections.get("tpu"), problems)
@@ -494,23 +504,15 @@ def _parse_chip(r: _Reader) -> Chip | None:
     name = normalize_chip(str(raw))
     chip = catalog.CHIPS.get(name)
     if chip is None:
-        r.fail(
-            "chip",
-            raw,
-            f"unknown chip. Fix: one of {', '.join(catalog.CHIPS)} "
-            "(gcloud's v5litepod-N spelling is accepted too)",
-        )
+        note = "gcloud's v5litepod-N spelling is accepted too"
+        r.fail_choice("chip", raw, "chip", list(catalog.CHIPS), note)
     return chip
 
 
 def _parse_provisioning(r: _Reader) -> Provisioning | None:
     raw = r.values.get("provisioning", "flex-start")
     if raw not in PROVISIONING_MODELS:
-        r.fail(
-            "provisioning",
-            raw,
-            f"unknown provisioning model. Fix: one of {' | '.join(PROVISIONING_MODELS)}",
-        )
+        r.fail_choice("provisioning", raw, "provisioning model", PROVISIONING_MODELS)
         return None
     return cast(Provisioning, raw)
 
@@ -531,6 +533,8 @@ def _parse_max_run(r: _Reader, provisioning: Provisioning | None) -> int | None:
     except ValueError:
         r.fail("maxRunDuration", raw, "not a duration. Fix: write it like 4h, 90m, 2d or 1h30m")
         return None
+    if provisioning is None:
+        return None  # the provisioning model itself is wrong, and reported
     if provisioning != "flex-start":
         r.fail(
             "maxRunDuration",
@@ -636,12 +640,8 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
         )
     dtype = r.get("dtype", _as_str, "bfloat16", "a dtype such as bfloat16")
     if dtype not in catalog.MODEL_DTYPES:
-        r.fail(
-            "dtype",
-            dtype,
-            f"unknown dtype. Fix: one of {sorted(catalog.MODEL_DTYPES)} "
-            "(bf16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2)",
-        )
+        note = "bfloat16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2"
+        r.fail_choice("dtype", dtype, "dtype", sorted(catalog.MODEL_DTYPES), note)
     kv = r.get("kvCacheDtype", _as_str, "auto", "a KV-cache dtype such as auto")
     _check_kv_cache_dtype(r, kv)
     max_model_len = r.get("maxModelLen", _as_int, None, "a token count, e.g. 32768")
@@ -718,7 +718,7 @@ def _check_kv_cache_dtype(r: _Reader, kv: str) -> None:
     elif kv in catalog.KV_CACHE_DTYPES_REJECTED_BY_CLI:
         r.fail("kvCacheDtype", kv, f"rejected by vLLM's CLI (seed 000 Part 2). Fix: one of {known}")
     else:
-        r.fail("kvCacheDtype", kv, f"unknown KV-cache dtype. Fix: one of {known}")
+        r.fail_choice("kvCacheDtype", kv, "KV-cache dtype", sorted(catalog.KV_CACHE_DTYPES))
 
 
 def _parse_mm_limits(r: _Reader) -> tuple[tuple[str, int], ...] | None:

@@ -56,6 +56,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
 
+from components.messages import operator_line  # noqa: E402
 from scripts import pulumi_cli  # noqa: E402
 
 PROG = "smoke_test"
@@ -97,7 +98,8 @@ class SetupError(Exception):
 
 
 def log(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One stderr line; errors and warnings follow components/messages.py."""
+    print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
 def one_line(text: object) -> str:
@@ -105,11 +107,12 @@ def one_line(text: object) -> str:
 
 
 def show(text: object, limit: int = SHOW_CHARS) -> str:
-    """``text`` as a short quoted one-liner (server output is untrusted and may be long)."""
-    value = str(text)
+    """``text`` as a short quoted one-liner (server output is untrusted and may be long); a
+    JSON value that is not a string as JSON (``null``, never Python's ``None``)."""
+    value = text if isinstance(text, str) else json.dumps(text, default=str)
     if len(value) > limit:
         value = value[:limit] + "..."
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False) if isinstance(text, str) else value
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,7 +458,7 @@ class Tester:
                 name,
                 False,
                 took,
-                f"no tool_calls in the answer (finish_reason {finish_reason!r}, content "
+                f"no tool_calls in the answer (finish_reason {show(finish_reason)}, content "
                 f"{show(message.get('content'), 60)}): the model did not call {TOOL_NAME} or the "
                 "server's --tool-call-parser did not recognise the call",
             )
@@ -465,7 +468,7 @@ class Tester:
         problems: list[str] = []
         called = function.get("name")
         if called != TOOL_NAME:
-            problems.append(f"called {called!r}, expected {TOOL_NAME!r}")
+            problems.append(f"called {show(called)}, expected {show(TOOL_NAME)}")
         arguments = function.get("arguments")
         shown_args = ""
         if not isinstance(arguments, str):
@@ -477,19 +480,25 @@ class Tester:
             try:
                 parsed = json.loads(arguments)
             except ValueError:
-                problems.append(f"arguments are not JSON: {arguments[:SHOW_CHARS]!r}")
+                problems.append(f"arguments are not JSON: {show(arguments)}")
             else:
                 shown_args = json.dumps(parsed, ensure_ascii=False)[:SHOW_CHARS]
                 if not isinstance(parsed, dict):
                     problems.append(f"arguments are not a JSON object: {shown_args}")
                 elif TOOL_ARGUMENT not in parsed:
-                    problems.append(f"arguments have no {TOOL_ARGUMENT!r}: {shown_args}")
+                    problems.append(f"arguments have no {show(TOOL_ARGUMENT)}: {shown_args}")
                 elif not isinstance(parsed[TOOL_ARGUMENT], str) or not parsed[TOOL_ARGUMENT]:
-                    problems.append(f"{TOOL_ARGUMENT!r} is not a non-empty string: {shown_args}")
+                    problems.append(
+                        f"{show(TOOL_ARGUMENT)} is not a non-empty string: {shown_args}"
+                    )
         if call.get("type") != "function":
-            problems.append(f"tool_calls[0].type is {call.get('type')!r}, expected 'function'")
+            problems.append(
+                f"tool_calls[0].type is {show(call.get('type'))}, expected {show('function')}"
+            )
         if finish_reason != "tool_calls":
-            problems.append(f"finish_reason is {finish_reason!r}, expected 'tool_calls'")
+            problems.append(
+                f"finish_reason is {show(finish_reason)}, expected {show('tool_calls')}"
+            )
         if problems:
             return Result(name, False, took, "; ".join(problems))
         return Result(name, True, took, f"{TOOL_NAME}({shown_args})")

@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.fakes.metadata_server",
     "tests.fakes.ssh_host",
     "tests.fakes.fake_pulumi",
+    "tests.fakes.hf_hub",
     "tests.fakes.resource_manager",
 ]
 

@@ -77,8 +77,14 @@ def node_with_secrets(
     return host, version
 
 
-def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
-    done = host.run(commands("v5e1", changes)[START])
+def on_host(host: SshHost, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`changes` plus the host's own free port as `vllm.port`: the fake vLLM binds it, so two
+    test runs on one machine never collide on vLLM's default 8000."""
+    return {"tpu-vllm:vllm.port": host.vllm_port, **(changes or {})}
+
+
+def start(host: SshHost, changes: Mapping[str, Any] | None = None) -> str:
+    done = host.run(commands("v5e1", on_host(host, changes))[START])
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode().strip()
 
@@ -90,11 +96,11 @@ class Readiness:
         self,
         host: SshHost,
         container_id: str,
-        changes: dict[str, Any] | None,
+        changes: Mapping[str, Any] | None,
         *,
         heartbeat: float | None = None,
     ) -> None:
-        text = commands("v5e1", changes, start_stdout=container_id)[READY]
+        text = commands("v5e1", on_host(host, changes), start_stdout=container_id)[READY]
         if heartbeat is not None:  # the program's text, with only the interval shortened
             flag = f"--heartbeat {READINESS_HEARTBEAT_SECONDS}"
             assert flag in text, "the readiness command lost its heartbeat flag"

@@ -76,12 +76,15 @@ class Scenario(_ScenarioRequired, total=False):
     ``speed``: fixture seconds per wall-clock second (2000 turns an 857 s boot into 0.43 s).
     ``exit_at``: fixture time at which the container dies silently; ``exit_code`` (default 137).
     ``restart_log``: log replayed after a restart (default: ``log``).
+    ``health_status``: what ``GET /health`` answers once the server listens (default 200; 503
+    is vLLM's answer when its engine has died).
     """
 
     speed: float
     exit_at: float
     exit_code: int
     restart_log: str
+    health_status: int
 
 
 class SshHostFactory(Protocol):
@@ -126,6 +129,7 @@ class FakeDocker:
         exit_at: float | None = None,
         exit_code: int | None = None,
         restart_log: str | None = None,
+        health_status: int | None = None,
     ) -> None:
         """Every following ``docker run`` replays ``log`` at ``speed``x."""
         scenario: Scenario = {"log": log, "speed": speed}
@@ -135,6 +139,8 @@ class FakeDocker:
             scenario["exit_code"] = exit_code
         if restart_log is not None:
             scenario["restart_log"] = restart_log
+        if health_status is not None:
+            scenario["health_status"] = health_status
         self._write("scenario.json", scenario)
 
     def set_scenarios(self, scenarios: Sequence[Scenario]) -> None:
@@ -353,7 +359,9 @@ class SshHost:
     AAAA...``, what ``ConnectionArgs.host_key`` pins); ``home`` (the remote ``~``);
     ``root_home`` (``~`` under the fake sudo); ``docker_state`` and ``docker`` (the fake
     daemon's state dir and its test-side handle); ``env`` (everything sshd ``SetEnv``s);
-    ``sshd_log`` (sshd's own log, handy when a connection fails).
+    ``sshd_log`` (sshd's own log, handy when a connection fails); ``vllm_port`` (a free
+    loopback port for this VM's fake vLLM: tests set the stack's ``vllm.port`` to it, so two
+    test runs on one machine never both bind vLLM's default 8000).
     """
 
     host: str
@@ -368,6 +376,7 @@ class SshHost:
     env: dict[str, str]
     workdir: Path
     sshd_log: Path
+    vllm_port: int
 
     def __init__(self) -> None:  # use SshHost.start()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -395,6 +404,7 @@ class SshHost:
             raise RuntimeError(f"missing {missing}; install with: {APT_HINT}")
         self = cls()
         self.host = HOST
+        self.vllm_port = _free_port()
         # The SSH user runs the fake bin/ from here: pick a base that is not mounted noexec.
         base = os.environ.get("TPU_VLLM_SSH_TMPDIR")
         self.workdir = Path(tempfile.mkdtemp(prefix="tpu-vllm-sshd-", dir=base))
