@@ -3,8 +3,10 @@
 import pulumi
 
 from components.config import load_stack_config
+from components.dns import EndpointName, require_managed_zone
 from components.host_key import NodeHostKey
 from components.outputs import object_or_empty, text_or_empty
+from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs, require_hf_token_secret
 from components.ssh import SshIdentity, ssh_command
 from components.tpu import FlexStartTpu, FlexStartTpuArgs
@@ -14,6 +16,7 @@ config = load_stack_config()
 for warning in config.warnings:
     pulumi.log.warn(warning)
 require_hf_token_secret(config)
+managed_zone = require_managed_zone(config)
 
 ssh = SshIdentity("ssh")
 tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=ssh.metadata))
@@ -25,6 +28,11 @@ host_key = NodeHostKey(
     opts=pulumi.ResourceOptions(parent=tpu),
 )
 connection = ssh.connection(tpu.external_ip, host_key.host_key)
+name = (
+    EndpointName("endpoint-name", config, managed_zone, tpu.external_ip)
+    if managed_zone is not None
+    else None
+)
 secrets = NodeSecrets(
     "secrets",
     NodeSecretsArgs(
@@ -36,7 +44,11 @@ secrets = NodeSecrets(
 server = VllmServer(
     "vllm",
     VllmServerArgs(
-        config=config, connection=connection, host=tpu.external_ip, after=[secrets.fetch]
+        config=config,
+        connection=connection,
+        host=tpu.external_ip,
+        hostname=name.hostname if name is not None else None,
+        after=[secrets.fetch],
     ),
 )
 
@@ -44,6 +56,7 @@ server = VllmServer(
 # ever None, which the engine would drop: "" / {} mean "not applicable", and the two optional
 # outputs are exported only when they have a value.
 pulumi.export("endpoint", server.endpoint)
+pulumi.export("endpoint_ip", server.endpoint_ip)
 pulumi.export("openai_base_url", server.openai_base_url)
 pulumi.export("model", config.model.id)
 pulumi.export("api_key", secrets.api_key)
@@ -55,6 +68,7 @@ pulumi.export("node", tpu.node)
 pulumi.export("external_ip", text_or_empty(tpu.external_ip))
 pulumi.export("internal_ip", text_or_empty(tpu.internal_ip))
 pulumi.export("expires_at", text_or_empty(tpu.expires_at))
+pulumi.export("renew_command", renew_command(config.stack))
 pulumi.export("ssh_command", ssh_command(config.stack, tpu.external_ip))
 pulumi.export("ssh_private_key", ssh.private_key_openssh)
 pulumi.export("ssh_host_key", text_or_empty(host_key.host_key))
@@ -65,3 +79,7 @@ pulumi.export("hbm", object_or_empty(server.hbm))
 pulumi.export("startup_seconds", server.startup_seconds)  # optional: None (absent) if unrecorded
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())
+
+tpu.expires_at.apply(
+    lambda at: pulumi.log.info(expiry_notice(config.stack, config.tpu.max_run_seconds, at))
+)

@@ -9,7 +9,6 @@ read Pulumi config themselves.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import ipaddress
 import json
 import re
@@ -22,6 +21,7 @@ import pulumi
 
 from components import catalog
 from components.catalog import Chip, Provisioning
+from components.messages import closest, sentence, show
 
 NAMESPACE = "tpu-vllm"
 
@@ -62,9 +62,14 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "sshCidrs": "who may reach port 22; default allowedCidrs",
         "hfTokenSecret": "Secret Manager secret holding the Hugging Face token",
         "allowUnverifiedHostKey": "connect without verifying the node's SSH host key",
+        "network": "VPC network of the node and its firewall rules; default `default`",
     },
     "cost": {
         "hourlyUsd": "override of the catalog's hourly price for the whole slice",
+    },
+    "dns": {
+        "managedZone": "an existing Cloud DNS managed zone in the project, for a stable name",
+        "name": "the record's name inside that zone; default the stack name",
     },
 }
 
@@ -75,6 +80,8 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM us
 DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
+#: The auto-mode network most projects have; some have none, hence `access.network`.
+DEFAULT_NETWORK = "default"
 # seed 000 §1.1 `gcloud secrets create hf-token`.
 PROVISIONING_MODELS: tuple[Provisioning, ...] = ("flex-start", "spot", "on-demand")
 
@@ -107,6 +114,13 @@ FORBIDDEN_FLAGS: Mapping[str, str] = {
 _DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _SECRET_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+# A network of the stack's project, named as Compute Engine names resources (RFC 1035). The
+# firewall rules are created in the same project, so another project's network is not accepted.
+_NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+# Cloud DNS: a managed zone's name is 1-63 of [a-z0-9-], starting with a letter and not ending
+# with a dash; a record name is dot-separated labels of 1-63 of [a-z0-9-] (RFC 1123 host names).
+_MANAGED_ZONE_RE = _NETWORK_RE  # Compute Engine's naming rule again
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DOC_NETS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
@@ -116,7 +130,8 @@ class ConfigError(pulumi.RunError):
     """Bad stack configuration. A RunError, so Pulumi prints the message without a traceback."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
+        # Each problem is a sentence ending with a period (components/messages.py).
+        self.problems = [sentence(p) for p in problems]
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(
             f"tpu-vllm: the stack configuration has {len(self.problems)} problem(s); "
@@ -190,6 +205,17 @@ class AccessSettings:
     ssh_cidrs: tuple[str, ...]
     hf_token_secret: str
     allow_unverified_host_key: bool
+    #: The VPC network: the node's `networkConfig.network` and the firewall rules' network.
+    network: str = DEFAULT_NETWORK
+
+
+@dataclass(frozen=True)
+class DnsSettings:
+    """A stable name for the endpoint: an A record `name.ZONE_DNS_NAME` in `managed_zone`."""
+
+    managed_zone: str
+    #: Relative to the zone: `v5e1` becomes `v5e1.models.example.com.`.
+    name: str
 
 
 @dataclass(frozen=True)
@@ -203,6 +229,8 @@ class StackConfig:
     vllm: VllmSettings
     access: AccessSettings
     hourly_cost_usd: float
+    #: None: clients reach the node by its IP, which changes with every renewal.
+    dns: DnsSettings | None = None
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -266,19 +294,32 @@ class _Reader:
             self.fail("", raw, f"not an object. Fix: set its keys, e.g. `{self.key('KEY')}`")
         for key in self.values:
             if key not in KEYS[section]:
-                close = difflib.get_close_matches(key, list(KEYS[section]), n=1)
-                hint = f"Fix: did you mean `{close[0]}`?" if close else "Fix: remove it"
+                close = closest(key, KEYS[section])
+                hint = f"Fix: did you mean `{close}`?" if close else "Fix: remove it."
                 self.fail(
                     key,
                     self.values[key],
-                    f"unknown key; {hint} Known keys: {', '.join(KEYS[section])}",
+                    f"unknown key. {hint} Known keys: {', '.join(KEYS[section])}",
                 )
 
     def key(self, name: str) -> str:
         return f"{NAMESPACE}:{self.section}.{name}" if name else f"{NAMESPACE}:{self.section}"
 
     def fail(self, name: str, value: Any, fix: str) -> None:
-        self.problems.append(f"{self.key(name)} = {_show(value)}: {fix}")
+        """Record `KEY = VALUE: what is wrong. Fix: ...`; an absent value "is not set"."""
+        shown = "is not set" if value is None else f"= {show(value)}"
+        self.problems.append(f"{self.key(name)} {shown}: {fix}")
+
+    def fail_choice(
+        self, name: str, value: Any, what: str, choices: Sequence[str], note: str = ""
+    ) -> None:
+        """An unknown enum value: a did-you-mean for a near miss, and the valid values."""
+        listing = " | ".join(choices)
+        match = closest(value, choices)
+        fix = (
+            f"Fix: did you mean `{match}`? Valid: {listing}" if match else f"Fix: one of {listing}"
+        )
+        self.fail(name, value, f"unknown {what}{f' ({note})' if note else ''}. {fix}")
 
     def get(self, name: str, convert: Callable[[Any], T], default: T, what: str) -> T:
         """Convert a present value, or return the default; a bad value is recorded."""
@@ -294,10 +335,6 @@ class _Reader:
                 f"expected {what}. Fix: `pulumi config set --path '{self.key(name)}' ...`",
             )
             return default
-
-
-def _show(value: Any) -> str:
-    return json.dumps(value) if not isinstance(value, str) else repr(value)
 
 
 def _format_number(value: float) -> str:
@@ -357,7 +394,7 @@ def parse_stack_config(
     warnings: list[str] = []
     if not project or not project.strip():
         problems.append(
-            f"gcp:project = {_show(project or '')}: a GCP project is required. Fix: "
+            f"gcp:project = {show(project or '')}: a GCP project is required. Fix: "
             f"`pulumi config set gcp:project YOUR_PROJECT -s {stack}`."
         )
     tpu_r = _Reader("tpu", sections.get("tpu"), problems)
@@ -365,6 +402,7 @@ def parse_stack_config(
     vllm_r = _Reader("vllm", sections.get("vllm"), problems)
     access_r = _Reader("access", sections.get("access"), problems)
     cost_r = _Reader("cost", sections.get("cost"), problems)
+    dns_r = _Reader("dns", sections.get("dns"), problems)
 
     chip = _parse_chip(tpu_r)
     provisioning = _parse_provisioning(tpu_r)
@@ -379,6 +417,7 @@ def parse_stack_config(
     hourly_override = cost_r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
     if hourly_override is not None and hourly_override <= 0:
         cost_r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
+    dns = _parse_dns(dns_r, stack)
 
     if chip is not None and model is not None and vllm is not None:
         _check_fit(chip, model, vllm, problems)
@@ -408,8 +447,53 @@ def parse_stack_config(
         vllm=vllm,
         access=access,
         hourly_cost_usd=round(hourly, 4),
+        dns=dns,
         warnings=tuple(warnings),
     )
+
+
+def _parse_dns(r: _Reader, stack: str) -> DnsSettings | None:
+    """Both keys are optional; a name without a zone is a mistake, not a silent no-op."""
+    zone = r.get("managedZone", _as_str, None, "a Cloud DNS managed zone name")
+    name = r.get("name", _as_str, None, "a host name such as v5e1")
+    if zone is None:
+        if name is not None:
+            r.fail(
+                "name",
+                name,
+                f"has no effect without `{r.key('managedZone')}`. Fix: set the managed zone "
+                f"(`pulumi config set --path '{r.key('managedZone')}' ZONE`) or remove the key",
+            )
+        return None
+    if not _MANAGED_ZONE_RE.match(zone):
+        r.fail(
+            "managedZone",
+            zone,
+            "not a Cloud DNS managed zone name (1-63 lower-case letters, digits and dashes, "
+            "starting with a letter). Fix: the zone's NAME from `gcloud dns managed-zones list`, "
+            "not its DNS name",
+        )
+        return None
+    if name is None:
+        name = stack.lower()
+        if not all(_DNS_LABEL_RE.match(label) for label in name.split(".")):
+            r.fail(
+                "name",
+                None,
+                f"the default, the stack name {stack!r}, is not a valid host name. Fix: "
+                f"`pulumi config set --path '{r.key('name')}' NAME` with letters, digits and "
+                "dashes",
+            )
+            return None
+    elif not all(_DNS_LABEL_RE.match(label) for label in name.split(".")):
+        r.fail(
+            "name",
+            name,
+            "not a host name relative to the zone (dot-separated labels of lower-case letters, "
+            "digits and dashes, at most 63 each). Fix: e.g. v5e1 or api.v5e1",
+        )
+        return None
+    return DnsSettings(managed_zone=zone, name=name)
 
 
 def _parse_chip(r: _Reader) -> Chip | None:
@@ -420,23 +504,15 @@ def _parse_chip(r: _Reader) -> Chip | None:
     name = normalize_chip(str(raw))
     chip = catalog.CHIPS.get(name)
     if chip is None:
-        r.fail(
-            "chip",
-            raw,
-            f"unknown chip. Fix: one of {', '.join(catalog.CHIPS)} "
-            "(gcloud's v5litepod-N spelling is accepted too)",
-        )
+        note = "gcloud's v5litepod-N spelling is accepted too"
+        r.fail_choice("chip", raw, "chip", list(catalog.CHIPS), note)
     return chip
 
 
 def _parse_provisioning(r: _Reader) -> Provisioning | None:
     raw = r.values.get("provisioning", "flex-start")
     if raw not in PROVISIONING_MODELS:
-        r.fail(
-            "provisioning",
-            raw,
-            f"unknown provisioning model. Fix: one of {' | '.join(PROVISIONING_MODELS)}",
-        )
+        r.fail_choice("provisioning", raw, "provisioning model", PROVISIONING_MODELS)
         return None
     return cast(Provisioning, raw)
 
@@ -457,6 +533,8 @@ def _parse_max_run(r: _Reader, provisioning: Provisioning | None) -> int | None:
     except ValueError:
         r.fail("maxRunDuration", raw, "not a duration. Fix: write it like 4h, 90m, 2d or 1h30m")
         return None
+    if provisioning is None:
+        return None  # the provisioning model itself is wrong, and reported
     if provisioning != "flex-start":
         r.fail(
             "maxRunDuration",
@@ -562,12 +640,8 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
         )
     dtype = r.get("dtype", _as_str, "bfloat16", "a dtype such as bfloat16")
     if dtype not in catalog.MODEL_DTYPES:
-        r.fail(
-            "dtype",
-            dtype,
-            f"unknown dtype. Fix: one of {sorted(catalog.MODEL_DTYPES)} "
-            "(bf16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2)",
-        )
+        note = "bfloat16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2"
+        r.fail_choice("dtype", dtype, "dtype", sorted(catalog.MODEL_DTYPES), note)
     kv = r.get("kvCacheDtype", _as_str, "auto", "a KV-cache dtype such as auto")
     _check_kv_cache_dtype(r, kv)
     max_model_len = r.get("maxModelLen", _as_int, None, "a token count, e.g. 32768")
@@ -644,7 +718,7 @@ def _check_kv_cache_dtype(r: _Reader, kv: str) -> None:
     elif kv in catalog.KV_CACHE_DTYPES_REJECTED_BY_CLI:
         r.fail("kvCacheDtype", kv, f"rejected by vLLM's CLI (seed 000 Part 2). Fix: one of {known}")
     else:
-        r.fail("kvCacheDtype", kv, f"unknown KV-cache dtype. Fix: one of {known}")
+        r.fail_choice("kvCacheDtype", kv, "KV-cache dtype", sorted(catalog.KV_CACHE_DTYPES))
 
 
 def _parse_mm_limits(r: _Reader) -> tuple[tuple[str, int], ...] | None:
@@ -710,6 +784,14 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
             "not a Secret Manager secret id. Fix: letters, digits, _ and -, at most 255",
         )
     unverified = r.get("allowUnverifiedHostKey", _as_bool, False, "true or false")
+    network = r.get("network", _as_str, DEFAULT_NETWORK, "a VPC network name")
+    if not _NETWORK_RE.match(network):
+        r.fail(
+            "network",
+            network,
+            "not a VPC network name. Fix: the name of a network in gcp:project (lowercase "
+            "letters, digits and -, e.g. default; `gcloud compute networks list` shows them)",
+        )
     if len(r.problems) != before or allowed is None:
         return None
     for cidr in allowed + (ssh or ()):
@@ -720,12 +802,12 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
                 "from; replace it with your own network before relying on the endpoint."
             )
     if ssh is None:
+        # The deployer dials port 22: outside these ranges, `up` fails after ~10 minutes of a
+        # billing TPU. Kept short: the plan shows warnings one per line.
         warnings.append(
-            f"{NAMESPACE}:access.sshCidrs is not set, so port 22 admits only "
-            f"access.allowedCidrs ({', '.join(allowed)}). The machine that runs `pulumi up` "
-            "connects to the node over SSH: if its address is not inside access.sshCidrs, the "
-            "run dials for about 10 minutes on a billing TPU and then fails. Fix: `pulumi config "
-            f"set --path '{NAMESPACE}:access.sshCidrs[0]' YOUR.ADDRESS/32`."
+            f"{NAMESPACE}:access.sshCidrs is not set, so SSH admits only allowedCidrs "
+            f"({', '.join(allowed)}); from outside, `pulumi up` fails after ~10 min. "
+            f"Fix: set {NAMESPACE}:access.sshCidrs to YOUR.IP/32."
         )
     return AccessSettings(
         allowed_cidrs=allowed,
@@ -733,6 +815,7 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
         ssh_cidrs=ssh if ssh is not None else allowed,
         hf_token_secret=secret,
         allow_unverified_host_key=unverified,
+        network=network,
     )
 
 

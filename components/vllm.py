@@ -38,6 +38,8 @@ class VllmServerArgs:
     config: StackConfig
     connection: command.remote.ConnectionArgs
     host: pulumi.Input[str | None]
+    #: The stable name clients use (`dns.*`), else None: the endpoint then names `host`.
+    hostname: pulumi.Input[str] | None = None
     #: Commands that must finish first (the secret fetch); a change in them restarts the server.
     after: Sequence[command.remote.Command] = field(default_factory=list)
 
@@ -46,6 +48,7 @@ class VllmServer(pulumi.ComponentResource):
     """The vLLM container on the node, and proof that it serves."""
 
     endpoint: pulumi.Output[str]
+    endpoint_ip: pulumi.Output[str]
     openai_base_url: pulumi.Output[str]
     startup_seconds: pulumi.Output[float | None]
     hbm: pulumi.Output[dict[str, float] | None]
@@ -62,6 +65,9 @@ class VllmServer(pulumi.ComponentResource):
             # New secrets (a rotated API key) need a new container to take effect.
             triggers=[c.create for c in args.after],
             logging=command.remote.Logging.STDOUT_AND_STDERR,
+            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
+            # sshd refuses without AcceptEnv, logging a warning every time.
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
         )
         self.ready = command.remote.Command(
@@ -71,21 +77,30 @@ class VllmServer(pulumi.ComponentResource):
                 lambda stdout: remote_scripts.readiness_script(config, stdout, CONTAINER)
             ),
             logging=command.remote.Logging.STDOUT_AND_STDERR,
+            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
+            # sshd refuses without AcceptEnv, logging a warning every time.
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
         )
         result = self.ready.stdout.apply(parse_ready)
         self.startup_seconds = result.apply(lambda r: r.get("startup_seconds"))
         self.hbm = result.apply(lambda r: r.get("hbm"))
         port = config.vllm.port
+
         # Depending on `ready` means consumers never see an endpoint that does not serve yet.
-        # "" when the node has no address (the output contract's empty value, never `None`).
-        self.endpoint = pulumi.Output.all(args.host, self.ready.stdout).apply(
-            lambda parts: f"http://{parts[0]}:{port}" if parts[0] else ""
-        )
+        # "" when the node has no address: the output contract's empty value, never `None`.
+        def url_of(host: pulumi.Input[str | None]) -> pulumi.Output[str]:
+            return pulumi.Output.all(host, self.ready.stdout).apply(
+                lambda parts: f"http://{parts[0]}:{port}" if parts[0] else ""
+            )
+
+        self.endpoint_ip = url_of(args.host)
+        self.endpoint = self.endpoint_ip if args.hostname is None else url_of(args.hostname)
         self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1" if url else "")
         self.register_outputs(
             {
                 "endpoint": self.endpoint,
+                "endpoint_ip": self.endpoint_ip,
                 "openai_base_url": self.openai_base_url,
                 "startup_seconds": self.startup_seconds,
                 "hbm": self.hbm,

@@ -26,12 +26,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from components.queued_resource import Timing  # noqa: E402
+from components.ssh import dial_budget_seconds  # noqa: E402
 from scripts.plan import PLACEHOLDER_PROJECT, after_apply  # noqa: E402
 from scripts.program_runner import ProgramRun, run_program, stack_file_config  # noqa: E402
 
-#: pulumi-command 1.2.1 sleeps between failed dials with a backoff capped at 5 s, so one failed
-#: dial takes at most per_dial_timeout + 5 s.
-DIAL_BACKOFF_CAP_SECONDS = 5.0
 COMMAND = "command:remote:Command"
 DYNAMIC = "pulumi-python:dynamic:Resource"
 
@@ -58,7 +56,8 @@ class Budget:
 
     @property
     def ssh_s(self) -> float:
-        return self.dial_limit * (self.dial_timeout_s + DIAL_BACKOFF_CAP_SECONDS)
+        """pulumi-command's dial retries when every dial times out (components/ssh.py)."""
+        return dial_budget_seconds(self.dial_limit, self.dial_timeout_s)
 
     @property
     def after_capacity_s(self) -> float:
@@ -169,9 +168,9 @@ def render_table(stacks: list[str]) -> str:
         ),
         ("SSH host key (guest attributes)", [duration(b.host_key_s) for b in budgets]),
         (
-            "first SSH connection (dials x (timeout + 5 s backoff))",
+            "first SSH connection, every dial timing out",
             [
-                f"{b.dial_limit} x {b.dial_timeout_s:g} s + backoff = {duration(b.ssh_s)}"
+                f"{b.dial_limit + 1} dials x {b.dial_timeout_s:g} s + backoff = {duration(b.ssh_s)}"
                 for b in budgets
             ],
         ),

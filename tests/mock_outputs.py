@@ -14,6 +14,10 @@ from pulumi.runtime import mocks
 EXTERNAL_IP = "203.0.113.10"
 INTERNAL_IP = "10.128.0.7"
 EXPIRES_AT = "2026-11-29T18:00:00Z"
+# The Cloud DNS managed zones that exist in the test project: name -> DNS name.
+MANAGED_ZONE = "tpu-vllm-test"
+ZONE_DNS_NAME = "models.example.com."
+MANAGED_ZONES = {MANAGED_ZONE: ZONE_DNS_NAME}
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyFromGuestAttributes0000000000000"
 # Sentinels: values that must only ever appear where secrets may.
 API_KEY_SENTINEL = "APIKEYSENTINEL0123456789abcdefghijklmnopqrstuvwxyzAB"

@@ -253,6 +253,48 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
     ),
     ("privileged port", "v5e1", {"tpu-vllm:vllm.port": 80}, "tpu-vllm:vllm.port", ["80"]),
     ("section not an object", "v5e1", {"tpu-vllm:tpu": "v5e-1"}, "tpu-vllm:tpu", ["not an object"]),
+    (
+        "provisioning misspelt",
+        "v5e1",
+        {"tpu-vllm:tpu.provisioning": "flex_start"},
+        "tpu-vllm:tpu.provisioning = 'flex_start'",
+        ["did you mean `flex-start`?", "Valid: flex-start | spot | on-demand"],
+    ),
+    (
+        "chip misspelt",
+        "v5e1",
+        {"tpu-vllm:tpu.chip": "v5e1"},
+        "tpu-vllm:tpu.chip = 'v5e1'",
+        ["did you mean `v5e-1`?"],
+    ),
+    (
+        "dtype misspelt",
+        "v5e1",
+        {"tpu-vllm:vllm.dtype": "bf16"},
+        "tpu-vllm:vllm.dtype = 'bf16'",
+        ["did you mean `bfloat16`?"],
+    ),
+    (
+        "kv-cache dtype misspelt",
+        "v6e4",
+        {"tpu-vllm:vllm.kvCacheDtype": "fp8-e5m2"},
+        "tpu-vllm:vllm.kvCacheDtype = 'fp8-e5m2'",
+        ["did you mean `fp8_e5m2`?"],
+    ),
+    (
+        "missing chip",
+        "v5e1",
+        {"tpu-vllm:tpu.chip": None},
+        "tpu-vllm:tpu.chip is not set",
+        ["required"],
+    ),
+    (
+        "empty key",
+        "v5e1",
+        {"tpu-vllm:vllm": {"port": None, "maxModelLen": "lots"}},
+        "tpu-vllm:vllm.maxModelLen = 'lots'",
+        ["a token count"],
+    ),
 ]
 
 
@@ -272,6 +314,28 @@ def test_bad_input_is_rejected_before_any_resource(
     assert "Fix" in message or "did you mean" in message or "set it to" in message
     assert run.resources == []
     assert run.outputs == {}
+    assert_message_convention(run.error)
+
+
+def assert_message_convention(error: ConfigError) -> None:
+    """components/messages.py: every problem is one line ending with a period, and Python's
+    `None` never shows (an absent value "is not set"; JSON's `null` where a file said so)."""
+    for problem in error.problems:
+        assert "\n" not in problem
+        assert problem.endswith("."), problem
+        assert "None" not in problem, problem
+
+
+def test_a_misspelt_provisioning_with_a_run_limit_names_no_python_none() -> None:
+    run = run_program(
+        "v5e1",
+        {"tpu-vllm:tpu.provisioning": "Flex-Start", "tpu-vllm:tpu.maxRunDuration": "4h"},
+        expect_error=True,
+    )
+    assert isinstance(run.error, ConfigError)
+    assert_message_convention(run.error)
+    [problem] = run.error.problems
+    assert "did you mean `flex-start`?" in problem
 
 
 @pytest.mark.parametrize("project", [None, "", "   "], ids=["missing", "empty", "blank"])
@@ -390,7 +454,7 @@ def test_ssh_cidrs_left_to_default_warns_naming_the_key(preview: bool) -> None:
     [warning] = [w for w in run.warnings if "access.sshCidrs" in w]
     assert "tpu-vllm:access.sshCidrs is not set" in warning
     assert "203.0.113.0/24" in warning  # what port 22 admits instead
-    assert "pulumi config set --path 'tpu-vllm:access.sshCidrs[0]'" in warning
+    assert "Fix: set tpu-vllm:access.sshCidrs to YOUR.IP/32." in warning
 
 
 def test_ssh_cidrs_set_gives_no_default_warning() -> None:

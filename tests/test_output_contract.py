@@ -47,6 +47,7 @@ class Out:
 
 CONTRACT: dict[str, Out] = {
     "endpoint": Out(STR, empty=""),  # "" only if the node has no external IP
+    "endpoint_ip": Out(STR, empty=""),  # "" only if the node has no external IP
     "openai_base_url": Out(STR, empty=""),
     "model": Out(STR),
     "api_key": Out(STR, secret=True),
@@ -58,6 +59,7 @@ CONTRACT: dict[str, Out] = {
     "external_ip": Out(STR, empty=""),  # "" once an expired node was refreshed
     "internal_ip": Out(STR, empty=""),
     "expires_at": Out(STR, empty=""),  # "" for spot / on-demand
+    "renew_command": Out(STR),
     "ssh_command": Out(STR),
     "ssh_private_key": Out(STR, secret=True),
     "ssh_host_key": Out(STR, empty=""),  # "" with access.allowUnverifiedHostKey and no key
@@ -136,7 +138,9 @@ SITUATIONS: dict[str, Situation] = {
         "v5e1",
         {},
         cloud_answers(qr=_qr(external_ip=None, internal_ip=None, state="SUSPENDED")),
-        empty=frozenset({"external_ip", "internal_ip", "endpoint", "openai_base_url"}),
+        empty=frozenset(
+            {"external_ip", "internal_ip", "endpoint", "endpoint_ip", "openai_base_url"}
+        ),
     ),
     "unverified-host-key": Situation(
         "v5e1",
@@ -284,7 +288,7 @@ def test_program_runs_under_mocks_that_only_echo_inputs(stack: str, preview: boo
     """Mocks that know no cloud outputs (or a preview, where they are unknown) must not crash
     the program: every value computed from an output tolerates its absence."""
     run = run_program(stack, preview=preview, outputs_for=None)
-    assert len(run.resources) == 18
+    assert len(run.resources) == 21
     assert run.outputs["model"] in ("google/gemma-4-E2B-it", "google/gemma-4-31B-it")
     if preview:  # unknown values are kept by the engine, so every output shows in a preview
         assert set(run.outputs) == set(CONTRACT)

@@ -21,7 +21,7 @@ import pytest
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost, SshHostFactory
-from tests.remote_stack import FETCH, READY, START, commands, node_with_secrets
+from tests.remote_stack import FETCH, READY, START, commands, node_with_secrets, on_host
 
 ENTRYPOINT = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "vllm_entrypoint.sh"
 HF_SENTINEL = "hf_SENTINELtokenNEVERshown0123456789"
@@ -90,7 +90,7 @@ def assert_clean(text: bytes | str, where: str) -> None:
 
 def test_secrets_reach_the_container_only_as_files(vm: tuple[SshHost, str]) -> None:
     host, api_version = vm
-    scripts = commands("v5e1", api_key_version=api_version)
+    scripts = commands("v5e1", on_host(host), api_key_version=api_version)
     for name, text in scripts.items():
         assert_clean(text, f"the {name} command text")
     host.docker.set_scenario("v5e1_ready.log", speed=2000)
@@ -100,7 +100,9 @@ def test_secrets_reach_the_container_only_as_files(vm: tuple[SshHost, str]) -> N
         started = host.run(scripts[START])
         assert started.returncode == 0, started.stderr.decode()
         container_id = started.stdout.decode().strip()
-        ready_text = commands("v5e1", api_key_version=api_version, start_stdout=container_id)[READY]
+        ready_text = commands(
+            "v5e1", on_host(host), api_key_version=api_version, start_stdout=container_id
+        )[READY]
         ready = host.run(ready_text, timeout=120)
         assert ready.returncode == 0, ready.stdout.decode() + ready.stderr.decode()
         inspected = host.run("sudo docker inspect tpu-vllm")
@@ -159,7 +161,7 @@ def test_fetch_waits_while_the_grant_propagates(
 def test_start_without_the_secrets_warns(vm: tuple[SshHost, str]) -> None:
     host, _ = vm
     host.docker.set_scenario("v5e1_ready.log", speed=2000)
-    started = host.run(commands("v5e1")[START])
+    started = host.run(commands("v5e1", on_host(host))[START])
     assert started.returncode == 0, started.stderr.decode()
     assert b"secrets/vllm_api_key is missing (has fetch-secrets run?)" in started.stderr
 

@@ -26,7 +26,8 @@ State directory layout (tests normally use ``tests.fakes.ssh_host.FakeDocker`` i
     daemon.json            knobs: {"require_sudo": true, "pull_errors": {"img:tag": "message"}}
     scenario.json          scenario for the next ``docker run`` (object), or a list: the Nth run
                            uses item N, the last item repeats. Keys: log, speed, exit_at,
-                           exit_code, restart_log (see ``Scenario`` in ssh_host.py)
+                           exit_code, restart_log, health_status (see ``Scenario`` in
+                           ssh_host.py)
     run_count              how many ``docker run`` calls consumed a scenario so far
     containers/<id>/       config.json, state.json, <id>-json.log (json-file driver lines),
                            control.json (runtime knob written by tests), supervisor.log
@@ -2443,6 +2444,11 @@ class VllmHTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     info: ServeInfo
     container: Container
+    #: What ``GET /health`` answers. vLLM answers 200 while the engine is healthy and 503 once
+    #: it is dead (``EngineDeadError``; vllm-project/vllm
+    #: ``vllm/entrypoints/serve/instrumentator/health.py``); a scenario's ``health_status``
+    #: models a server whose engine died right after ``Application startup complete.``.
+    health_status: int = 200
 
 
 class VllmHandler(http.server.BaseHTTPRequestHandler):
@@ -2457,9 +2463,13 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
         return
 
     def _access_log(self, code: int) -> None:
-        phrase = {200: "OK", 401: "Unauthorized", 404: "Not Found", 400: "Bad Request"}.get(
-            code, ""
-        )
+        phrase = {
+            200: "OK",
+            401: "Unauthorized",
+            404: "Not Found",
+            400: "Bad Request",
+            503: "Service Unavailable",
+        }.get(code, "")
         with contextlib.suppress(OSError):
             self.server.container.append_log(
                 "stdout",
@@ -2524,7 +2534,7 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path in ("/health", "/ping"):
-            self._send(200, b"", "application/json")
+            self._send(self.server.health_status, b"", "application/json")
         elif path == "/version":
             self._send(200, {"version": VLLM_VERSION})
         elif path == "/metrics":
@@ -2604,6 +2614,7 @@ class Boot:
         exit_at = scenario.get("exit_at")
         self.exit_at = float(exit_at) if exit_at is not None else None
         self.exit_code = int(scenario.get("exit_code", 137))
+        self.health_status = int(scenario.get("health_status", 200))
         self.info = serve_info(container)
         self.sock: socket.socket | None = None
         self.server: VllmHTTPServer | None = None
@@ -2654,6 +2665,7 @@ class Boot:
         server.server_address = self.sock.getsockname()
         server.info = self.info
         server.container = self.container
+        server.health_status = self.health_status
         server.server_activate()  # listen(): from here on connections succeed
         self.server = server
         self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
