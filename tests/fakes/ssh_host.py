@@ -68,12 +68,18 @@ class Scenario(_ScenarioRequired, total=False):
     ``speed``: fixture seconds per wall-clock second (2000 turns an 857 s boot into 0.43 s).
     ``exit_at``: fixture time at which the container dies silently; ``exit_code`` (default 137).
     ``restart_log``: log replayed after a restart (default: ``log``).
+    ``warm_log``: the container models JAX's XLA cache in its ``~/.cache/vllm`` mount: when
+    every entry the cold ``log`` compiles is there intact, it replays ``warm_log`` instead;
+    otherwise it replays ``log`` and writes each entry as its compilation finishes.
+    ``xla_entry_bytes``: size of each fake cache entry (default 16384).
     """
 
     speed: float
     exit_at: float
     exit_code: int
     restart_log: str
+    warm_log: str
+    xla_entry_bytes: int
 
 
 class SshHostFactory(Protocol):
