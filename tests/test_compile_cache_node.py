@@ -68,6 +68,13 @@ class Start:
         log = (self.work / "save.log").read_text() if (self.work / "save.log").exists() else ""
         raise AssertionError(f"no save result after {timeout}s; save.log:\n{log}")
 
+    @property
+    def xla_cache(self) -> str:
+        """How the container's boot found its XLA cache: "warm" or "cold" (fake_docker.Boot)."""
+        container = self.node.docker.container(self.container)
+        assert container is not None
+        return str(container.raw_state().get("XlaCache"))
+
     def save_log(self) -> str:
         return (self.work / "save.log").read_text()
 
@@ -205,7 +212,7 @@ def test_cold_start_writes_the_cache_after_ready(lab: Lab) -> None:
     cache = first.result["cache"]
     assert cache["restored"] is False
     assert "no cache" in cache["reason"]
-    assert first.node.docker.container(first.container).raw_state()["XlaCache"] == "cold"
+    assert first.xla_cache == "cold"
     saved = first.wait_saved()
     assert saved["ok"] and saved["uploaded"] == COMPILED, first.save_log()
     lab.open_up()
@@ -240,7 +247,7 @@ def test_next_fresh_node_restores_before_docker_run(lab: Lab) -> None:
     assert cache["generation"] == first.result["cache"]["generation"]
     assert cache["seconds"] >= 0
     # The container found every entry already there: it replayed the warm boot.
-    assert second_node.docker.container(second.container).raw_state()["XlaCache"] == "warm"
+    assert second.xla_cache == "warm"
     # The download finished before `docker run` was called.
     downloads = [
         c["time"] for c in lab.gcloud_calls(second_node) if c["argv"][1:3] == ["storage", "rsync"]
@@ -283,7 +290,7 @@ def test_a_changed_key_does_not_restore_and_writes_a_new_generation(
     assert second.code == 0
     cache = second.result["cache"]
     assert cache["restored"] is False and "no cache" in cache["reason"]
-    assert second.node.docker.container(second.container).raw_state()["XlaCache"] == "cold"
+    assert second.xla_cache == "cold"
     assert second.wait_saved()["ok"]
     lab.open_up()
     assert len([n for n in lab.objects(other) if n.endswith("-cache")]) == COMPILED
@@ -299,7 +306,7 @@ def test_another_image_digest_is_never_restored(lab: Lab) -> None:
     assert cache["restored"] is False
     assert "made with another image" in second.start_stderr
     assert cache["generation"] != "" and cache["generation"].startswith(lab.prefix)
-    assert second.node.docker.container(second.container).raw_state()["XlaCache"] == "cold"
+    assert second.xla_cache == "cold"
 
 
 def test_a_corrupt_entry_is_dropped_and_logged_and_the_start_succeeds(lab: Lab) -> None:
@@ -314,7 +321,7 @@ def test_a_corrupt_entry_is_dropped_and_logged_and_the_start_succeeds(lab: Lab) 
     assert "1 corrupt or missing entries dropped" in cache["reason"]
     assert f"dropping {victim.rsplit('/', 1)[-1]}" in second.start_stderr
     # One entry short: the container compiles (that one) again.
-    assert second.node.docker.container(second.container).raw_state()["XlaCache"] == "cold"
+    assert second.xla_cache == "cold"
 
 
 def test_a_partial_generation_without_manifest_is_not_restored(lab: Lab) -> None:
@@ -337,7 +344,7 @@ def test_a_failed_restore_is_logged_and_the_start_goes_on_cold(lab: Lab) -> None
     cache = second.result["cache"]
     assert cache["restored"] is False
     assert "backendError" in second.start_stderr
-    assert second.node.docker.container(second.container).raw_state()["XlaCache"] == "cold"
+    assert second.xla_cache == "cold"
 
 
 def test_a_slow_restore_is_cut_off_at_the_bound(lab: Lab) -> None:
@@ -384,7 +391,7 @@ def test_the_json_api_fallback_saves_and_restores_without_gcloud(lab: Lab) -> No
     second = lab.start(lab.node(via="api"))
     cache = second.result["cache"]
     assert cache["restored"] is True and cache["files"] == COMPILED
-    assert second.node.docker.container(second.container).raw_state()["XlaCache"] == "warm"
+    assert second.xla_cache == "warm"
     methods = {(r["method"], r["path"].split("?")[0].split("/o/")[0]) for r in lab.api.requests}
     assert ("POST", f"/upload/storage/v1/b/{lab.bucket}/o") in methods
 
