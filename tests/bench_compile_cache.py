@@ -83,7 +83,7 @@ def main() -> None:
             root = Path(tempfile.mkdtemp(prefix="tpu-vllm-gcs-bench-"))
             api = FakeGcsApi(root).start()
             try:
-                lab = Lab(factory, secrets, metadata, root, api)  # type: ignore[arg-type]
+                lab = Lab(factory, secrets, metadata, root, api)
                 off = timed_start(lab, lab.node(), scenario, enabled=False)
                 off["node"].docker.kill_all()
                 cold = timed_start(lab, lab.node(), scenario, enabled=True)
