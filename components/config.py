@@ -62,6 +62,7 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "sshCidrs": "who may reach port 22; default allowedCidrs",
         "hfTokenSecret": "Secret Manager secret holding the Hugging Face token",
         "allowUnverifiedHostKey": "connect without verifying the node's SSH host key",
+        "network": "VPC network of the node and its firewall rules; default `default`",
     },
     "cost": {
         "hourlyUsd": "override of the catalog's hourly price for the whole slice",
@@ -81,6 +82,8 @@ DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
 DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
+#: The auto-mode network most projects have; some have none, hence `access.network`.
+DEFAULT_NETWORK = "default"
 # seed 000 §1.1 `gcloud secrets create hf-token`.
 PROVISIONING_MODELS: tuple[Provisioning, ...] = ("flex-start", "spot", "on-demand")
 
@@ -115,6 +118,9 @@ _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _SECRET_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 # Cloud Storage bucket names: 3-63 of [a-z0-9_.-], starting and ending with a letter or digit.
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
+# A network of the stack's project, named as Compute Engine names resources (RFC 1035). The
+# firewall rules are created in the same project, so another project's network is not accepted.
+_NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 _DOC_NETS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
@@ -198,6 +204,8 @@ class AccessSettings:
     ssh_cidrs: tuple[str, ...]
     hf_token_secret: str
     allow_unverified_host_key: bool
+    #: The VPC network: the node's `networkConfig.network` and the firewall rules' network.
+    network: str = DEFAULT_NETWORK
 
 
 @dataclass(frozen=True)
@@ -733,6 +741,14 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
             "not a Secret Manager secret id. Fix: letters, digits, _ and -, at most 255",
         )
     unverified = r.get("allowUnverifiedHostKey", _as_bool, False, "true or false")
+    network = r.get("network", _as_str, DEFAULT_NETWORK, "a VPC network name")
+    if not _NETWORK_RE.match(network):
+        r.fail(
+            "network",
+            network,
+            "not a VPC network name. Fix: the name of a network in gcp:project (lowercase "
+            "letters, digits and -, e.g. default; `gcloud compute networks list` shows them)",
+        )
     if len(r.problems) != before or allowed is None:
         return None
     for cidr in allowed + (ssh or ()):
@@ -748,6 +764,7 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
         ssh_cidrs=ssh if ssh is not None else allowed,
         hf_token_secret=secret,
         allow_unverified_host_key=unverified,
+        network=network,
     )
 
 

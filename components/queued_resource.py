@@ -43,6 +43,7 @@ SPEC_KEYS = (
     "service_account_email",
     "labels",
     "tags",
+    "network",
     "metadata",
 )
 OUTPUT_KEYS = (
@@ -97,6 +98,8 @@ class Spec:
     tags: tuple[str, ...]
     metadata: Mapping[str, str]
     timing: Timing
+    #: The VPC network (`access.network`); the API's own default is `default` too.
+    network: str = "default"
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any]) -> Spec:
@@ -116,6 +119,7 @@ class Spec:
             tags=tuple(str(t) for t in props.get("tags") or ()),
             metadata={str(k): str(v) for k, v in dict(props.get("metadata") or {}).items()},
             timing=Timing.from_props(props.get("timing")),
+            network=str(props.get("network") or "default"),
         )
 
     def qr_name(self, zone: str) -> str:
@@ -130,7 +134,7 @@ class Spec:
             "acceleratorType": self.accelerator_type,
             "runtimeVersion": self.runtime_version,
             # The proto default is false; without it the node has no external IP at all.
-            "networkConfig": {"enableExternalIps": True},
+            "networkConfig": {"network": self.network, "enableExternalIps": True},
             "serviceAccount": {
                 **({"email": self.service_account_email} if self.service_account_email else {}),
                 "scope": [CLOUD_PLATFORM_SCOPE],
@@ -171,8 +175,9 @@ class QueuedResourceProvider(dyn.ResourceProvider):
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         failures = []
+        optional = ("labels", "tags", "network", "metadata", "max_run_seconds")
         for key in (*SPEC_KEYS, "zones"):
-            if key not in news and key not in ("labels", "tags", "metadata", "max_run_seconds"):
+            if key not in news and key not in optional:
                 failures.append(dyn.CheckFailure(key, f"{key} is required"))
         if news.get("provisioning") not in PROVISIONING_MODELS:
             failures.append(dyn.CheckFailure("provisioning", "flex-start, spot or on-demand"))

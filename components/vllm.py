@@ -69,6 +69,9 @@ class VllmServer(pulumi.ComponentResource):
             # New secrets (a rotated API key) need a new container to take effect.
             triggers=[c.create for c in args.after],
             logging=command.remote.Logging.STDOUT_AND_STDERR,
+            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
+            # sshd refuses without AcceptEnv, logging a warning every time.
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[*args.after, *([args.cache.writer] if args.cache else [])],
@@ -81,6 +84,9 @@ class VllmServer(pulumi.ComponentResource):
                 lambda stdout: remote_scripts.readiness_script(config, stdout, CONTAINER)
             ),
             logging=command.remote.Logging.STDOUT_AND_STDERR,
+            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
+            # sshd refuses without AcceptEnv, logging a warning every time.
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
         )
         result = self.ready.stdout.apply(parse_ready)

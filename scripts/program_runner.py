@@ -51,6 +51,9 @@ class ProgramRun:
     urns: list[str] = field(default_factory=list)
     #: Invokes the program made: (token, args).
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: Resource name -> names of the resources it depends on (inputs and `depends_on`), as
+    #: the engine is told: what orders creates in a real `pulumi up`.
+    dependencies: dict[str, set[str]] = field(default_factory=dict)
 
     def urn_of(self, name: str) -> str:
         [urn] = [u for u in self.urns if u.endswith(f"::{name}")]
@@ -197,6 +200,7 @@ def _run(
         recorder, project="tpu-vllm", stack=stack, preview=preview, logger=logger
     )
     pulumi.runtime.set_all_config(cli_config(config))
+    dependencies = _record_dependencies()
 
     def program() -> None:
         runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
@@ -219,5 +223,29 @@ def _run(
     monitor = pulumi.runtime.settings.get_monitor()
     urns = list(getattr(monitor, "resources", {}))
     return ProgramRun(
-        recorder.resources, outputs, secrets, handler.records, urns=urns, calls=recorder.calls
+        recorder.resources,
+        outputs,
+        secrets,
+        handler.records,
+        urns=urns,
+        calls=recorder.calls,
+        dependencies=dependencies,
     )
+
+
+def _record_dependencies() -> dict[str, set[str]]:
+    """Wrap the mock monitor's RegisterResource to keep each request's dependency URNs."""
+    monitor = pulumi.runtime.settings.get_monitor()
+    assert monitor is not None, "set_mocks installs a monitor"
+    register = monitor.RegisterResource
+    found: dict[str, set[str]] = {}
+
+    def recording(request: Any) -> Any:
+        names = {str(urn).rsplit("::", 1)[-1] for urn in request.dependencies}
+        for deps in request.propertyDependencies.values():
+            names |= {str(urn).rsplit("::", 1)[-1] for urn in deps.urns}
+        found.setdefault(request.name, set()).update(names)
+        return register(request)
+
+    monitor.RegisterResource = recording
+    return found

@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.fakes.secret_manager",
     "tests.fakes.metadata_server",
     "tests.fakes.ssh_host",
+    "tests.fakes.resource_manager",
 ]
 
 

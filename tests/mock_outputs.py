@@ -54,7 +54,7 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
             return {"stdout": CONTAINER_ID + "\n", "stderr": ""}
         if args.name.endswith("-ready"):
             # The generation a real node reports lies under the stack's own prefix.
-            prefix = re.search(r"--prefix (gs://\S+/)", str(_START_SCRIPTS.get("create", "")))
+            prefix = re.search(r"cache_prefix=(gs://\S+/)", str(_START_SCRIPTS.get("create", "")))
             stdout = READY_STDOUT.replace("@PREFIX@", prefix.group(1) if prefix else "gs://b/")
             return {"stdout": stdout, "stderr": ""}
         return {"stdout": "", "stderr": ""}

@@ -16,6 +16,7 @@ from typing import Any
 
 from pulumi.runtime import mocks
 
+from components.remote_scripts import READINESS_HEARTBEAT_SECONDS
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost
@@ -85,8 +86,19 @@ def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
 class Readiness:
     """The readiness command running over SSH, with each stdout line's arrival time."""
 
-    def __init__(self, host: SshHost, container_id: str, changes: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        host: SshHost,
+        container_id: str,
+        changes: dict[str, Any] | None,
+        *,
+        heartbeat: float | None = None,
+    ) -> None:
         text = commands("v5e1", changes, start_stdout=container_id)[READY]
+        if heartbeat is not None:  # the program's text, with only the interval shortened
+            flag = f"--heartbeat {READINESS_HEARTBEAT_SECONDS}"
+            assert flag in text, "the readiness command lost its heartbeat flag"
+            text = text.replace(flag, f"--heartbeat {heartbeat}")
         self.started = time.monotonic()
         self.proc = host.popen(text)
         self.lines: list[tuple[float, str]] = []

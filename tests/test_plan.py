@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -61,10 +62,17 @@ def test_one_flag_change_changes_the_plan_in_exactly_one_place() -> None:
         for line in difflib.unified_diff(before, after, lineterm="", n=0)
         if line[:1] in "+-" and not line.startswith(("+++", "---"))
     ]
-    assert [line.replace(" ", "") for line in changed] == [
+    # The flag, and the compile-cache key it is part of (start script and output): nothing else.
+    key = re.compile(r"/xla-cache/[0-9a-f]{16}/")
+    assert [key.sub("/xla-cache/KEY/", line.replace(" ", "")) for line in changed] == [
+        "-cache_prefix=gs://tpu-vllm-v5e1-xla-3c98876c/xla-cache/KEY/",
+        "+cache_prefix=gs://tpu-vllm-v5e1-xla-3c98876c/xla-cache/KEY/",
         "---max-model-len32768\\",
         "+--max-model-len16384\\",
+        '-compile_cache:"gs://tpu-vllm-v5e1-xla-3c98876c/xla-cache/KEY/"',
+        '+compile_cache:"gs://tpu-vllm-v5e1-xla-3c98876c/xla-cache/KEY/"',
     ]
+    assert changed[0] != changed[1]
 
 
 def test_unknown_stack_is_a_clear_error() -> None:

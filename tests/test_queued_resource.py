@@ -114,7 +114,7 @@ def test_create_sends_a_valid_flex_start_body_and_waits_for_active(
     node = body["tpu"]["nodeSpec"][0]["node"]
     assert node["acceleratorType"] == accelerator
     assert node["runtimeVersion"] == runtime
-    assert node["networkConfig"] == {"enableExternalIps": True}
+    assert node["networkConfig"] == {"network": "default", "enableExternalIps": True}
     assert node["serviceAccount"] == {
         "email": SA_EMAIL,
         "scope": ["https://www.googleapis.com/auth/cloud-platform"],

@@ -84,6 +84,26 @@ def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost)
     assert result["startup_seconds"] > 0
 
 
+def test_heartbeat_lines_fill_a_long_silent_compile(node: SshHost) -> None:
+    """600 s of silence (3 s at 200x) with a 0.25 s heartbeat: lines keep coming, each with
+    the elapsed time, the phase and the log's last line."""
+    node.docker.set_scenario("slow_compile.log", speed=200)
+    container_id = start(node)
+    readiness = Readiness(node, container_id, None, heartbeat=0.25)
+    assert readiness.wait() == 0, readiness.stdout + readiness.stderr.decode()
+    lines = readiness.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if "compiling (the long part: XLA)" in line)
+    last = next(i for i, line in enumerate(lines) if "server starting" in line)
+    beats = [line for line in lines[first + 1 : last] if "still waiting" in line]
+    assert len(beats) >= 4, readiness.stdout
+    for beat in beats:
+        assert re.match(
+            r"^\[\s*\d+s\] still waiting, phase: compiling \(the long part: XLA\);", beat
+        )
+        assert "last log line: " in beat and "Precompile backbone --> {'num_tokens': 16}" in beat
+    assert "ready: Application startup complete." in readiness.stdout
+
+
 @pytest.mark.parametrize(
     ("fixture", "expected"),
     [

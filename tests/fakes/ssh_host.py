@@ -18,6 +18,14 @@ Per-test environment (e.g. ``GCE_METADATA_HOST=127.0.0.1:PORT``) goes into sshd'
 start, never through ``AcceptEnv``/client-side ``SendEnv`` (pulumi-command's ``environment``
 needs ``AcceptEnv`` on the VM; the project must not rely on it).
 
+The guest agent's account window: on a real node sshd is up before the guest agent has created
+the ``ssh-keys`` user. GoogleCloudPlatform/guest-agent ``non_windows_accounts.go``
+(``accountsMgr.Set``) runs ``createGoogleUser`` (``useradd``) for a metadata user that has no
+passwd entry, and only then ``updateAuthorizedKeysFile`` writes its keys; until both are done
+sshd refuses the key ("Permission denied (publickey)", the same answer it gives for an unknown
+user). ``user_created_after=SECONDS`` (or ``None`` with ``create_user()`` called by the test)
+models that: the authorized keys are installed only then, so authentication fails before.
+
 Use ``ssh_host`` for defaults or ``ssh_host_factory(env=..., images_present=...)``; register the
 fixtures with ``pytest_plugins = ("tests.fakes.ssh_host",)`` in ``tests/conftest.py``.
 """
@@ -91,6 +99,7 @@ class SshHostFactory(Protocol):
         env: Mapping[str, str] | None = None,
         images_present: Iterable[str] = (),
         docker_requires_sudo: bool = True,
+        user_created_after: float | None = 0.0,
     ) -> SshHost: ...
 
 
@@ -371,6 +380,7 @@ class SshHost:
         self._clients: list[subprocess.Popen[bytes]] = []
         self._created_uid: int | None = None
         self._stopped = False
+        self._agent_timer: threading.Timer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -380,8 +390,12 @@ class SshHost:
         env: Mapping[str, str] | None = None,
         images_present: Iterable[str] = (),
         docker_requires_sudo: bool = True,
+        user_created_after: float | None = 0.0,
     ) -> SshHost:
-        """Create user, keys, harness copy and fake-docker state; start sshd and wait for it."""
+        """Create user, keys, harness copy and fake-docker state; start sshd and wait for it.
+
+        ``user_created_after``: seconds after sshd is up until the guest agent has created the
+        login (0: at once; None: when the test calls ``create_user()``)."""
         missing = _missing_tools()
         if missing:
             raise RuntimeError(f"missing {missing}; install with: {APT_HINT}")
@@ -396,7 +410,25 @@ class SshHost:
         except BaseException:
             self.stop()
             raise
+        if user_created_after == 0.0:
+            self.create_user()
+        elif user_created_after is not None:
+            timer = threading.Timer(user_created_after, self.create_user)
+            timer.daemon = True
+            timer.start()
+            self._agent_timer = timer
         return self
+
+    def create_user(self) -> None:
+        """What the guest agent does once it gets to the ``ssh-keys`` user: install the key."""
+        tmp = self._authorized.with_suffix(".tmp")
+        tmp.write_text(self._client_public_key)
+        tmp.chmod(0o644)
+        tmp.replace(self._authorized)
+
+    @property
+    def user_created(self) -> bool:
+        return self._authorized.read_text().strip() != ""
 
     def _setup(self, extra_env: dict[str, str], images: list[str], requires_sudo: bool) -> None:
         work = self.workdir
@@ -413,8 +445,11 @@ class SshHost:
         self.client_private_key_openssh = self._key_path.read_text()
         self.host_public_key = " ".join((keys / "host.pub").read_text().split()[:2])
         # sshd reads authorized_keys as the target user, so it cannot live in the 0700 keys dir.
+        # Empty until the "guest agent" creates the user (see ``create_user``).
         authorized = work / "authorized_keys"
-        authorized.write_text((keys / "client.pub").read_text())
+        self._authorized = authorized
+        self._client_public_key = (keys / "client.pub").read_text()
+        authorized.write_text("")
         authorized.chmod(0o644)
 
         # The SSH user may not be able to read the checkout (e.g. under /root): copy the fakes.
@@ -590,6 +625,8 @@ class SshHost:
         if self._stopped:
             return
         self._stopped = True
+        if self._agent_timer is not None:
+            self._agent_timer.cancel()
         for client in self._clients:
             if client.poll() is None:
                 client.kill()
@@ -719,12 +756,16 @@ def ssh_host_factory() -> Iterator[SshHostFactory]:
         env: Mapping[str, str] | None = None,
         images_present: Iterable[str] = (),
         docker_requires_sudo: bool = True,
+        user_created_after: float | None = 0.0,
     ) -> SshHost:
         missing = _missing_tools()
         if missing:
             _skip_or_fail(f"real-SSH tests need {missing}: {APT_HINT}")
         host = SshHost.start(
-            env=env, images_present=images_present, docker_requires_sudo=docker_requires_sudo
+            env=env,
+            images_present=images_present,
+            docker_requires_sudo=docker_requires_sudo,
+            user_created_after=user_created_after,
         )
         started.append(host)
         return host
