@@ -35,6 +35,10 @@ CONTRACT: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "startup_seconds": (NUMBER, True, False),
     "zones": ((list,), False, False),
     "vllm_args": ((list,), False, False),
+    # "" when tpu-vllm:cache.enabled is false.
+    "compile_cache": ((str,), False, False),
+    # {"restored": false, "generation": "", ...} when off or not known.
+    "cache_restored": ((dict,), False, False),
 }
 
 
@@ -50,6 +54,10 @@ def test_every_contract_output_is_present_typed_and_secret_where_it_must_be(stac
     assert run.outputs["openai_base_url"] == run.outputs["endpoint"] + "/v1"
     assert set(run.outputs["hbm"]) == {"total_gib", "usable_gib", "used_gib", "available_gib"}
     assert run.outputs["api_key_secret"].startswith("projects/")
+    assert re.fullmatch(r"gs://[a-z0-9-]+/xla-cache/[0-9a-f]{16}/", run.outputs["compile_cache"])
+    restored = run.outputs["cache_restored"]
+    assert set(restored) == {"restored", "files", "bytes", "seconds", "generation", "reason"}
+    assert restored["generation"].startswith(run.outputs["compile_cache"])
 
 
 def test_consumers_read_only_contract_outputs() -> None:
@@ -71,6 +79,6 @@ def test_program_runs_under_mocks_that_only_echo_inputs(stack: str, preview: boo
     """Mocks that know no cloud outputs (or a preview, where they are unknown) must not crash
     the program: every value computed from an output tolerates its absence."""
     run = run_program(stack, preview=preview, outputs_for=None)
-    assert len(run.resources) == 21
+    assert len(run.resources) == 24  # 21, plus the compile cache's component, bucket, grant
     assert set(run.outputs) == set(CONTRACT)
     assert run.outputs["model"] in ("google/gemma-4-E2B-it", "google/gemma-4-31B-it")
