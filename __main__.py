@@ -2,6 +2,7 @@
 
 import pulumi
 
+from components.compile_cache import CompileCache, CompileCacheArgs, compile_cache_output
 from components.config import load_stack_config
 from components.dns import EndpointName, require_managed_zone
 from components.host_key import NodeHostKey
@@ -41,6 +42,14 @@ secrets = NodeSecrets(
         connection=connection,
     ),
 )
+cache = (
+    CompileCache(
+        "compile-cache",
+        CompileCacheArgs(config=config, service_account_email=tpu.service_account_email),
+    )
+    if config.cache.enabled
+    else None
+)
 server = VllmServer(
     "vllm",
     VllmServerArgs(
@@ -49,6 +58,7 @@ server = VllmServer(
         host=tpu.external_ip,
         hostname=name.hostname if name is not None else None,
         after=[secrets.fetch],
+        cache=cache,
     ),
 )
 
@@ -79,6 +89,8 @@ pulumi.export("hbm", object_or_empty(server.hbm))
 pulumi.export("startup_seconds", server.startup_seconds)  # optional: None (absent) if unrecorded
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())
+pulumi.export("compile_cache", compile_cache_output(config))
+pulumi.export("cache_restored", server.cache_restored)
 
 tpu.expires_at.apply(
     lambda at: pulumi.log.info(expiry_notice(config.stack, config.tpu.max_run_seconds, at))

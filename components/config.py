@@ -71,6 +71,11 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "managedZone": "an existing Cloud DNS managed zone in the project, for a stable name",
         "name": "the record's name inside that zone; default the stack name",
     },
+    "cache": {
+        "enabled": "carry the XLA compile cache across TPU lifetimes in Cloud Storage",
+        "bucket": "an existing bucket for the cache instead of the per-stack one",
+        "restoreTimeout": "how long a node may spend restoring the cache before starting cold",
+    },
 }
 
 # vLLM's default port: the flag is rendered only when the stack asks for another one.
@@ -79,6 +84,7 @@ DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
 DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
+DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
 #: The auto-mode network most projects have; some have none, hence `access.network`.
 DEFAULT_NETWORK = "default"
@@ -114,6 +120,8 @@ FORBIDDEN_FLAGS: Mapping[str, str] = {
 _DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _SECRET_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+# Cloud Storage bucket names: 3-63 of [a-z0-9_.-], starting and ending with a letter or digit.
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
 # A network of the stack's project, named as Compute Engine names resources (RFC 1035). The
 # firewall rules are created in the same project, so another project's network is not accepted.
 _NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
@@ -219,6 +227,17 @@ class DnsSettings:
 
 
 @dataclass(frozen=True)
+class CacheSettings:
+    """The XLA compile cache in Cloud Storage (components/compile_cache.py)."""
+
+    enabled: bool = True
+    #: An existing bucket to use; None means the stack creates its own.
+    bucket: str | None = None
+    #: Seconds the node may spend restoring; after that it starts cold.
+    restore_timeout_seconds: int = 300
+
+
+@dataclass(frozen=True)
 class StackConfig:
     """Everything the components need, validated. Built once by `load_stack_config`."""
 
@@ -232,6 +251,7 @@ class StackConfig:
     #: None: clients reach the node by its IP, which changes with every renewal.
     dns: DnsSettings | None = None
     warnings: tuple[str, ...] = field(default=())
+    cache: CacheSettings = field(default=CacheSettings())
 
     @property
     def max_run_cost_usd(self) -> float | None:
@@ -403,6 +423,7 @@ def parse_stack_config(
     access_r = _Reader("access", sections.get("access"), problems)
     cost_r = _Reader("cost", sections.get("cost"), problems)
     dns_r = _Reader("dns", sections.get("dns"), problems)
+    cache_r = _Reader("cache", sections.get("cache"), problems)
 
     chip = _parse_chip(tpu_r)
     provisioning = _parse_provisioning(tpu_r)
@@ -414,6 +435,7 @@ def parse_stack_config(
     model = _parse_model(model_r)
     vllm = _parse_vllm(vllm_r, chip)
     access = _parse_access(access_r, warnings)
+    cache = _parse_cache(cache_r)
     hourly_override = cost_r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
     if hourly_override is not None and hourly_override <= 0:
         cost_r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
@@ -449,6 +471,7 @@ def parse_stack_config(
         hourly_cost_usd=round(hourly, 4),
         dns=dns,
         warnings=tuple(warnings),
+        cache=cache,
     )
 
 
@@ -817,6 +840,24 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
         allow_unverified_host_key=unverified,
         network=network,
     )
+
+
+def _parse_cache(r: _Reader) -> CacheSettings:
+    enabled = r.get("enabled", _as_bool, True, "true or false")
+    bucket = r.get("bucket", _as_str, None, "a Cloud Storage bucket name")
+    if bucket is not None:
+        bucket = bucket.removeprefix("gs://").rstrip("/")
+        if not _BUCKET_RE.match(bucket) or ".." in bucket or bucket.startswith("goog"):
+            r.fail(
+                "bucket",
+                bucket,
+                "not a Cloud Storage bucket name. Fix: 3-63 lowercase letters, digits, "
+                "'-', '_' and '.', e.g. my-project-xla-cache, or remove the key to let the "
+                "stack create its own bucket",
+            )
+            bucket = None
+    timeout = _parse_positive_duration(r, "restoreTimeout", DEFAULT_CACHE_RESTORE_TIMEOUT)
+    return CacheSettings(enabled=enabled, bucket=bucket, restore_timeout_seconds=timeout)
 
 
 def _parse_cidrs(

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from components import compile_cache
 from components.config import StackConfig
 
 REMOTE = Path(__file__).resolve().parent.parent / "scripts" / "remote"
@@ -115,12 +116,47 @@ def docker_run_words(config: StackConfig, container: str) -> list[str]:
     return words
 
 
+def _cache_paths() -> dict[str, str]:
+    # `~` paths are constants without special characters, left unquoted so the VM's shell
+    # expands them (like the `-v ~/.cache/vllm` mount).
+    return {
+        "TOOL": compile_cache.NODE_TOOL,
+        "WORK": compile_cache.NODE_WORK_DIR,
+        "TOOL_PY": _template("xla_cache.py").rstrip("\n"),
+    }
+
+
+def cache_restore_script(config: StackConfig) -> str:
+    """The start script's cache step: restore alongside the image pull, or record "off"."""
+    if not config.cache.enabled:
+        return _fill(_template("cache_off.sh"), _cache_paths()).rstrip("\n")
+    return _fill(
+        _template("cache_restore.sh"),
+        {
+            **_cache_paths(),
+            "PREFIX": shlex.quote(compile_cache.cache_prefix(config)),
+            "TIMEOUT": str(config.cache.restore_timeout_seconds),
+            "DIR": compile_cache.LOCAL_CACHE_DIR,
+            "IMAGE": shlex.quote(config.vllm.image),
+        },
+    ).rstrip("\n")
+
+
+def cache_save_script() -> str:
+    """The readiness script's last step: save the cache in the background (a no-op when off)."""
+    paths = _cache_paths()
+    del paths["TOOL_PY"]
+    return _fill(_template("cache_save.sh"), paths)
+
+
 def start_server_script(config: StackConfig, container: str) -> str:
-    """Remove any old container of this name, then `docker run` the server; prints its id."""
+    """Restore the compile cache, remove any old container of this name, then `docker run`
+    the server; prints its id."""
     return HEADER + _fill(
         _template("start_server.sh"),
         {
             "ENTRYPOINT_SH": _template("vllm_entrypoint.sh").rstrip("\n"),
+            "CACHE_RESTORE": cache_restore_script(config),
             "CONTAINER": shlex.quote(container),
             "DOCKER_RUN": _continued(docker_run_words(config, container), indent="").replace(
                 " \\\n", " \\\n  "
@@ -157,6 +193,8 @@ def readiness_script(
         str(poll_seconds),
         "--heartbeat",
         str(heartbeat_seconds),
+        "--cache-result",
+        f"{compile_cache.NODE_WORK_DIR}/result.json",
     ]
     pairs = [f"{shlex.quote(args[i])} {shlex.quote(args[i + 1])}" for i in range(0, len(args), 2)]
     return (
@@ -166,4 +204,5 @@ def readiness_script(
         + " <<'TPU_VLLM_WAIT_READY'\n"
         + _template("wait_ready.py").rstrip("\n")
         + "\nTPU_VLLM_WAIT_READY\n"
+        + cache_save_script()
     )

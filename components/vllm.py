@@ -19,6 +19,7 @@ import pulumi
 import pulumi_command as command
 
 from components import remote_scripts
+from components.compile_cache import NO_CACHE, CompileCache, cache_result
 from components.config import StackConfig
 
 CONTAINER = "tpu-vllm"
@@ -26,11 +27,14 @@ READY_MARKER = "TPU_VLLM_READY "
 
 
 def parse_ready(stdout: str | None) -> dict[str, Any]:
-    """The readiness script's result line: `{"startup_seconds": ..., "hbm": {...}}`."""
+    """The readiness script's result line: `{"startup_seconds": ..., "hbm": {...},
+    "cache": {"restored", "files", "bytes", "seconds", "generation", "reason"}}`."""
     for line in reversed((stdout or "").splitlines()):
         if line.startswith(READY_MARKER):
-            return dict(json.loads(line[len(READY_MARKER) :]))
-    return {"startup_seconds": None, "hbm": None}
+            result = dict(json.loads(line[len(READY_MARKER) :]))
+            result["cache"] = cache_result(result.get("cache"))
+            return result
+    return {"startup_seconds": None, "hbm": None, "cache": dict(NO_CACHE)}
 
 
 @dataclass
@@ -42,6 +46,8 @@ class VllmServerArgs:
     hostname: pulumi.Input[str] | None = None
     #: Commands that must finish first (the secret fetch); a change in them restarts the server.
     after: Sequence[command.remote.Command] = field(default_factory=list)
+    #: The compile-cache bucket and grant; the start waits for the grant so its restore works.
+    cache: CompileCache | None = None
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -52,6 +58,7 @@ class VllmServer(pulumi.ComponentResource):
     openai_base_url: pulumi.Output[str]
     startup_seconds: pulumi.Output[float | None]
     hbm: pulumi.Output[dict[str, float] | None]
+    cache_restored: pulumi.Output[dict[str, Any]]
 
     def __init__(
         self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None
@@ -68,7 +75,10 @@ class VllmServer(pulumi.ComponentResource):
             # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
             # sshd refuses without AcceptEnv, logging a warning every time.
             add_previous_output_in_env=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*args.after, *([args.cache.writer] if args.cache else [])],
+            ),
         )
         self.ready = command.remote.Command(
             f"{name}-ready",
@@ -85,6 +95,8 @@ class VllmServer(pulumi.ComponentResource):
         result = self.ready.stdout.apply(parse_ready)
         self.startup_seconds = result.apply(lambda r: r.get("startup_seconds"))
         self.hbm = result.apply(lambda r: r.get("hbm"))
+        # Whether this start was warm, and from which generation (never None: an output).
+        self.cache_restored = result.apply(lambda r: cache_result(r.get("cache")))
         port = config.vllm.port
 
         # Depending on `ready` means consumers never see an endpoint that does not serve yet.
@@ -104,5 +116,6 @@ class VllmServer(pulumi.ComponentResource):
                 "openai_base_url": self.openai_base_url,
                 "startup_seconds": self.startup_seconds,
                 "hbm": self.hbm,
+                "cache_restored": self.cache_restored,
             }
         )

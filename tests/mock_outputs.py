@@ -7,6 +7,7 @@ that flow between components can be asserted.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pulumi.runtime import mocks
@@ -24,11 +25,17 @@ API_KEY_SENTINEL = "APIKEYSENTINEL0123456789abcdefghijklmnopqrstuvwxyzAB"
 SSH_PRIVATE_SENTINEL = "-----BEGIN OPENSSH PRIVATE KEY-----\nSSHPRIVATESENTINEL\n-----END"
 SSH_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIClientPublicKey000000000000000000000"
 CONTAINER_ID = "c0ffee" * 10 + "abcd"
+CACHE_GENERATION = "img-0123456789abcdef/"
 READY_STDOUT = (
-    "[     3s] image present\n[   857s] ready: Application startup complete.\n"
+    "[     3s] image present\n[   497s] ready: Application startup complete.\n"
     'TPU_VLLM_READY {"hbm": {"available_gib": 5.52, "total_gib": 15.75, "usable_gib": 14.49, '
-    '"used_gib": 8.97}, "startup_seconds": 857.0}\n'
+    '"used_gib": 8.97}, "startup_seconds": 497.0, "cache": {"restored": true, "files": 42, '
+    '"bytes": 3221225472, "seconds": 21.5, "generation": "@PREFIX@' + CACHE_GENERATION + '"}}\n'
 )
+
+
+#: The last start script the mocks saw (the readiness result names its cache prefix).
+_START_SCRIPTS: dict[str, str] = {}
 
 
 def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
@@ -47,9 +54,13 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
         return {"name": f"{inputs['secret']}/versions/1", "secretData": inputs.get("secretData")}
     if args.typ == "command:remote:Command":
         if args.name.endswith("-start"):
+            _START_SCRIPTS["create"] = str(inputs.get("create", ""))
             return {"stdout": CONTAINER_ID + "\n", "stderr": ""}
         if args.name.endswith("-ready"):
-            return {"stdout": READY_STDOUT, "stderr": ""}
+            # The generation a real node reports lies under the stack's own prefix.
+            prefix = re.search(r"cache_prefix=(gs://\S+/)", str(_START_SCRIPTS.get("create", "")))
+            stdout = READY_STDOUT.replace("@PREFIX@", prefix.group(1) if prefix else "gs://b/")
+            return {"stdout": stdout, "stderr": ""}
         return {"stdout": "", "stderr": ""}
     if args.typ == "pulumi-python:dynamic:Resource" and "node_create_time" in inputs:
         return {"host_key": HOST_KEY}

@@ -69,6 +69,9 @@ CONTRACT: dict[str, Out] = {
     "startup_seconds": Out(NUMBER, optional=True),  # absent if no readiness result was recorded
     "zones": Out((list,)),
     "vllm_args": Out((list,)),
+    "compile_cache": Out(STR, empty=""),  # "" when tpu-vllm:cache.enabled is false
+    # Always the full object: {"restored": false, "generation": "", ...} when off or not known.
+    "cache_restored": Out((dict,)),
 }
 REQUIRED = {name for name, out in CONTRACT.items() if not out.optional}
 OPTIONAL = {name for name, out in CONTRACT.items() if out.optional}
@@ -142,6 +145,9 @@ SITUATIONS: dict[str, Situation] = {
             {"external_ip", "internal_ip", "endpoint", "endpoint_ip", "openai_base_url"}
         ),
     ),
+    "cache-off": Situation(
+        "v5e1", {"tpu-vllm:cache.enabled": False}, cloud_outputs, empty=frozenset({"compile_cache"})
+    ),
     "unverified-host-key": Situation(
         "v5e1",
         {"tpu-vllm:access.allowUnverifiedHostKey": True},
@@ -197,7 +203,11 @@ def test_output_values_have_their_documented_shapes(stack: str) -> None:
     assert set(run.outputs["hbm"]) == {"total_gib", "usable_gib", "used_gib", "available_gib"}
     assert run.outputs["api_key_secret"].startswith("projects/")
     assert run.outputs["expires_at"] == mock_outputs.EXPIRES_AT
-    assert run.outputs["startup_seconds"] == 857.0
+    assert run.outputs["startup_seconds"] > 0
+    assert re.fullmatch(r"gs://[a-z0-9-]+/xla-cache/[0-9a-f]{16}/", run.outputs["compile_cache"])
+    restored = run.outputs["cache_restored"]
+    assert set(restored) == {"restored", "files", "bytes", "seconds", "generation", "reason"}
+    assert restored["generation"].startswith(run.outputs["compile_cache"])
 
 
 def test_the_runner_drops_none_outputs_as_the_engine_does(tmp_path: Path) -> None:
@@ -288,7 +298,7 @@ def test_program_runs_under_mocks_that_only_echo_inputs(stack: str, preview: boo
     """Mocks that know no cloud outputs (or a preview, where they are unknown) must not crash
     the program: every value computed from an output tolerates its absence."""
     run = run_program(stack, preview=preview, outputs_for=None)
-    assert len(run.resources) == 21
+    assert len(run.resources) == 24  # 21, plus the compile cache's component, bucket, grant
     assert run.outputs["model"] in ("google/gemma-4-E2B-it", "google/gemma-4-31B-it")
     if preview:  # unknown values are kept by the engine, so every output shows in a preview
         assert set(run.outputs) == set(CONTRACT)

@@ -129,18 +129,35 @@ def test_one_flag_change_changes_the_plan_in_exactly_one_place() -> None:
         for line in difflib.unified_diff(before, after, lineterm="", n=0)
         if line[:1] in "+-" and not line.startswith(("+++", "---"))
     ]
-    # The flag in the summary, the flag in the start script, and that script's content hash.
-    assert sorted(line.replace(" ", "") for line in changed) == sorted(
+    # The flag in the summary and in the start script, that script's content hash, and the
+    # compile-cache key the flag is part of (in the start script and the output): nothing else.
+    key = re.compile(r"/xla-cache/[0-9a-f]{16}/")
+    assert sorted(key.sub("/xla-cache/KEY/", line.replace(" ", "")) for line in changed) == sorted(
         [
             "---max-model-len32768",
             "+--max-model-len16384",
             "---max-model-len32768\\",
             "+--max-model-len16384\\",
-            f"-create:scriptvllm-start.create(sha256{start_hash(before)},61lines)|",
-            f"+create:scriptvllm-start.create(sha256{start_hash(after)},61lines)|",
+            f"-create:scriptvllm-start.create(sha256{start_hash(before)},{start_lines(before)}lines)|",
+            f"+create:scriptvllm-start.create(sha256{start_hash(after)},{start_lines(before)}lines)|",
+            "-cache_prefix=gs://tpu-vllm-v5e1-xla-3c98876c/xla-cache/KEY/",
+            "+cache_prefix=gs://tpu-vllm-v5e1-xla-3c98876c/xla-cache/KEY/",
+            '-compile_cache:"gs://tpu-vllm-v5e1-xla-3c98876c/xla-cache/KEY/"',
+            '+compile_cache:"gs://tpu-vllm-v5e1-xla-3c98876c/xla-cache/KEY/"',
         ]
     )
+    prefixes = [line for line in changed if "cache_prefix=" in line]
+    assert prefixes[0][1:] != prefixes[1][1:]  # the key really changed
     assert start_hash(before) != start_hash(after)
+
+
+def start_lines(lines: list[str]) -> str:
+    [found] = [
+        m.group(1)
+        for line in lines
+        if (m := re.search(r"script vllm-start.create \(sha256 [0-9a-f]+, (\d+) lines\)", line))
+    ]
+    return found
 
 
 def start_hash(lines: list[str]) -> str:

@@ -224,7 +224,13 @@ def test_one_flag_per_line_so_a_diff_shows_the_flag() -> None:
     before = commands("v5e1")[START].splitlines()
     after = commands("v5e1", {"tpu-vllm:vllm.maxNumBatchedTokens": 8192})[START].splitlines()
     changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
-    assert changed == [("  --max-num-batched-tokens 4096 \\", "  --max-num-batched-tokens 8192 \\")]
+    # The flag, and the compile cache's prefix: the flag changes compiled shapes.
+    assert changed[1:] == [
+        ("  --max-num-batched-tokens 4096 \\", "  --max-num-batched-tokens 8192 \\")
+    ]
+    assert [line.split("/xla-cache/")[0] for line in changed[0]] == [
+        "cache_prefix=gs://tpu-vllm-v5e1-xla-75c84d20"
+    ] * 2
 
 
 def test_changing_a_flag_changes_only_the_server_commands() -> None:
@@ -254,7 +260,12 @@ def test_readiness_runs_after_every_start() -> None:
 
 
 def test_parse_ready_without_a_result_line() -> None:
-    assert parse_ready("[ 3s] image present\n") == {"startup_seconds": None, "hbm": None}
+    assert parse_ready("[ 3s] image present\n") == {
+        "startup_seconds": None,
+        "hbm": None,
+        "cache": {"restored": False, "files": 0, "bytes": 0, "seconds": 0.0, "generation": "",
+                  "reason": ""},
+    }  # fmt: skip
 
 
 def test_readiness_follows_the_printed_container_id_or_else_the_name() -> None:

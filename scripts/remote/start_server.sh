@@ -15,5 +15,6 @@ cat > ~/.tpu-vllm/entrypoint.sh <<'TPU_VLLM_ENTRYPOINT'
 @ENTRYPOINT_SH@
 TPU_VLLM_ENTRYPOINT
 chmod 755 ~/.tpu-vllm/entrypoint.sh
+@CACHE_RESTORE@
 sudo docker rm -f @CONTAINER@ >/dev/null 2>&1 || true
 @DOCKER_RUN@

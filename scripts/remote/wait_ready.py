@@ -8,9 +8,11 @@ phase with elapsed seconds, succeeds on uvicorn's `Application startup complete.
 stdin, never in argv or env).
 
 Usage: python3 - --container ID --model MODEL --port PORT --timeout SECONDS [--poll SECONDS]
-[--heartbeat SECONDS]. While it waits, a line at least every `--heartbeat` seconds (default 20)
-says how long it has waited, the phase passed last and the container's last log line.
-The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds and hbm.
+[--heartbeat SECONDS] [--cache-result FILE]. While it waits, a line at least every `--heartbeat`
+seconds (default 20) says how long it has waited, the phase passed last and the container's last
+log line.
+The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds, hbm and cache (the
+compile-cache restore's result that scripts/remote/xla_cache.py wrote to FILE).
 """
 
 from __future__ import annotations
@@ -220,6 +222,20 @@ def verify_endpoint(
     say(start, f"/v1/models lists {model}")
 
 
+def read_cache_result(path: str) -> dict[str, object]:
+    """The restore's result for this start; not restored when there is none."""
+    result: dict[str, object] = {
+        "restored": False, "files": 0, "bytes": 0, "seconds": 0.0, "generation": "",
+        "reason": "no restore result on the node",
+    }  # fmt: skip
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as handle:
+            result.update(json.load(handle))
+    except (OSError, ValueError, TypeError):
+        pass
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--container", required=True)
@@ -228,6 +244,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--heartbeat", type=float, default=HEARTBEAT_SECONDS)
+    parser.add_argument("--cache-result", default="")
     args = parser.parse_args()
     start = CLOCK.start
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -287,7 +304,10 @@ def main() -> None:
     began = parse_started(started_at)
     startup = round(time.time() - began, 1) if began else round(time.monotonic() - start, 1)
     verify_endpoint(start, args.port, args.model, tail, args.heartbeat)
-    result = {"startup_seconds": startup, "hbm": hbm}
+    cache = read_cache_result(args.cache_result)
+    warm = f"warm: {cache['files']} files from {cache['generation']}" if cache["restored"] else ""
+    say(start, f"compile cache: {warm or 'cold (' + str(cache.get('reason') or '') + ')'}")
+    result = {"startup_seconds": startup, "hbm": hbm, "cache": cache}
     print("TPU_VLLM_READY " + json.dumps(result, sort_keys=True), flush=True)
 
 

@@ -2604,12 +2604,62 @@ UVICORN_SHUTDOWN = (
 )
 
 
+# The JAX persistent compilation cache, as vLLM on TPU keeps it: VLLM_XLA_CACHE_PATH defaults
+# to ~/.cache/vllm/xla_cache (vllm envs.py), and JAX's LRU cache writes one `KEY-cache` file per
+# compiled program (jax/_src/lru_cache.py), KEY hashing the program, versions, flags and
+# topology (jax/_src/cache_key.py). The fake's KEY hashes the image, the serve flags that change
+# programs and the subgraph named by tpu-inference's "Compilation of NAME --> {...}" line.
+XLA_CACHE_MOUNT = "/root/.cache/vllm"
+XLA_CACHE_SUBDIR = "xla_cache"
+_COMPILED_RE = re.compile(r"Compilation of (.+?) finished in")
+_NOT_IN_KEY = ("--port", "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice")
+
+
+def xla_cache_dir(container: Container) -> Path | None:
+    """The host directory the container's XLA cache lands in (its ~/.cache/vllm bind mount)."""
+    for mount in container.config.get("Mounts", []):
+        if mount.get("Type") == "bind" and mount.get("Destination") == XLA_CACHE_MOUNT:
+            return Path(mount["Source"]) / XLA_CACHE_SUBDIR
+    return None
+
+
+def xla_entry(container: Container, subject: str, size: int) -> tuple[str, bytes]:
+    """(file name, content) of the cache entry for one compiled subgraph."""
+    args = find_vllm_args(container.command_argv())
+    keyed: list[str] = []
+    skip_next = False
+    for index, arg in enumerate(args):
+        if skip_next:
+            skip_next = False
+            continue
+        if arg in _NOT_IN_KEY:
+            has_value = index + 1 < len(args) and not args[index + 1].startswith("--")
+            skip_next = has_value and arg != "--enable-auto-tool-choice"
+            continue
+        keyed.append(arg)
+    material = json.dumps([normalize_image(str(container.config.get("Image"))), keyed, subject])
+    key = hashlib.sha256(material.encode()).hexdigest()
+    head = f"FAKE-XLA-EXECUTABLE {key}\n".encode()
+    body = hashlib.sha256(key.encode()).digest() * (max(size - len(head), 0) // 32 + 1)
+    function = subject.split(maxsplit=1)[0]
+    return f"jit_{function}-{key}-cache", (head + body)[: max(size, len(head))]
+
+
 class Boot:
     """One run of the container process (first start or a restart)."""
 
     def __init__(self, container: Container, log_name: str, scenario: JSONDict) -> None:
         self.container = container
         self.entries = load_fixture(resolve_fixture(log_name))
+        # With `warm_log`, the boot reads the XLA cache: complete and intact, it replays the
+        # warm log (compiles load from disk); otherwise the cold one, writing each entry as
+        # its compilation finishes.
+        self.xla_dir = xla_cache_dir(container) if scenario.get("warm_log") else None
+        self.xla_bytes = int(scenario.get("xla_entry_bytes", 16384))
+        self.warm = False
+        if self.xla_dir is not None and self._cache_complete():
+            self.entries = load_fixture(resolve_fixture(str(scenario["warm_log"])))
+            self.warm = True
         self.speed = float(scenario.get("speed", 1.0)) or 1.0
         exit_at = scenario.get("exit_at")
         self.exit_at = float(exit_at) if exit_at is not None else None
@@ -2619,6 +2669,31 @@ class Boot:
         self.sock: socket.socket | None = None
         self.server: VllmHTTPServer | None = None
         self.thread: threading.Thread | None = None
+
+    def _expected_entries(self) -> list[tuple[str, bytes]]:
+        subjects = [m.group(1) for e in self.entries if (m := _COMPILED_RE.search(e.text))]
+        return [xla_entry(self.container, s, self.xla_bytes) for s in subjects]
+
+    def _cache_complete(self) -> bool:
+        assert self.xla_dir is not None
+        for name, content in self._expected_entries():
+            try:
+                if (self.xla_dir / name).read_bytes() != content:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def _write_entry(self, text: str) -> None:
+        match = _COMPILED_RE.search(text)
+        if self.xla_dir is None or self.warm or not match:
+            return
+        name, content = xla_entry(self.container, match.group(1), self.xla_bytes)
+        with contextlib.suppress(OSError):
+            self.xla_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.xla_dir / f".{name}.tmp"
+            tmp.write_bytes(content)
+            os.replace(tmp, self.xla_dir / name)
 
     def _listen_port(self) -> int | None:
         cfg = self.container.config
@@ -2699,6 +2774,8 @@ class Boot:
         """Replay; returns (outcome, exit_code, control) with outcome exit|stop|kill|restart."""
         if not self._bind():
             return "exit", 1, None
+        if self.xla_dir is not None:
+            self.container.update_state(XlaCache="warm" if self.warm else "cold")
         t0 = time.monotonic()
         try:
             for entry in self.entries:
@@ -2719,6 +2796,7 @@ class Boot:
                 self.container.append_log(
                     entry.stream, entry.text.replace("${PORT}", str(self.info.port))
                 )
+                self._write_entry(entry.text)
                 if READY_MARKER in entry.text:
                     self._serve()
             if self.exit_at is not None:

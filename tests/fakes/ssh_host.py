@@ -78,6 +78,10 @@ class Scenario(_ScenarioRequired, total=False):
     ``restart_log``: log replayed after a restart (default: ``log``).
     ``health_status``: what ``GET /health`` answers once the server listens (default 200; 503
     is vLLM's answer when its engine has died).
+    ``warm_log``: the container models JAX's XLA cache in its ``~/.cache/vllm`` mount: when
+    every entry the cold ``log`` compiles is there intact, it replays ``warm_log`` instead;
+    otherwise it replays ``log`` and writes each entry as its compilation finishes.
+    ``xla_entry_bytes``: size of each fake cache entry (default 16384).
     """
 
     speed: float
@@ -85,6 +89,8 @@ class Scenario(_ScenarioRequired, total=False):
     exit_code: int
     restart_log: str
     health_status: int
+    warm_log: str
+    xla_entry_bytes: int
 
 
 class SshHostFactory(Protocol):

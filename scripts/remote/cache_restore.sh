@@ -1,0 +1,26 @@
+# Restore the XLA compile cache (components/compile_cache.py) while the image is pulled, so a
+# fresh node skips most of its ~685 s of compilation (seed 000). Rendered into start_server.sh by
+# components/remote_scripts.py. The tool logs every problem to stderr and exits 0: a failed,
+# partial or slow restore (bounded by --timeout) means a cold start, never a failed one.
+# The key (a hash of the chip, TP size and shape-changing flags) is part of this prefix.
+cache_prefix=@PREFIX@
+mkdir -p @WORK@
+cat > @TOOL@ <<'TPU_VLLM_XLA_CACHE'
+@TOOL_PY@
+TPU_VLLM_XLA_CACHE
+python3 @TOOL@ fetch \
+  --work @WORK@ \
+  --prefix "$cache_prefix" \
+  --timeout @TIMEOUT@ &
+cache_fetch=$!
+# `docker run` would pull a missing image anyway; pulling here lets the fetch run alongside it.
+if ! sudo docker image inspect @IMAGE@ >/dev/null 2>&1; then
+  sudo docker pull @IMAGE@ >&2 || echo "start-server: docker pull failed; docker run retries and reports it" >&2
+fi
+wait "$cache_fetch" || true
+python3 @TOOL@ install \
+  --work @WORK@ \
+  --prefix "$cache_prefix" \
+  --timeout @TIMEOUT@ \
+  --dir @DIR@ \
+  --image @IMAGE@ || echo "start-server: the compile cache was not restored; starting cold" >&2

@@ -1,0 +1,670 @@
+"""Runs on the TPU VM: restore the XLA compile cache before `docker run`, save it after ready.
+
+Why: a flex-start node is deleted with its disk, so every new node compiles for ~685 s (seed 000)
+unless the JAX persistent cache (`~/.cache/vllm/xla_cache`) comes back from Cloud Storage first.
+JAX warns against reading a `gs://` cache directly, so it is copied to local disk.
+
+Layout under the prefix `gs://BUCKET/xla-cache/KEY/` (components/compile_cache.py):
+  GENERATION/...            the cache files, GENERATION = `img-` + the image digest's first 16 hex
+  GENERATION/MANIFEST.json  {"files": {path: {"size", "sha256"}}}, written after the files
+  LATEST                    the generation the last save wrote, so the fetch can start before
+                            the pull has told us the digest
+A generation without a manifest is an interrupted save and is not restored; files that do not
+match the manifest (corrupt, partial) are dropped and logged. Only the generation of the digest
+that is about to run is ever installed.
+
+Commands (each logs to stderr, never fails the start: problems mean a cold start):
+  fetch   --prefix P --work W --timeout S    LATEST's generation into W/staging (runs during
+                                             the image pull)
+  install --prefix P --work W --dir D --image I --timeout S
+                                             digest -> generation; verify; copy into D; write
+                                             W/result.json (the readiness result's `cache`)
+  off     --work W                           the cache is disabled: say so in W/result.json
+  save    --work W [--timeout S]             upload what is new, then MANIFEST, LATEST, and
+                                             touch every object's customTime (lifecycle)
+
+Transport: `gcloud storage` where the VM has gcloud, else the Cloud Storage JSON API with a
+token from the metadata server, held in memory only (never argv, env or a file).
+TPU_VLLM_CACHE_VIA=gcloud|api forces one; GCE_METADATA_HOST and STORAGE_API_ENDPOINT override
+the endpoints (tests). Stdlib only, Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from typing import Any
+
+MANIFEST = "MANIFEST.json"
+LATEST = "LATEST"
+# JAX's LRU cache keeps `KEY-cache` entries and, with eviction on, `KEY-atime` stamps
+# (jax/_src/lru_cache.py); the stamps change on every read, so they are not worth carrying.
+SKIP_SUFFIXES = ("-atime", ".tmp", ".lock")
+# A file that changed within this pause may still be growing (a lazy compile after ready).
+SETTLE_SECONDS = 1.0
+DEFAULT_SAVE_TIMEOUT = 1800.0
+
+
+def log(message: str) -> None:
+    print(f"xla-cache: {message}", file=sys.stderr, flush=True)
+
+
+def generation_name(image_digest: str) -> str:
+    """Same as components/compile_cache.generation_name (a test pins the two together)."""
+    hexdigest = image_digest.rsplit(":", 1)[-1].lower()
+    if len(hexdigest) < 16 or any(c not in "0123456789abcdef" for c in hexdigest):
+        hexdigest = hashlib.sha256(image_digest.encode()).hexdigest()
+    return f"img-{hexdigest[:16]}"
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: UP017
+
+
+def read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def local_files(root: str, settle: float = 0.0) -> dict[str, str]:
+    """{relative path: absolute path} of the cache entries under root.
+
+    JAX writes an entry in place (`cache_path.write_bytes`, jax/_src/lru_cache.py), so with
+    `settle` only files whose size and mtime did not change across that pause are taken: a
+    file still being written (a lazy compile after ready) waits for the next save.
+    """
+    found: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if name.startswith(".") or name.endswith(SKIP_SUFFIXES) or name == MANIFEST:
+                continue
+            path = os.path.join(folder, name)
+            found[os.path.relpath(path, root)] = path
+    if not settle:
+        return found
+
+    def stats() -> dict[str, tuple[int, int]]:
+        seen: dict[str, tuple[int, int]] = {}
+        for rel, path in found.items():
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            seen[rel] = (info.st_size, info.st_mtime_ns)
+        return seen
+
+    before = stats()
+    time.sleep(settle)
+    after = stats()
+    return {rel: found[rel] for rel in after if before.get(rel) == after[rel]}
+
+
+def split_gs(url: str) -> tuple[str, str]:
+    rest = url[len("gs://") :]
+    bucket, _, name = rest.partition("/")
+    return bucket, name
+
+
+class Deadline:
+    def __init__(self, seconds: float, started: float | None = None) -> None:
+        self.at = (started if started is not None else time.time()) + seconds
+
+    def left(self) -> float:
+        return self.at - time.time()
+
+    def check(self, what: str) -> float:
+        left = self.left()
+        if left <= 0:
+            raise TimeoutError(f"{what}: out of time")
+        return left
+
+
+# ---------------------------------------------------------------------------------------------
+# transports
+
+
+class Gcloud:
+    """`gcloud storage` with the VM's own identity (its service account, via the metadata)."""
+
+    name = "gcloud"
+
+    def _run(
+        self, args: list[str], deadline: Deadline, what: str
+    ) -> subprocess.CompletedProcess[bytes]:
+        timeout = deadline.check(what)
+        proc = subprocess.Popen(
+            ["gcloud", "storage", *args, "--quiet"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise TimeoutError(f"{what}: still running after {timeout:.0f}s; stopped") from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    @staticmethod
+    def _error(done: subprocess.CompletedProcess[bytes]) -> str:
+        lines = [line for line in done.stderr.decode(errors="replace").splitlines() if line.strip()]
+        return lines[-1] if lines else f"exit code {done.returncode}"
+
+    def read(self, url: str, deadline: Deadline) -> bytes | None:
+        done = self._run(["cat", url], deadline, f"read {url}")
+        if done.returncode == 0:
+            return done.stdout
+        text = done.stderr.decode(errors="replace")
+        if "matched no objects" in text or "not found" in text.lower() or "404" in text:
+            return None
+        raise RuntimeError(f"read {url}: {self._error(done)}")
+
+    def write(self, url: str, data: bytes, deadline: Deadline, custom_time: str) -> None:
+        with tempfile.NamedTemporaryFile(prefix="xla-cache-", delete=False) as handle:
+            handle.write(data)
+        try:
+            done = self._run(
+                ["cp", handle.name, url, f"--custom-time={custom_time}"], deadline, f"write {url}"
+            )
+        finally:
+            os.unlink(handle.name)
+        if done.returncode != 0:
+            raise RuntimeError(f"write {url}: {self._error(done)}")
+
+    def download(self, url: str, dest: str, deadline: Deadline) -> None:
+        os.makedirs(dest, exist_ok=True)
+        done = self._run(["rsync", "--recursive", url, dest], deadline, f"download {url}")
+        if done.returncode != 0:
+            raise RuntimeError(f"download {url}: {self._error(done)}")
+
+    def upload(self, src: str, url: str, deadline: Deadline, custom_time: str) -> None:
+        exclude = "|".join([r".*" + s.replace(".", r"\.") + "$" for s in SKIP_SUFFIXES])
+        done = self._run(
+            [
+                "rsync",
+                "--recursive",
+                f"--exclude={exclude}|(^|.*/)\\..*|^{MANIFEST}$",
+                f"--custom-time={custom_time}",
+                src,
+                url,
+            ],
+            deadline,
+            f"upload to {url}",
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"upload to {url}: {self._error(done)}")
+
+    def touch(self, url: str, deadline: Deadline, custom_time: str) -> None:
+        done = self._run(
+            ["objects", "update", f"{url}**", f"--custom-time={custom_time}"],
+            deadline,
+            f"touch {url}",
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"touch {url}: {self._error(done)}")
+
+
+class JsonApi:
+    """The Cloud Storage JSON API over urllib, for VMs without gcloud.
+
+    Requests follow https://cloud.google.com/storage/docs/json_api/v1/objects (list, get with
+    alt=media, multipart insert, patch). What to copy is decided like `gcloud storage rsync`
+    (googlecloudsdk/command_lib/storage/rsync_command_util.py): same size and same hash skip.
+    """
+
+    name = "api"
+
+    def __init__(self) -> None:
+        self.endpoint = os.environ.get("STORAGE_API_ENDPOINT", "https://storage.googleapis.com")
+        self.metadata = os.environ.get("GCE_METADATA_HOST", "metadata.google.internal")
+        self._token = ""
+        self._expires = 0.0
+
+    def _bearer(self) -> str:
+        if time.time() >= self._expires:
+            request = urllib.request.Request(
+                f"http://{self.metadata}/computeMetadata/v1/instance/service-accounts/default/token",
+                headers={"Metadata-Flavor": "Google"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                answer = json.load(response)
+            self._token = str(answer["access_token"])
+            self._expires = time.time() + float(answer.get("expires_in", 300)) - 60
+        return f"Bearer {self._token}"
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        deadline: Deadline,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> bytes:
+        timeout = min(deadline.check(f"{method} {path}"), 120.0)
+        request = urllib.request.Request(  # noqa: S310 - https endpoint (loopback in tests)
+            self.endpoint.rstrip("/") + path,
+            data=body,
+            method=method,
+            headers={"Authorization": self._bearer(), **(headers or {})},
+        )
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return bytes(response.read())
+
+    @staticmethod
+    def _object_path(bucket: str, name: str) -> str:
+        return f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}"
+
+    def _list(self, url: str, deadline: Deadline) -> dict[str, dict[str, Any]]:
+        bucket, prefix = split_gs(url)
+        found: dict[str, dict[str, Any]] = {}
+        token = ""
+        while True:
+            query = {"prefix": prefix, "fields": "items(name,size,md5Hash),nextPageToken"}
+            if token:
+                query["pageToken"] = token
+            page = json.loads(
+                self._call(
+                    "GET", f"/storage/v1/b/{bucket}/o?{urllib.parse.urlencode(query)}", deadline
+                )
+            )
+            for item in page.get("items", []):
+                found[str(item["name"])[len(prefix) :]] = item
+            token = str(page.get("nextPageToken") or "")
+            if not token:
+                return found
+
+    def read(self, url: str, deadline: Deadline) -> bytes | None:
+        bucket, name = split_gs(url)
+        try:
+            return self._call("GET", self._object_path(bucket, name) + "?alt=media", deadline)
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            raise RuntimeError(f"read {url}: HTTP {error.code}") from None
+
+    def write(self, url: str, data: bytes, deadline: Deadline, custom_time: str) -> None:
+        bucket, name = split_gs(url)
+        boundary = uuid.uuid4().hex
+        meta = json.dumps({"name": name, "customTime": custom_time}).encode()
+        body = b"".join(
+            [
+                f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode(),
+                meta,
+                f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n".encode(),
+                data,
+                f"\r\n--{boundary}--\r\n".encode(),
+            ]
+        )
+        try:
+            self._call(
+                "POST",
+                f"/upload/storage/v1/b/{bucket}/o?uploadType=multipart",
+                deadline,
+                body,
+                {"Content-Type": f"multipart/related; boundary={boundary}"},
+            )
+        except urllib.error.HTTPError as error:
+            raise RuntimeError(f"write {url}: HTTP {error.code}") from None
+
+    @staticmethod
+    def _same(item: dict[str, Any], path: str) -> bool:
+        try:
+            if int(item.get("size", -1)) != os.path.getsize(path):
+                return False
+        except OSError:
+            return False
+        md5 = hashlib.md5()  # noqa: S324 - GCS's own checksum, not security
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                md5.update(block)
+        return base64.b64encode(md5.digest()).decode() == item.get("md5Hash")
+
+    def download(self, url: str, dest: str, deadline: Deadline) -> None:
+        bucket, prefix = split_gs(url)
+        listing = self._list(url, deadline)
+        if not listing:
+            raise RuntimeError(f"download {url}: Did not find existing container at: {url}")
+        for rel, item in sorted(listing.items()):
+            target = os.path.join(dest, rel)
+            if os.path.exists(target) and self._same(item, target):
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            try:
+                data = self._call(
+                    "GET", self._object_path(bucket, prefix + rel) + "?alt=media", deadline
+                )
+            except urllib.error.HTTPError as error:
+                raise RuntimeError(f"download {url}{rel}: HTTP {error.code}") from None
+            with open(target + ".part", "wb") as handle:
+                handle.write(data)
+            os.replace(target + ".part", target)
+
+    def upload(self, src: str, url: str, deadline: Deadline, custom_time: str) -> None:
+        remote = self._list(url, deadline)
+        for rel, path in sorted(local_files(src).items()):
+            if rel in remote and self._same(remote[rel], path):
+                continue
+            with open(path, "rb") as handle:
+                self.write(url + rel, handle.read(), deadline, custom_time)
+
+    def touch(self, url: str, deadline: Deadline, custom_time: str) -> None:
+        bucket, prefix = split_gs(url)
+        body = json.dumps({"customTime": custom_time}).encode()
+        for rel in self._list(url, deadline):
+            try:
+                self._call(
+                    "PATCH",
+                    self._object_path(bucket, prefix + rel),
+                    deadline,
+                    body,
+                    {"Content-Type": "application/json"},
+                )
+            except urllib.error.HTTPError as error:
+                raise RuntimeError(f"touch {url}{rel}: HTTP {error.code}") from None
+
+
+def transport() -> Gcloud | JsonApi:
+    via = os.environ.get("TPU_VLLM_CACHE_VIA", "auto")
+    if via == "auto":
+        via = "gcloud" if shutil.which("gcloud") else "api"
+    return Gcloud() if via == "gcloud" else JsonApi()
+
+
+# ---------------------------------------------------------------------------------------------
+# restore
+
+
+def paths(work: str) -> dict[str, str]:
+    return {
+        "fetch": os.path.join(work, "fetch.json"),
+        "state": os.path.join(work, "state.json"),
+        "result": os.path.join(work, "result.json"),
+        "staging": os.path.join(work, "staging"),
+    }
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    """Download the newest generation (LATEST) while the image is still being pulled."""
+    p = paths(args.work)
+    started = time.time()
+    record: dict[str, Any] = {"started": started, "prefix": args.prefix, "candidate": ""}
+    write_json(p["fetch"], record)
+    deadline = Deadline(args.timeout, started)
+    store = transport()
+    try:
+        raw = store.read(args.prefix + LATEST, deadline)
+        if raw is None:
+            record["error"] = "no cache saved under this key yet"
+            log(f"no generation under {args.prefix} yet (first start with this key)")
+        else:
+            candidate = raw.decode(errors="replace").strip()
+            record["candidate"] = candidate
+            log(f"fetching {args.prefix}{candidate}/ via {store.name}")
+            store.download(
+                f"{args.prefix}{candidate}/", os.path.join(p["staging"], candidate), deadline
+            )
+            record["fetched"] = True
+    except Exception as error:  # noqa: BLE001 - any failure means a cold start, never a failure
+        record["error"] = str(error)
+        log(f"fetch failed ({error}); the start goes on")
+    write_json(p["fetch"], record)
+    return 0
+
+
+def resolve_digest(image: str) -> str:
+    """The pulled image's registry digest (`repo@sha256:...`), else its local id."""
+    done = subprocess.run(
+        ["sudo", "docker", "image", "inspect", image],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        return ""
+    try:
+        data = json.loads(done.stdout)[0]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return ""
+    digests = [str(d) for d in data.get("RepoDigests") or []]
+    return sorted(digests)[0] if digests else str(data.get("Id") or "")
+
+
+def verify(staging: str) -> tuple[dict[str, int], int, str]:
+    """({path: size} of entries that match the manifest, entries dropped, problem or "")."""
+    manifest = read_json(os.path.join(staging, MANIFEST)).get("files")
+    if not isinstance(manifest, dict):
+        return {}, 0, "the generation has no manifest (an interrupted save?)"
+    good: dict[str, int] = {}
+    dropped = 0
+    for rel, entry in sorted(manifest.items()):
+        path = os.path.join(staging, rel)
+        try:
+            ok = (
+                os.path.getsize(path) == int(entry["size"]) and file_sha256(path) == entry["sha256"]
+            )
+        except (OSError, KeyError, TypeError, ValueError):
+            ok = False
+        if ok:
+            good[rel] = int(entry["size"])
+        else:
+            dropped += 1
+            with_path = os.path.exists(path)
+            log(f"dropping {rel}: {'does not match the manifest' if with_path else 'missing'}")
+            if with_path:
+                os.unlink(path)  # fetched again next time
+    return good, dropped, ""
+
+
+def install(staging: str, good: dict[str, int], target: str) -> tuple[int, int]:
+    """Copy verified entries into the cache directory; (files, bytes) now in place.
+
+    Each `KEY-cache` gets a fresh `KEY-atime` stamp (8 bytes, little-endian ns): JAX's LRU
+    eviction reads one for every entry and fails on a missing one (jax/_src/lru_cache.py).
+    """
+    files = size = 0
+    stamp = time.time_ns().to_bytes(8, "little")
+    for rel, nbytes in good.items():
+        dest = os.path.join(target, rel)
+        if not (os.path.exists(dest) and os.path.getsize(dest) == nbytes):
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copyfile(os.path.join(staging, rel), dest + ".restore.tmp")
+            os.replace(dest + ".restore.tmp", dest)
+        if rel.endswith("-cache") and not os.path.exists(dest[: -len("-cache")] + "-atime"):
+            with open(dest[: -len("-cache")] + "-atime", "wb") as handle:
+                handle.write(stamp)
+        files += 1
+        size += nbytes
+    return files, size
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    """After the pull: keep the fetched generation only if it matches the image; install it."""
+    p = paths(args.work)
+    fetched = read_json(p["fetch"])
+    started = float(fetched.get("started") or time.time())
+    deadline = Deadline(args.timeout, started)
+    result: dict[str, Any] = {"restored": False, "files": 0, "bytes": 0, "generation": ""}
+    target = os.path.expanduser(args.dir)
+    try:
+        digest = resolve_digest(args.image)
+        if not digest:
+            raise RuntimeError(f"cannot resolve the digest of {args.image}")
+        generation = generation_name(digest)
+        url = f"{args.prefix}{generation}/"
+        result["generation"] = url
+        write_json(
+            p["state"],
+            {"prefix": args.prefix, "generation": generation, "dir": target, "digest": digest},
+        )
+        staging = os.path.join(p["staging"], generation)
+        for old in os.listdir(p["staging"]) if os.path.isdir(p["staging"]) else []:
+            if old != generation:
+                shutil.rmtree(os.path.join(p["staging"], old), ignore_errors=True)
+        candidate = str(fetched.get("candidate") or "")
+        if candidate != generation or not fetched.get("fetched"):
+            if candidate and candidate != generation:
+                log(
+                    f"the newest generation ({candidate}) was made with another image; "
+                    f"not using it. Looking for {generation} ({digest})"
+                )
+            if store_has_generation(url, deadline):
+                transport().download(url, staging, deadline)
+            else:
+                result["reason"] = f"no cache for this image under {args.prefix} yet"
+        if "reason" not in result:
+            good, dropped, problem = verify(staging)
+            if problem:
+                result["reason"] = problem
+                shutil.rmtree(staging, ignore_errors=True)
+            elif not good:
+                result["reason"] = f"all {dropped} entries were corrupt or missing"
+            else:
+                os.makedirs(target, exist_ok=True)
+                files, size = install(staging, good, target)
+                result.update(restored=True, files=files, bytes=size)
+                if dropped:
+                    result["reason"] = f"{dropped} corrupt or missing entries dropped"
+    except Exception as error:  # noqa: BLE001 - any failure means a cold start, never a failure
+        result["reason"] = f"restore failed: {error}"
+    result["seconds"] = round(time.time() - started, 1)
+    if result["restored"]:
+        log(
+            f"restored {result['files']} files ({result['bytes']} bytes) from "
+            f"{result['generation']} in {result['seconds']}s"
+            + (f"; {result['reason']}" if result.get("reason") else "")
+        )
+    else:
+        log(f"not restored ({result.get('reason', '')}); this start compiles cold")
+    write_json(p["result"], result)
+    return 0
+
+
+def store_has_generation(url: str, deadline: Deadline) -> bool:
+    return transport().read(url + MANIFEST, deadline) is not None
+
+
+def cmd_off(args: argparse.Namespace) -> int:
+    p = paths(args.work)
+    write_json(p["state"], {})
+    write_json(
+        p["result"],
+        {"restored": False, "files": 0, "bytes": 0, "seconds": 0.0, "generation": "",
+         "reason": "disabled (tpu-vllm:cache.enabled is false)"},
+    )  # fmt: skip
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# save
+
+
+def cmd_save(args: argparse.Namespace) -> int:
+    """Upload what is new, then the manifest, LATEST, and mark the generation as used."""
+    p = paths(args.work)
+    state = read_json(p["state"])
+    if not state.get("generation"):
+        log("nothing to save (the cache is off, or the restore never learned the image digest)")
+        return 0
+    started = time.time()
+    deadline = Deadline(args.timeout, started)
+    url = f"{state['prefix']}{state['generation']}/"
+    store = transport()
+    try:
+        entries: dict[str, dict[str, Any]] = {
+            rel: {"size": os.path.getsize(path), "sha256": file_sha256(path)}
+            for rel, path in local_files(state["dir"], SETTLE_SECONDS).items()
+        }
+        raw = store.read(url + MANIFEST, deadline)
+        remote = json.loads(raw).get("files", {}) if raw else {}
+        new = {rel: e for rel, e in entries.items() if remote.get(rel) != e}
+        stamp = now_rfc3339()
+        if new:
+            log(f"saving {len(new)} new files to {url} via {store.name}")
+            store.upload(state["dir"], url, deadline, stamp)
+            merged = {**remote, **entries}
+            store.write(
+                url + MANIFEST, json.dumps({"files": merged}, sort_keys=True).encode(), deadline,
+                stamp,
+            )  # fmt: skip
+        elif not entries:
+            log(f"the cache directory {state['dir']} is empty; nothing to save")
+            return 0
+        store.write(state["prefix"] + LATEST, state["generation"].encode(), deadline, stamp)
+        store.touch(url, deadline, stamp)
+        summary: dict[str, Any] = {
+            "ok": True,
+            "uploaded": len(new),
+            "bytes": sum(int(e["size"]) for e in new.values()),
+            "seconds": round(time.time() - started, 1),
+            "generation": url,
+        }
+        log(f"saved: {json.dumps(summary, sort_keys=True)}")
+    except Exception as error:  # noqa: BLE001 - the server serves either way
+        summary = {"ok": False, "error": str(error), "generation": url}
+        log(f"save FAILED ({error}); the server is unaffected, the next node starts cold")
+    write_json(os.path.join(args.work, "save.json"), summary)
+    return 0 if summary["ok"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="xla_cache.py")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fetch = sub.add_parser("fetch")
+    install_ = sub.add_parser("install")
+    off = sub.add_parser("off")
+    save = sub.add_parser("save")
+    for each in (fetch, install_, off, save):
+        each.add_argument("--work", required=True)
+    for each in (fetch, install_):
+        each.add_argument("--prefix", required=True)
+        each.add_argument("--timeout", type=float, required=True)
+    install_.add_argument("--dir", required=True)
+    install_.add_argument("--image", required=True)
+    save.add_argument("--timeout", type=float, default=DEFAULT_SAVE_TIMEOUT)
+    args = parser.parse_args(argv)
+    args.work = os.path.expanduser(args.work)
+    os.makedirs(args.work, exist_ok=True)
+    handler = {"fetch": cmd_fetch, "install": cmd_install, "off": cmd_off, "save": cmd_save}
+    return handler[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
