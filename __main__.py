@@ -9,19 +9,28 @@ import pulumi
 
 from components.compile_cache import compile_cache_output
 from components.config import load_stack_config
+from components.dns import require_managed_zone
 from components.gke_backend import build_gke
+from components.outputs import object_or_empty, text_or_empty
 from components.secrets import require_hf_token_secret
 from components.vm_backend import build_vm
 
 config = load_stack_config()
 for warning in config.warnings:
     pulumi.log.warn(warning)
+# Lookups that stop the run before any resource (at preview too).
 require_hf_token_secret(config)
+managed_zone = require_managed_zone(config)
 
-backend = build_gke(config) if config.backend == "gke" else build_vm(config)
+backend = (
+    build_gke(config, managed_zone) if config.backend == "gke" else build_vm(config, managed_zone)
+)
 
-# The output contract other stacks read (README "Outputs"): never rename silently.
+# The output contract other stacks read (README "Outputs"): never rename silently. No value is
+# ever None, which the engine would drop: "" / {} mean "not applicable", and the two optional
+# outputs are exported only when they have a value.
 pulumi.export("endpoint", backend.endpoint)
+pulumi.export("endpoint_ip", backend.endpoint_ip)
 pulumi.export("openai_base_url", backend.openai_base_url)
 pulumi.export("model", config.model.id)
 pulumi.export("api_key", backend.api_key)
@@ -30,16 +39,18 @@ pulumi.export("zone", backend.zone)
 pulumi.export("chip", config.tpu.chip.accelerator_type)
 pulumi.export("queued_resource", backend.queued_resource)
 pulumi.export("node", backend.node)
-pulumi.export("external_ip", backend.external_ip)
-pulumi.export("internal_ip", backend.internal_ip)
-pulumi.export("expires_at", backend.expires_at)
+pulumi.export("external_ip", text_or_empty(backend.external_ip))
+pulumi.export("internal_ip", text_or_empty(backend.internal_ip))
+pulumi.export("expires_at", text_or_empty(backend.expires_at))
+pulumi.export("renew_command", backend.renew_command)
 pulumi.export("ssh_command", backend.ssh_command)
 pulumi.export("ssh_private_key", backend.ssh_private_key)
-pulumi.export("ssh_host_key", backend.ssh_host_key)
+pulumi.export("ssh_host_key", text_or_empty(backend.ssh_host_key))
 pulumi.export("hourly_cost_usd", config.hourly_cost_usd)
-pulumi.export("max_run_cost_usd", config.max_run_cost_usd)
-pulumi.export("hbm", backend.hbm)
-pulumi.export("startup_seconds", backend.startup_seconds)
+if config.max_run_cost_usd is not None:  # optional: spot and on-demand have no maximum
+    pulumi.export("max_run_cost_usd", config.max_run_cost_usd)
+pulumi.export("hbm", object_or_empty(backend.hbm))
+pulumi.export("startup_seconds", backend.startup_seconds)  # optional: None (absent) if unrecorded
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())
 pulumi.export("compile_cache", compile_cache_output(config))

@@ -9,7 +9,6 @@ read Pulumi config themselves.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import ipaddress
 import json
 import re
@@ -22,6 +21,7 @@ import pulumi
 
 from components import catalog
 from components.catalog import Chip, Provisioning
+from components.messages import closest, sentence, show
 
 NAMESPACE = "tpu-vllm"
 
@@ -62,9 +62,14 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "sshCidrs": "who may reach port 22; default allowedCidrs",
         "hfTokenSecret": "Secret Manager secret holding the Hugging Face token",
         "allowUnverifiedHostKey": "connect without verifying the node's SSH host key",
+        "network": "VPC network of the node and its firewall rules; default `default`",
     },
     "cost": {
         "hourlyUsd": "override of the catalog's hourly price for the whole slice",
+    },
+    "dns": {
+        "managedZone": "an existing Cloud DNS managed zone in the project, for a stable name",
+        "name": "the record's name inside that zone; default the stack name",
     },
     "gke": {
         "replicas": "how many TPU replicas serve behind the one address (backend gke), >= 1",
@@ -103,6 +108,8 @@ DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
 DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
+#: The auto-mode network most projects have; some have none, hence `access.network`.
+DEFAULT_NETWORK = "default"
 # seed 000 §1.1 `gcloud secrets create hf-token`.
 PROVISIONING_MODELS: tuple[Provisioning, ...] = ("flex-start", "spot", "on-demand")
 
@@ -143,6 +150,13 @@ _CLUSTER_PATH_RE = re.compile(
 _CHIP_SHAPE_RE = re.compile(r"^(?P<family>v[0-9]+[a-z]*)-(?P<chips>[0-9]+)$")
 # Cloud Storage bucket names: 3-63 of [a-z0-9_.-], starting and ending with a letter or digit.
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
+# A network of the stack's project, named as Compute Engine names resources (RFC 1035). The
+# firewall rules are created in the same project, so another project's network is not accepted.
+_NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+# Cloud DNS: a managed zone's name is 1-63 of [a-z0-9-], starting with a letter and not ending
+# with a dash; a record name is dot-separated labels of 1-63 of [a-z0-9-] (RFC 1123 host names).
+_MANAGED_ZONE_RE = _NETWORK_RE  # Compute Engine's naming rule again
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DOC_NETS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
@@ -152,7 +166,8 @@ class ConfigError(pulumi.RunError):
     """Bad stack configuration. A RunError, so Pulumi prints the message without a traceback."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
+        # Each problem is a sentence ending with a period (components/messages.py).
+        self.problems = [sentence(p) for p in problems]
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(
             f"tpu-vllm: the stack configuration has {len(self.problems)} problem(s); "
@@ -226,6 +241,17 @@ class AccessSettings:
     ssh_cidrs: tuple[str, ...]
     hf_token_secret: str
     allow_unverified_host_key: bool
+    #: The VPC network: the node's `networkConfig.network` and the firewall rules' network.
+    network: str = DEFAULT_NETWORK
+
+
+@dataclass(frozen=True)
+class DnsSettings:
+    """A stable name for the endpoint: an A record `name.ZONE_DNS_NAME` in `managed_zone`."""
+
+    managed_zone: str
+    #: Relative to the zone: `v5e1` becomes `v5e1.models.example.com.`.
+    name: str
 
 
 @dataclass(frozen=True)
@@ -270,6 +296,8 @@ class StackConfig:
     vllm: VllmSettings
     access: AccessSettings
     hourly_cost_usd: float
+    #: None: clients reach the node by its IP, which changes with every renewal.
+    dns: DnsSettings | None = None
     warnings: tuple[str, ...] = field(default=())
     cache: CacheSettings = field(default=CacheSettings())
     backend: Backend = DEFAULT_BACKEND
@@ -344,19 +372,32 @@ class _Reader:
             self.fail("", raw, f"not an object. Fix: set its keys, e.g. `{self.key('KEY')}`")
         for key in self.values:
             if key not in KEYS[section]:
-                close = difflib.get_close_matches(key, list(KEYS[section]), n=1)
-                hint = f"Fix: did you mean `{close[0]}`?" if close else "Fix: remove it"
+                close = closest(key, KEYS[section])
+                hint = f"Fix: did you mean `{close}`?" if close else "Fix: remove it."
                 self.fail(
                     key,
                     self.values[key],
-                    f"unknown key; {hint} Known keys: {', '.join(KEYS[section])}",
+                    f"unknown key. {hint} Known keys: {', '.join(KEYS[section])}",
                 )
 
     def key(self, name: str) -> str:
         return f"{NAMESPACE}:{self.section}.{name}" if name else f"{NAMESPACE}:{self.section}"
 
     def fail(self, name: str, value: Any, fix: str) -> None:
-        self.problems.append(f"{self.key(name)} = {_show(value)}: {fix}")
+        """Record `KEY = VALUE: what is wrong. Fix: ...`; an absent value "is not set"."""
+        shown = "is not set" if value is None else f"= {show(value)}"
+        self.problems.append(f"{self.key(name)} {shown}: {fix}")
+
+    def fail_choice(
+        self, name: str, value: Any, what: str, choices: Sequence[str], note: str = ""
+    ) -> None:
+        """An unknown enum value: a did-you-mean for a near miss, and the valid values."""
+        listing = " | ".join(choices)
+        match = closest(value, choices)
+        fix = (
+            f"Fix: did you mean `{match}`? Valid: {listing}" if match else f"Fix: one of {listing}"
+        )
+        self.fail(name, value, f"unknown {what}{f' ({note})' if note else ''}. {fix}")
 
     def get(self, name: str, convert: Callable[[Any], T], default: T, what: str) -> T:
         """Convert a present value, or return the default; a bad value is recorded."""
@@ -372,10 +413,6 @@ class _Reader:
                 f"expected {what}. Fix: `pulumi config set --path '{self.key(name)}' ...`",
             )
             return default
-
-
-def _show(value: Any) -> str:
-    return json.dumps(value) if not isinstance(value, str) else repr(value)
 
 
 def _format_number(value: float) -> str:
@@ -435,7 +472,7 @@ def parse_stack_config(
     warnings: list[str] = []
     if not project or not project.strip():
         problems.append(
-            f"gcp:project = {_show(project or '')}: a GCP project is required. Fix: "
+            f"gcp:project = {show(project or '')}: a GCP project is required. Fix: "
             f"`pulumi config set gcp:project YOUR_PROJECT -s {stack}`."
         )
     tpu_r = _Reader("tpu", sections.get("tpu"), problems)
@@ -443,6 +480,7 @@ def parse_stack_config(
     vllm_r = _Reader("vllm", sections.get("vllm"), problems)
     access_r = _Reader("access", sections.get("access"), problems)
     cost_r = _Reader("cost", sections.get("cost"), problems)
+    dns_r = _Reader("dns", sections.get("dns"), problems)
     gke_r = _Reader("gke", sections.get("gke"), problems)
     cache_r = _Reader("cache", sections.get("cache"), problems)
 
@@ -465,11 +503,12 @@ def parse_stack_config(
 
     model = _parse_model(model_r)
     vllm = _parse_vllm(vllm_r, chip)
-    access = _parse_access(access_r, warnings)
+    access = _parse_access(access_r, warnings, backend)
     cache = _parse_cache(cache_r)
     hourly_override = cost_r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
     if hourly_override is not None and hourly_override <= 0:
         cost_r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
+    dns = _parse_dns(dns_r, stack)
 
     if chip is not None and model is not None and vllm is not None:
         _check_fit(chip, model, vllm, problems)
@@ -503,6 +542,7 @@ def parse_stack_config(
         vllm=vllm,
         access=access,
         hourly_cost_usd=round(hourly, 4),
+        dns=dns,
         warnings=tuple(warnings),
         backend=backend,
         gke=gke,
@@ -518,13 +558,14 @@ def _parse_backend(raw: Any, problems: list[str]) -> Backend | None:
     for backend in BACKENDS:
         if text == backend:
             return backend
-    matches = difflib.get_close_matches(text, list(BACKENDS), n=1, cutoff=0.5)
-    close = BACKEND_ALIASES.get(text) or (matches[0] if matches else None)
-    hint = f"did you mean `{close}`? " if close else ""
-    problems.append(
-        f"{NAMESPACE}:backend = {_show(raw)}: unknown backend. Fix: {hint}one of "
-        f"{' | '.join(BACKENDS)} (`pulumi config set {NAMESPACE}:backend gke`)"
+    close = BACKEND_ALIASES.get(text) or closest(text, BACKENDS)
+    listing = " | ".join(BACKENDS)
+    fix = (
+        f"Fix: did you mean `{close}`? Valid: {listing}"
+        if close
+        else f"Fix: one of {listing} (`pulumi config set {NAMESPACE}:backend gke`)"
     )
+    problems.append(f"{NAMESPACE}:backend = {show(raw)}: unknown backend. {fix}")
     return None
 
 
@@ -566,8 +607,9 @@ def _parse_gke(
     if backend != "gke":
         if r.values:
             warnings.append(
-                f"{NAMESPACE}:gke is set but {NAMESPACE}:backend is {backend or DEFAULT_BACKEND!r}:"
-                " the gke keys are ignored."
+                f"{NAMESPACE}:gke is set, but {NAMESPACE}:backend = "
+                f"{show(backend or DEFAULT_BACKEND)}: the gke keys are ignored. Fix: set "
+                f"{NAMESPACE}:backend to gke, or remove them."
             )
         if len(r.problems) != before or not zones:
             return None
@@ -610,7 +652,7 @@ def _check_gke_zones(
     regions = sorted({region_of(z) for z in zones})
     if len(regions) > 1:
         r.problems.append(
-            f"{NAMESPACE}:tpu.zones = {_show(list(zones))}: backend gke runs one cluster, in one "
+            f"{NAMESPACE}:tpu.zones = {show(list(zones))}: backend gke runs one cluster, in one "
             f"region, but these zones span {', '.join(regions)}. Fix: list zones of one region"
         )
         return
@@ -620,11 +662,55 @@ def _check_gke_zones(
     missing = [z for z in zones if z not in offered]
     if missing:
         r.problems.append(
-            f"{NAMESPACE}:tpu.zones = {_show(list(zones))}: GKE offers flex-start "
+            f"{NAMESPACE}:tpu.zones = {show(list(zones))}: GKE offers flex-start "
             f'{chip.family.name} TPUs only in {", ".join(offered)} (GKE docs, "About GPU and '
             f'TPU provisioning with flex-start"), not in {", ".join(missing)}. Fix: list zones '
             f"from {', '.join(offered)}, or use backend vm (the TPU API offers more zones)"
         )
+
+
+def _parse_dns(r: _Reader, stack: str) -> DnsSettings | None:
+    """Both keys are optional; a name without a zone is a mistake, not a silent no-op."""
+    zone = r.get("managedZone", _as_str, None, "a Cloud DNS managed zone name")
+    name = r.get("name", _as_str, None, "a host name such as v5e1")
+    if zone is None:
+        if name is not None:
+            r.fail(
+                "name",
+                name,
+                f"has no effect without `{r.key('managedZone')}`. Fix: set the managed zone "
+                f"(`pulumi config set --path '{r.key('managedZone')}' ZONE`) or remove the key",
+            )
+        return None
+    if not _MANAGED_ZONE_RE.match(zone):
+        r.fail(
+            "managedZone",
+            zone,
+            "not a Cloud DNS managed zone name (1-63 lower-case letters, digits and dashes, "
+            "starting with a letter). Fix: the zone's NAME from `gcloud dns managed-zones list`, "
+            "not its DNS name",
+        )
+        return None
+    if name is None:
+        name = stack.lower()
+        if not all(_DNS_LABEL_RE.match(label) for label in name.split(".")):
+            r.fail(
+                "name",
+                None,
+                f"the default, the stack name {stack!r}, is not a valid host name. Fix: "
+                f"`pulumi config set --path '{r.key('name')}' NAME` with letters, digits and "
+                "dashes",
+            )
+            return None
+    elif not all(_DNS_LABEL_RE.match(label) for label in name.split(".")):
+        r.fail(
+            "name",
+            name,
+            "not a host name relative to the zone (dot-separated labels of lower-case letters, "
+            "digits and dashes, at most 63 each). Fix: e.g. v5e1 or api.v5e1",
+        )
+        return None
+    return DnsSettings(managed_zone=zone, name=name)
 
 
 def _parse_chip(r: _Reader) -> Chip | None:
@@ -646,23 +732,15 @@ def _parse_chip(r: _Reader) -> Chip | None:
         )
         return None
     if chip is None:
-        r.fail(
-            "chip",
-            raw,
-            f"unknown chip. Fix: one of {', '.join(catalog.CHIPS)} "
-            "(gcloud's v5litepod-N spelling is accepted too)",
-        )
+        note = "gcloud's v5litepod-N spelling is accepted too"
+        r.fail_choice("chip", raw, "chip", list(catalog.CHIPS), note)
     return chip
 
 
 def _parse_provisioning(r: _Reader) -> Provisioning | None:
     raw = r.values.get("provisioning", "flex-start")
     if raw not in PROVISIONING_MODELS:
-        r.fail(
-            "provisioning",
-            raw,
-            f"unknown provisioning model. Fix: one of {' | '.join(PROVISIONING_MODELS)}",
-        )
+        r.fail_choice("provisioning", raw, "provisioning model", PROVISIONING_MODELS)
         return None
     return cast(Provisioning, raw)
 
@@ -683,6 +761,8 @@ def _parse_max_run(r: _Reader, provisioning: Provisioning | None) -> int | None:
     except ValueError:
         r.fail("maxRunDuration", raw, "not a duration. Fix: write it like 4h, 90m, 2d or 1h30m")
         return None
+    if provisioning is None:
+        return None  # the provisioning model itself is wrong, and reported
     if provisioning != "flex-start":
         r.fail(
             "maxRunDuration",
@@ -793,12 +873,8 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
         )
     dtype = r.get("dtype", _as_str, "bfloat16", "a dtype such as bfloat16")
     if dtype not in catalog.MODEL_DTYPES:
-        r.fail(
-            "dtype",
-            dtype,
-            f"unknown dtype. Fix: one of {sorted(catalog.MODEL_DTYPES)} "
-            "(bf16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2)",
-        )
+        note = "bfloat16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2"
+        r.fail_choice("dtype", dtype, "dtype", sorted(catalog.MODEL_DTYPES), note)
     kv = r.get("kvCacheDtype", _as_str, "auto", "a KV-cache dtype such as auto")
     _check_kv_cache_dtype(r, kv)
     max_model_len = r.get("maxModelLen", _as_int, None, "a token count, e.g. 32768")
@@ -875,7 +951,7 @@ def _check_kv_cache_dtype(r: _Reader, kv: str) -> None:
     elif kv in catalog.KV_CACHE_DTYPES_REJECTED_BY_CLI:
         r.fail("kvCacheDtype", kv, f"rejected by vLLM's CLI (seed 000 Part 2). Fix: one of {known}")
     else:
-        r.fail("kvCacheDtype", kv, f"unknown KV-cache dtype. Fix: one of {known}")
+        r.fail_choice("kvCacheDtype", kv, "KV-cache dtype", sorted(catalog.KV_CACHE_DTYPES))
 
 
 def _parse_mm_limits(r: _Reader) -> tuple[tuple[str, int], ...] | None:
@@ -928,7 +1004,9 @@ def _check_extra_args(r: _Reader, extra: Sequence[str]) -> None:
             )
 
 
-def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
+def _parse_access(
+    r: _Reader, warnings: list[str], backend: Backend | None = DEFAULT_BACKEND
+) -> AccessSettings | None:
     before = len(r.problems)
     allow_public = r.get("allowPublic", _as_bool, False, "true or false")
     allowed = _parse_cidrs(r, "allowedCidrs", allow_public, required=True)
@@ -941,6 +1019,14 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
             "not a Secret Manager secret id. Fix: letters, digits, _ and -, at most 255",
         )
     unverified = r.get("allowUnverifiedHostKey", _as_bool, False, "true or false")
+    network = r.get("network", _as_str, DEFAULT_NETWORK, "a VPC network name")
+    if not _NETWORK_RE.match(network):
+        r.fail(
+            "network",
+            network,
+            "not a VPC network name. Fix: the name of a network in gcp:project (lowercase "
+            "letters, digits and -, e.g. default; `gcloud compute networks list` shows them)",
+        )
     if len(r.problems) != before or allowed is None:
         return None
     for cidr in allowed + (ssh or ()):
@@ -950,12 +1036,29 @@ def _parse_access(r: _Reader, warnings: list[str]) -> AccessSettings | None:
                 f"{NAMESPACE}:access: {cidr} is a documentation range that nobody can come "
                 "from; replace it with your own network before relying on the endpoint."
             )
+    if backend == "gke":
+        # No SSH on GKE: the pods are reached through the load balancer only.
+        ignored = [k for k in ("sshCidrs", "allowUnverifiedHostKey") if k in r.values]
+        if ignored:
+            warnings.append(
+                f"{NAMESPACE}:access.{', access.'.join(ignored)} is set, but backend gke has no "
+                "SSH: it is ignored. Fix: remove it from the stack file."
+            )
+    elif ssh is None:
+        # The deployer dials port 22: outside these ranges, `up` fails after ~10 minutes of a
+        # billing TPU. Kept short: the plan shows warnings one per line.
+        warnings.append(
+            f"{NAMESPACE}:access.sshCidrs is not set, so SSH admits only allowedCidrs "
+            f"({', '.join(allowed)}); from outside, `pulumi up` fails after ~10 min. "
+            f"Fix: set {NAMESPACE}:access.sshCidrs to YOUR.IP/32."
+        )
     return AccessSettings(
         allowed_cidrs=allowed,
         allow_public=allow_public,
         ssh_cidrs=ssh if ssh is not None else allowed,
         hf_token_secret=secret,
         allow_unverified_host_key=unverified,
+        network=network,
     )
 
 

@@ -33,6 +33,10 @@ RELEASE_CHANNEL = "REGULAR"
 #: The CPU pool for system pods and the readiness Job; TPU nodes carry only the servers.
 SYSTEM_MACHINE_TYPE = "e2-standard-4"
 WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
+#: How long `pulumi up` may wait for GKE to create the cluster, and each node pool (set, not
+#: left to the provider's defaults, so scripts/budget.py can add them up).
+CLUSTER_TIMEOUT = "40m"
+NODE_POOL_TIMEOUT = "30m"
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
 
 
@@ -248,6 +252,8 @@ class GkeTpuCluster(pulumi.ComponentResource):
             # A release channel keeps the control plane current: flex-start TPUs need
             # catalog.GKE_MIN_FLEX_START_VERSION, which every channel's default is past.
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=RELEASE_CHANNEL),
+            # `access.network`, as for the VM path's node (auto-mode: the region's subnet).
+            network=config.access.network,
             networking_mode="VPC_NATIVE",
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
@@ -257,7 +263,12 @@ class GkeTpuCluster(pulumi.ComponentResource):
             resource_labels=labels(config),
             # `pulumi destroy` must be able to delete what `pulumi up` made.
             deletion_protection=False,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=CLUSTER_TIMEOUT, update=CLUSTER_TIMEOUT
+                ),
+            ),
         )
         # One small CPU node (in the first zone) for system pods and the readiness Job.
         self.system_pool = gcp.container.NodePool(
@@ -278,7 +289,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 ),
                 resource_labels=labels(config),
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=_pool_timeouts()),
         )
         return cluster
 
@@ -326,5 +337,11 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 ),
                 resource_labels=labels(config),
             ),
-            opts=opts,
+            opts=pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(custom_timeouts=_pool_timeouts())
+            ),
         )
+
+
+def _pool_timeouts() -> pulumi.CustomTimeouts:
+    return pulumi.CustomTimeouts(create=NODE_POOL_TIMEOUT, update=NODE_POOL_TIMEOUT)

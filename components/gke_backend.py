@@ -1,8 +1,14 @@
 """The GKE backend: N flex-start TPU replicas in a GKE cluster behind one reserved address.
 
-config -> cluster and TPU node pool -> secrets (grants, API key) -> Kubernetes objects ->
-readiness. The same secrets component as the VM path makes the API key and grants the stack's
-service account the two secrets; here that account is the pods' Workload Identity.
+config -> cluster and TPU node pool -> DNS name -> secrets (grants, API key) -> compile cache ->
+Kubernetes objects -> readiness. The same secrets component as the VM path makes the API key and
+grants the stack's service account the two secrets; here that account is the pods' Workload
+Identity. The same `dns.*` record as the VM path's points at the reserved address.
+
+What stays VM-only: the org-policy gate (it checks OS Login and guest attributes, which only the
+SSH path needs), SSH and its host key, and renewal: a flex-start GKE node that reaches its run
+duration is deleted and the node pool's autoscaler requests a new one for the pending pod, so
+there is nothing to renew (`renew_command` is "").
 """
 
 from __future__ import annotations
@@ -12,15 +18,23 @@ import pulumi
 from components import compile_cache
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
+from components.dns import EndpointName, ManagedZone
 from components.gke import GkeTpuCluster, GkeTpuClusterArgs
 from components.k8s_workload import GkeWorkload, GkeWorkloadArgs
 from components.outputs import BackendOutputs
+from components.renewal import gke_recycle_notice
 from components.secrets import NodeSecrets, NodeSecretsArgs
 
 
-def build_gke(config: StackConfig) -> BackendOutputs:
+def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOutputs:
     """Register the GKE backend's components and return its part of the outputs."""
     cluster = GkeTpuCluster("gke", GkeTpuClusterArgs(config=config))
+    # The reserved address never changes, so the record is written once and stays right.
+    name = (
+        EndpointName("endpoint-name", config, managed_zone, cluster.address)
+        if managed_zone is not None
+        else None
+    )
     secrets = NodeSecrets(
         "secrets",
         NodeSecretsArgs(config=config, service_account_email=cluster.service_account_email),
@@ -50,11 +64,15 @@ def build_gke(config: StackConfig) -> BackendOutputs:
             ],
             cache_prefix=cache.prefix if cache else "",
             cache_restore_timeout_seconds=config.cache.restore_timeout_seconds,
+            hostname=name.hostname if name is not None else None,
         ),
     )
+    if not pulumi.runtime.is_dry_run():  # the VM path prints its expiry at `up` too
+        pulumi.log.info(gke_recycle_notice(config.stack, config.tpu.max_run_seconds))
     # Outputs that name one VM mean nothing here: their documented empty values (README).
     return BackendOutputs(
         endpoint=workload.endpoint,
+        endpoint_ip=workload.endpoint_ip,
         openai_base_url=workload.openai_base_url,
         api_key=secrets.api_key,
         api_key_secret=secrets.api_key_secret,
@@ -64,11 +82,12 @@ def build_gke(config: StackConfig) -> BackendOutputs:
         external_ip=cluster.address,
         internal_ip="",
         expires_at="",
+        renew_command="",
         ssh_command="",
         ssh_private_key=pulumi.Output.secret(""),
         ssh_host_key="",
         hbm={},
-        startup_seconds=0.0,
+        startup_seconds=None,  # optional, so absent: each replica starts on its own
         replicas=config.replicas,
         cluster=cluster.cluster,
         # Each replica restores on its own; its init container's log says how it went.

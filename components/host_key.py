@@ -15,6 +15,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 
+from components import org_policy
 from components.tpu_api import ApiError, TpuApi, poll_delays, report
 
 QUERY_PATH = "hostkeys/"
@@ -34,6 +35,36 @@ def pick_host_key(answer: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _no_host_key_reason(node: str, timeout: float, refused: ApiError | None) -> str:
+    """Why there is no host key, naming the org policy that blocks guest attributes if it is
+    enforced: then waiting longer or retrying cannot help."""
+    project = node.split("/")[1] if node.startswith("projects/") else node
+    try:
+        policy = org_policy.read_boolean_policy(project, org_policy.DISABLE_GUEST_ATTRIBUTES)
+    except Exception as error:  # noqa: BLE001 - only an explanation is at stake here
+        policy = org_policy.PolicyReading(org_policy.DISABLE_GUEST_ATTRIBUTES, None, str(error))
+    if policy.enforced:
+        return f"{node} has no readable SSH host key: " + org_policy.guest_attributes_error(project)
+    what = (
+        f"reading its guest attributes was refused ({refused})"
+        if refused
+        else f"guest attributes `{QUERY_PATH}` stayed empty for {timeout:.0f} s"
+    )
+    unknown = (
+        f" Whether the organization policy {org_policy.DISABLE_GUEST_ATTRIBUTES} blocks them "
+        f"could not be read ({policy.reason})."
+        if policy.enforced is None
+        else ""
+    )
+    return (
+        f"{node} published no SSH host key ({what}), so the node cannot be verified and no "
+        f"secret is sent to it.{unknown} Fix: check that the image runs the guest agent and "
+        f"that {org_policy.DISABLE_GUEST_ATTRIBUTES} is not enforced on the project, then retry "
+        f"`pulumi up`; or accept the risk with `pulumi config set --path "
+        f"'{org_policy.UNVERIFIED_KEY}' true`."
+    )
+
+
 class NodeHostKeyProvider(dyn.ResourceProvider):
     """create polls guest attributes until a host key appears or the bound passes."""
 
@@ -47,31 +78,30 @@ class NodeHostKeyProvider(dyn.ResourceProvider):
         )
         start = time.monotonic()
         host_key = None
+        refused: ApiError | None = None
         delays = poll_delays(poll)
         while True:
             try:
                 host_key = pick_host_key(api.get_guest_attributes(node, QUERY_PATH))
             except ApiError as error:
-                if error.http_status != 404:  # the node may not be listed yet
+                if error.http_status not in (400, 403, 404):
                     raise
+                if error.http_status != 404:  # refused, not "not listed yet": stop asking
+                    refused = error
+                    break
             if host_key or time.monotonic() - start >= timeout:
                 break
             time.sleep(next(delays))
         elapsed = time.monotonic() - start
         if host_key:
             report(f"{node}: SSH host key {host_key.split()[0]} read after {elapsed:.0f} s")
-        elif props.get("allow_unverified"):
-            report(
-                f"{node}: no SSH host key after {elapsed:.0f} s; connecting WITHOUT host-key "
-                "verification because tpu-vllm:access.allowUnverifiedHostKey is true"
-            )
         else:
-            raise Exception(
-                f"{node} published no SSH host key within {timeout:.0f} s (guest attributes "
-                f"`{QUERY_PATH}` stayed empty), so the node cannot be verified and no secret is "
-                "sent to it. Fix: check that the image runs the guest agent and retry "
-                "`pulumi up`, or accept the risk with `pulumi config set --path "
-                "'tpu-vllm:access.allowUnverifiedHostKey' true`."
+            why = _no_host_key_reason(node, timeout, refused)
+            if not props.get("allow_unverified"):
+                raise Exception(why)
+            report(
+                f"{why}\nConnecting WITHOUT host-key verification because "
+                f"{org_policy.UNVERIFIED_KEY} is true."
             )
         outs = {k: v for k, v in props.items() if k != "__provider"}
         return dyn.CreateResult(id_=f"{node}/hostkey", outs={**outs, "host_key": host_key})

@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 from components import k8s_manifests as m
 from components import remote_scripts
 from components.config import StackConfig
+from components.outputs import endpoint_urls
 from components.tpu import resource_id
 
 #: Time for GKE to provision the load balancer on the reserved address.
@@ -45,6 +46,8 @@ class GkeWorkloadArgs:
     #: The compile cache's prefix (`gs://BUCKET/xla-cache/KEY/`); "" when it is off.
     cache_prefix: str = ""
     cache_restore_timeout_seconds: int = 300
+    #: The stable DNS name (`dns.*`) pointing at `address`, else None: the endpoint names the IP.
+    hostname: pulumi.Input[str] | None = None
 
 
 def _k8s(value: Any) -> Any:
@@ -56,6 +59,7 @@ class GkeWorkload(pulumi.ComponentResource):
     """Namespace, identity, secrets mounts, the server Deployment, its address and readiness."""
 
     endpoint: pulumi.Output[str]
+    endpoint_ip: pulumi.Output[str]
     openai_base_url: pulumi.Output[str]
 
     def __init__(
@@ -167,13 +171,11 @@ class GkeWorkload(pulumi.ComponentResource):
                 ),
             ),
         )
-        port = config.vllm.port
         # Depending on the Job means consumers never see an endpoint that does not serve yet.
-        self.endpoint = pulumi.Output.all(args.address, self.ready.id).apply(
-            lambda parts: f"http://{parts[0]}:{port}"
-        )
-        self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1")
-        self.register_outputs({"endpoint": self.endpoint, "openai_base_url": self.openai_base_url})
+        urls = endpoint_urls(args.address, args.hostname, config.vllm.port, self.ready.id)
+        self.endpoint, self.endpoint_ip = urls.endpoint, urls.endpoint_ip
+        self.openai_base_url = urls.openai_base_url
+        self.register_outputs(urls.as_outputs())
 
     def _pod_reader(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions) -> None:
         role = m.pod_reader_role(config)

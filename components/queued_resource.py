@@ -6,6 +6,12 @@ the v2alpha1 body itself, waits for ACTIVE, fails over between zones, and on ref
 expired flex-start TPU (SUSPENDED, node deleted) from a live one, so `pulumi up --refresh`
 replaces it.
 
+The create follows what gcloud does (`surface/compute/tpus/queued_resources/create.yaml`: the
+call answers a long-running Operation and gcloud waits on it unless `--async`): it sends a
+`requestId`, polls `operations.get` until `done`, then polls the queued resource until ACTIVE.
+A refusal is classified the same way whether it came as an HTTP error, as the operation's
+`error` or as a FAILED queued resource: see `_verdict`.
+
 Pulumi pickles the provider object with dill and re-imports this module in its provider host,
 so the module holds no clients and no config: everything arrives in the resource's props, and
 the API client is built inside each method.
@@ -13,10 +19,12 @@ the API client is built inside each method.
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pulumi
 import pulumi.dynamic as dyn
@@ -27,8 +35,21 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROVISIONING_MODELS = {"flex-start": "FLEX_START", "spot": "SPOT", "on-demand": "STANDARD"}
 #: States in which the TPU is gone or going and must be requested again.
 DEAD_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED", "DELETING"})
-#: Create answers that mean "not in this zone": try the next one.
-ZONE_REJECTIONS = frozenset({"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION"})
+#: States in which a delete may be refused for a while (seed 000 §1.2 names no error code).
+UNDELETABLE_STATES = frozenset({"PROVISIONING", "CREATING"})
+#: INVALID_ARGUMENT texts that mean "not in this zone", like seed 000's `FLEX_START provisioning
+#: model is not supported for accelerator type "v5litepod-1"`. The subject must be the
+#: accelerator or the provisioning model: `Runtime version "x" is not supported for accelerator
+#: type "y"` is a bad body, not a zone's refusal.
+UNSUPPORTED_HERE = re.compile(
+    r"(provisioning model|accelerator type)\b[^.;]*?\b(not supported|not available|unavailable"
+    r"|unsupported|not offered)"
+    r"|\b(unsupported|unavailable) (provisioning model|accelerator type)",
+    re.IGNORECASE,
+)
+#: An error that names the service account, in words ("Service account X does not exist."),
+#: not a field path such as `service_account.scope`.
+SERVICE_ACCOUNT_WORDS = re.compile(r"\bservice account\b", re.IGNORECASE)
 
 # Props whose change requires a new queued resource: the API has no update.
 SPEC_KEYS = (
@@ -43,6 +64,7 @@ SPEC_KEYS = (
     "service_account_email",
     "labels",
     "tags",
+    "network",
     "metadata",
 )
 OUTPUT_KEYS = (
@@ -66,8 +88,15 @@ class Timing:
     #: Beyond the capacity wait: PROVISIONING to ACTIVE takes minutes.
     provisioning_timeout_seconds: float = 1200.0
     delete_timeout_seconds: float = 1800.0
+    #: Attempts per API call; google-api-python-client retries 429/5xx in between.
     retry_attempts: int = 6
+    #: Scales the library's backoff (rand() x 2^n s); 2.0 keeps it as the library has it.
     retry_base_seconds: float = 2.0
+    #: How long a create that names the service account is retried in the same zone: a new
+    #: service account can stay invisible to the TPU API for a minute or more.
+    iam_wait_seconds: float = 300.0
+    #: A 404 on the new queued resource this soon after the create is eventual consistency.
+    consistency_grace_seconds: float = 60.0
 
     @classmethod
     def from_props(cls, raw: Any) -> Timing:
@@ -97,6 +126,8 @@ class Spec:
     tags: tuple[str, ...]
     metadata: Mapping[str, str]
     timing: Timing
+    #: The VPC network (`access.network`); the API's own default is `default` too.
+    network: str = "default"
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any]) -> Spec:
@@ -116,6 +147,7 @@ class Spec:
             tags=tuple(str(t) for t in props.get("tags") or ()),
             metadata={str(k): str(v) for k, v in dict(props.get("metadata") or {}).items()},
             timing=Timing.from_props(props.get("timing")),
+            network=str(props.get("network") or "default"),
         )
 
     def qr_name(self, zone: str) -> str:
@@ -130,7 +162,7 @@ class Spec:
             "acceleratorType": self.accelerator_type,
             "runtimeVersion": self.runtime_version,
             # The proto default is false; without it the node has no external IP at all.
-            "networkConfig": {"enableExternalIps": True},
+            "networkConfig": {"network": self.network, "enableExternalIps": True},
             "serviceAccount": {
                 **({"email": self.service_account_email} if self.service_account_email else {}),
                 "scope": [CLOUD_PLATFORM_SCOPE],
@@ -162,17 +194,14 @@ class Spec:
         return body
 
 
-class ZoneFailedError(Exception):
-    """This zone cannot provide the TPU now; the next zone may."""
-
-
 class QueuedResourceProvider(dyn.ResourceProvider):
     """create / read / diff / update / delete for one flex-start queued resource."""
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         failures = []
+        optional = ("labels", "tags", "network", "metadata", "max_run_seconds")
         for key in (*SPEC_KEYS, "zones"):
-            if key not in news and key not in ("labels", "tags", "metadata", "max_run_seconds"):
+            if key not in news and key not in optional:
                 failures.append(dyn.CheckFailure(key, f"{key} is required"))
         if news.get("provisioning") not in PROVISIONING_MODELS:
             failures.append(dyn.CheckFailure("provisioning", "flex-start, spot or on-demand"))
@@ -219,24 +248,26 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         return dyn.ReadResult(id_=id_, outs={**_inputs(props), **outs})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        """Only a spec change (or a dead TPU) is a change. The provider host never declares
+        preview support, so an update would preview with unknown outputs and show the host key
+        and every remote command as changing, which `up` would not do. A zone list that still
+        holds the current zone, and timing, are read at the next create; they change nothing."""
         replaces = [k for k in SPEC_KEYS if _norm(olds.get(k)) != _norm(news.get(k))]
         new_zones = [str(z) for z in news.get("zones") or ()]
         old_zone = olds.get("zone")
-        if _norm(olds.get("zones")) != _norm(new_zones) and old_zone not in new_zones:
-            replaces.append("zones")  # still fine where it is unless its zone was dropped
+        if old_zone and old_zone not in new_zones:
+            replaces.append("zones")  # its zone was dropped from the list
         if olds.get("state") in DEAD_STATES:
             replaces.append("state")
-        changed = bool(replaces) or _norm(olds.get("zones")) != _norm(new_zones)
-        changed = changed or _norm(olds.get("timing")) != _norm(news.get("timing"))
         return dyn.DiffResult(
-            changes=changed,
+            changes=bool(replaces),
             replaces=replaces,
             stables=[] if replaces else list(OUTPUT_KEYS),
             delete_before_replace=True,
         )
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        # Only timing or a zone list that still holds the current zone changed: nothing to send.
+        # `diff` reports no change unless it replaces, so this is not reached; kept harmless.
         outs = {k: olds.get(k) for k in OUTPUT_KEYS}
         return dyn.UpdateResult(outs={**_inputs(news), **outs})
 
@@ -268,67 +299,250 @@ def _norm(value: Any) -> Any:
     return value
 
 
-def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dict[str, Any] | None:
-    """Request the TPU in one zone and wait for ACTIVE; None (and a reason) if it cannot be had."""
-    name = spec.qr_name(zone)
-    report(f"requesting {spec.accelerator_type} ({spec.provisioning}) in {zone} as {name}")
-    try:
-        api.create_queued_resource(
-            f"projects/{spec.project}/locations/{zone}", spec.qr_id, spec.body(zone)
+class ZoneFailedError(Exception):
+    """This zone cannot provide the TPU now; the next zone may."""
+
+
+class _RefusedError(Exception):
+    """The API refused this attempt (HTTP error, operation error or FAILED queued resource)."""
+
+    def __init__(self, error: ApiError, *, failed: bool = False) -> None:
+        super().__init__(str(error))
+        self.error = error
+        #: A FAILED queued resource: "not here" unless it names the service account.
+        self.failed = failed
+
+    @property
+    def reason(self) -> str:
+        if self.failed:
+            return f"FAILED ({self.error.status}): {self.error.message}"
+        return str(self.error)
+
+
+Verdict = Literal["iam", "zone", "stop"]
+
+
+def _verdict(refusal: _RefusedError, spec: Spec) -> Verdict:
+    """What a refusal means. `iam`: the service account is not visible yet, retry this zone.
+    `zone`: not here (quota, capacity, a FAILED request, a zone that does not offer the
+    accelerator or provisioning model), try the next zone. `stop`: anything else, such as a bad
+    body; another zone would refuse it too."""
+    error = refusal.error
+    email = (spec.service_account_email or "").lower()
+    if (email and email in error.message.lower()) or SERVICE_ACCOUNT_WORDS.search(error.message):
+        return "iam"
+    if refusal.failed or error.status == "RESOURCE_EXHAUSTED":
+        return "zone"
+    if error.status == "INVALID_ARGUMENT" and UNSUPPORTED_HERE.search(error.message):
+        return "zone"
+    return "stop"
+
+
+def _stop_message(zone: str, error: ApiError) -> str:
+    if error.status == "INVALID_ARGUMENT":
+        return (
+            f"the TPU API rejected the queued-resource request in {zone} as invalid (field: "
+            f"{error.field_names}): {error.message}. This is not a capacity problem, so no other "
+            "zone was tried. Fix: correct the tpu-vllm:tpu setting behind that field (or report "
+            "a bug if the program built it wrong), then run `pulumi up` again."
         )
-    except ApiError as error:
-        if error.status == "ALREADY_EXISTS":
-            raise Exception(
-                f"{name} already exists, probably left by an interrupted run. Fix: delete it "
-                f"(`gcloud alpha compute tpus queued-resources delete {spec.qr_id} --zone "
-                f"{zone} --force`) or import it, then run `pulumi up` again."
-            ) from None
-        if error.status in ZONE_REJECTIONS or error.http_status == 429:
-            zone_errors.append(f"{zone}: {error}")
-            report(f"{zone} rejected the request: {error}")
-            return None
-        raise
-    try:
-        qr = _wait_active(api, spec, name)
-        return _describe(api, spec, zone, qr)
-    except ZoneFailedError as failure:
-        zone_errors.append(f"{zone}: {failure}")
-        report(f"{zone}: {failure}; deleting {name} before trying the next zone")
-        _delete_and_wait(api, name, spec.timing)
-        return None
-    except BaseException:
-        _cleanup_after_crash(api, name, spec.timing)
-        raise
+    return (
+        f"the TPU API refused the queued-resource request in {zone}: {error}. This is not a "
+        "capacity problem, so no other zone was tried. Fix: act on the message above (for "
+        "PERMISSION_DENIED: the deployer needs roles/tpu.admin and the TPU API enabled), then "
+        "run `pulumi up` again."
+    )
 
 
-def _wait_active(api: TpuApi, spec: Spec, name: str) -> dict[str, Any]:
-    start = time.monotonic()
-    deadline = start + spec.capacity_wait_seconds + spec.timing.provisioning_timeout_seconds
-    last = ""
-    delays = poll_delays(spec.timing.poll_seconds)
+def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dict[str, Any] | None:
+    """Request the TPU in one zone and wait for ACTIVE; None (and a reason) if it cannot be had.
+
+    Whatever goes wrong after the create may have gone out, the queued resource is deleted
+    again: Pulumi records nothing for a failed dynamic create, so it would bill unseen."""
+    iam_since: float | None = None
+    iam_delays = poll_delays(max(spec.timing.poll_seconds, 1e-3))
     while True:
-        qr = api.get_queued_resource(name)
-        state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
-        elapsed = time.monotonic() - start
-        if state != last:
-            report(f"{name}: {state} after {elapsed:.0f} s")
-            last = state
-        if state == "ACTIVE":
-            return qr
-        if state == "FAILED":
-            error = qr.get("state", {}).get("failedData", {}).get("error", {})
-            raise ZoneFailedError(f"FAILED: {error.get('message') or 'no reason given'}")
-        if state in DEAD_STATES:
-            raise ZoneFailedError(f"went to {state} before it was ACTIVE")
-        if time.monotonic() >= deadline:
-            raise ZoneFailedError(f"not ACTIVE after {elapsed:.0f} s (still {state})")
-        time.sleep(next(delays))
+        attempt = _ZoneAttempt(api, spec, zone)
+        try:
+            return attempt.run()
+        except ZoneFailedError as failure:
+            reason = str(failure)
+        except _RefusedError as refusal:
+            verdict = _verdict(refusal, spec)
+            if verdict == "stop":
+                attempt.clean_up_after_crash()
+                raise Exception(_stop_message(zone, refusal.error)) from None
+            if verdict == "iam":
+                now = time.monotonic()
+                iam_since = now if iam_since is None else iam_since
+                waited = now - iam_since
+                if waited >= spec.timing.iam_wait_seconds:
+                    attempt.clean_up_after_crash()
+                    raise Exception(
+                        f"the TPU API still refuses the node's service account in {zone} after "
+                        f"{waited:.0f} s: {refusal.reason}. A new service account can take a "
+                        "minute or more to become visible. Fix: check that the account exists "
+                        "and that the deployer has roles/iam.serviceAccountUser on it, then run "
+                        "`pulumi up` again."
+                    ) from None
+                attempt.clean_up()  # the queued resource id must be free for the next try
+                delay = next(iam_delays)
+                report(
+                    f"{zone}: the service account is not usable yet ({refusal.reason}); IAM "
+                    f"changes take a while to propagate, retrying this zone in {delay:.0f} s"
+                )
+                time.sleep(delay)
+                continue
+            reason = refusal.reason
+        except BaseException:
+            attempt.clean_up_after_crash()
+            raise
+        zone_errors.append(f"{zone}: {reason}")
+        report(f"{zone} cannot provide it now: {reason}; cleaning up before the next zone")
+        attempt.clean_up()
+        return None
+
+
+class _ZoneAttempt:
+    """One create in one zone. Its `requestId` (the API's idempotency UUID) is fixed here, so
+    every retry of this create, which the library sends to the same URI, carries the same one."""
+
+    def __init__(self, api: TpuApi, spec: Spec, zone: str) -> None:
+        self.api = api
+        self.spec = spec
+        self.zone = zone
+        self.name = spec.qr_name(zone)
+        self.request_id = str(uuid.uuid4())
+        #: The create may have taken effect, so cleanup must delete (404 counts as done).
+        self.maybe_created = False
+        self.adopted = False
+        self.accepted_at = 0.0
+
+    def run(self) -> dict[str, Any]:
+        operation = self._create()
+        if operation is not None:
+            self._wait_operation(operation)
+        qr = self._wait_active()
+        return _describe(self.api, self.spec, self.zone, qr)
+
+    def _deadline(self) -> float:
+        timing = self.spec.timing
+        return (
+            self.accepted_at + self.spec.capacity_wait_seconds + timing.provisioning_timeout_seconds
+        )
+
+    def _create(self) -> dict[str, Any] | None:
+        spec, name = self.spec, self.name
+        report(f"requesting {spec.accelerator_type} ({spec.provisioning}) in {self.zone} as {name}")
+        self.maybe_created = True  # from here on the request may have reached the API
+        try:
+            operation = self.api.create_queued_resource(
+                f"projects/{spec.project}/locations/{self.zone}",
+                spec.qr_id,
+                spec.body(self.zone),
+                self.request_id,
+            )
+        except ApiError as error:
+            if error.status == "ALREADY_EXISTS" and error.attempts > 1:
+                # An earlier send of this very request (same requestId) created it and its
+                # answer was lost; the retry met it. Adopt it: it bills, it must not be orphaned.
+                report(f"{name} was created by an earlier attempt of this request; adopting it")
+                self.adopted = True
+                self.accepted_at = time.monotonic()
+                return None
+            if error.attempts == 1 and error.http_status < 500:
+                self.maybe_created = False  # one definite refusal: nothing was created
+            if error.status == "ALREADY_EXISTS":
+                raise Exception(
+                    f"{name} already exists, probably left by an interrupted run. Fix: delete it "
+                    f"(`gcloud alpha compute tpus queued-resources delete {spec.qr_id} --zone "
+                    f"{self.zone} --force`) or import it, then run `pulumi up` again."
+                ) from None
+            raise _RefusedError(error) from None
+        self.accepted_at = time.monotonic()
+        return operation
+
+    def _wait_operation(self, operation: Mapping[str, Any]) -> None:
+        """Poll `operations.get` until `done`; an operation `error` is a refusal like any."""
+        delays = poll_delays(self.spec.timing.poll_seconds)
+        while not operation.get("done"):
+            if time.monotonic() >= self._deadline():
+                raise ZoneFailedError(f"the create operation {operation.get('name')} never ended")
+            time.sleep(next(delays))
+            operation = self.api.get_operation(str(operation["name"]))
+        if operation.get("error"):
+            raise _RefusedError(ApiError.from_status(operation["error"]))
+
+    def _wait_active(self) -> dict[str, Any]:
+        name, timing = self.name, self.spec.timing
+        last = ""
+        delays = poll_delays(timing.poll_seconds)
+        while True:
+            elapsed = time.monotonic() - self.accepted_at
+            try:
+                qr = self.api.get_queued_resource(name)
+            except ApiError as error:
+                if error.http_status != 404:
+                    raise
+                if elapsed >= timing.consistency_grace_seconds:
+                    raise ZoneFailedError(
+                        f"{name} is gone (404 {elapsed:.0f} s after the create was accepted)"
+                    ) from None
+                if last != "NOT_FOUND":
+                    report(f"{name} is not visible yet (404 after {elapsed:.0f} s); waiting")
+                    last = "NOT_FOUND"
+                time.sleep(next(delays))
+                continue
+            if self.adopted:
+                self._check_adopted(qr)
+            state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
+            if state != last:
+                report(f"{name}: {state} after {elapsed:.0f} s")
+                last = state
+            if state == "ACTIVE":
+                return qr
+            if state == "FAILED":
+                failure = qr.get("state", {}).get("failedData", {}).get("error") or {}
+                raise _RefusedError(ApiError.from_status(failure), failed=True)
+            if state in DEAD_STATES:
+                raise ZoneFailedError(f"went to {state} before it was ACTIVE")
+            if time.monotonic() >= self._deadline():
+                raise ZoneFailedError(
+                    f"not ACTIVE after {elapsed:.0f} s (still {state}): the capacity wait expired"
+                )
+            time.sleep(next(delays))
+
+    def _check_adopted(self, qr: Mapping[str, Any]) -> None:
+        """An adopted queued resource must be the one this request asked for."""
+        self.adopted = False
+        wanted = self.spec.body(self.zone)["tpu"]["nodeSpec"][0]
+        found = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0]
+        keys = ("acceleratorType", "runtimeVersion")
+        if found.get("nodeId") != wanted["nodeId"] or any(
+            found.get("node", {}).get(k) != wanted["node"][k] for k in keys
+        ):
+            self.maybe_created = False  # not ours: never delete it
+            raise Exception(
+                f"{self.name} already exists with another node spec, probably left by an "
+                f"earlier run. Fix: delete it (`gcloud alpha compute tpus queued-resources "
+                f"delete {self.spec.qr_id} --zone {self.zone} --force`), then run `pulumi up`."
+            )
+
+    def clean_up(self) -> None:
+        """Delete what this attempt may have created and wait until it is gone."""
+        if self.maybe_created:
+            _delete_and_wait(self.api, self.name, self.spec.timing)
+
+    def clean_up_after_crash(self) -> None:
+        if self.maybe_created:
+            _cleanup_after_crash(self.api, self.name, self.spec.timing)
 
 
 def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict[str, Any]:
     """The resource's outputs: state, IPs, times. The node exists only while ACTIVE."""
     state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
     external_ip = internal_ip = None
+    termination_time = qr.get("runDuration", {}).get("terminationTime") or None
     node_name = spec.node_name(zone)
     if state == "ACTIVE":
         try:
@@ -340,6 +554,11 @@ def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict
             endpoint = (node.get("networkEndpoints") or [{}])[0]
             internal_ip = endpoint.get("ipAddress")
             external_ip = endpoint.get("accessConfig", {}).get("externalIp")
+            # Google's flex-start doc tells users to read the end time here; the queued
+            # resource's runDuration.terminationTime may be empty.
+            termination_time = termination_time or (
+                node.get("schedulingConfig", {}).get("terminationTimestamp") or None
+            )
     return {
         "qr_name": spec.qr_name(zone),
         "node_name": node_name,
@@ -348,12 +567,16 @@ def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict
         "external_ip": external_ip,
         "internal_ip": internal_ip,
         "create_time": qr.get("createTime"),
-        "termination_time": qr.get("runDuration", {}).get("terminationTime"),
+        "termination_time": termination_time,
     }
 
 
 def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
-    """Force-delete (nodes first) and wait until it is gone; gone already counts as success."""
+    """Force-delete (nodes first) and wait until it is gone; gone already counts as success.
+
+    Seed 000 says a PROVISIONING queued resource cannot be deleted but not with which error
+    code, so any refusal is retried, with backoff, while the state read back is PROVISIONING or
+    CREATING; a refusal in any other state is raised."""
     start = time.monotonic()
     deadline = start + timing.delete_timeout_seconds
     delay = timing.poll_seconds
@@ -365,29 +588,35 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
             if error.http_status == 404:
                 report(f"{name} is already gone")
                 return
-            if error.status != "FAILED_PRECONDITION":
-                raise
+            state = _state_or_gone(api, name)
+            if state == "GONE":
+                report(f"{name} is already gone")
+                return
+            if state == "DELETING":
+                break  # someone else's delete is under way: wait for it
+            if state not in UNDELETABLE_STATES:
+                raise Exception(
+                    f"{name} could not be deleted: {error} (it is {state}). It may still bill. "
+                    "Fix: delete it with `gcloud alpha compute tpus queued-resources delete "
+                    "... --force`, or run `pulumi destroy` again."
+                ) from None
             if time.monotonic() + delay > deadline:
                 raise Exception(
                     f"{name} could not be deleted within {timing.delete_timeout_seconds:.0f} s: "
-                    f"{error.message}. A queued resource cannot be deleted while it is "
-                    "PROVISIONING (seed 000 §1.2) and it bills meanwhile. Fix: run "
+                    f"{error}; it is still {state}. A queued resource cannot be deleted while it "
+                    "is PROVISIONING (seed 000 §1.2) and it bills meanwhile. Fix: run "
                     "`pulumi destroy` (or `pulumi up`) again in a few minutes."
                 ) from None
-            report(f"{name} cannot be deleted yet ({error.message}); retrying in {delay:.0f} s")
+            report(f"{name} is {state}, not deletable yet ({error}); retrying in {delay:.0f} s")
             time.sleep(delay)
             delay = min(delay * 2, 120.0)
     last = ""
     delays = poll_delays(timing.poll_seconds)
     while True:
-        try:
-            qr = api.get_queued_resource(name)
-        except ApiError as error:
-            if error.http_status == 404:
-                report(f"{name} deleted after {time.monotonic() - start:.0f} s")
-                return
-            raise
-        state = str(qr.get("state", {}).get("state", ""))
+        state = _state_or_gone(api, name)
+        if state == "GONE":
+            report(f"{name} deleted after {time.monotonic() - start:.0f} s")
+            return
         if state != last:
             report(f"{name}: {state} (deleting)")
             last = state
@@ -398,6 +627,17 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
                 "list` and run `pulumi destroy` again."
             )
         time.sleep(next(delays))
+
+
+def _state_or_gone(api: TpuApi, name: str) -> str:
+    """The queued resource's state, or GONE on 404."""
+    try:
+        qr = api.get_queued_resource(name)
+    except ApiError as error:
+        if error.http_status == 404:
+            return "GONE"
+        raise
+    return str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
 
 
 def _cleanup_after_crash(api: TpuApi, name: str, timing: Timing) -> None:

@@ -23,6 +23,10 @@ HF_TOKEN_FILE = "hf_token"  # noqa: S105 - a file name
 API_KEY_FILE = "vllm_api_key"
 #: Seconds the VM keeps retrying while a fresh IAM grant reaches Secret Manager.
 SECRET_ACCESS_DEADLINE = 600
+#: The readiness command prints a line at least this often (seconds) while it waits: no SSH
+#: keepalives come from pulumi-command, so a session silent for minutes of XLA compilation
+#: could be dropped by a NAT or proxy. At most 30 s.
+READINESS_HEARTBEAT_SECONDS = 20.0
 
 
 def _template(name: str) -> str:
@@ -169,7 +173,11 @@ def container_ref(start_stdout: str | None, name: str) -> str:
 
 
 def readiness_script(
-    config: StackConfig, start_stdout: str | None, container: str, poll_seconds: float = 1.0
+    config: StackConfig,
+    start_stdout: str | None,
+    container: str,
+    poll_seconds: float = 1.0,
+    heartbeat_seconds: float = READINESS_HEARTBEAT_SECONDS,
 ) -> str:
     """Follow this container start's log until ready, then check /health and /v1/models."""
     args = [
@@ -183,6 +191,8 @@ def readiness_script(
         str(config.vllm.readiness_timeout_seconds),
         "--poll",
         str(poll_seconds),
+        "--heartbeat",
+        str(heartbeat_seconds),
         "--cache-result",
         f"{compile_cache.NODE_WORK_DIR}/result.json",
     ]

@@ -132,6 +132,9 @@ class NodeSecrets(pulumi.ComponentResource):
             connection=args.connection,
             create=script,
             logging=command.remote.Logging.STDOUT_AND_STDERR,
+            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
+            # sshd refuses without AcceptEnv, logging a warning every time.
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[hf_access, key_access]),
         )
         self.register_outputs({"api_key_secret": self.api_key_secret})

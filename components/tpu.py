@@ -11,10 +11,19 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.config import StackConfig
+from components.org_policy import OrgPolicyGate
 from components.queued_resource import QueuedResource
 
 PROGRAM = "tpu-vllm"
 SSH_PORT = 22
+# VPC firewall rules apply in priority order, lowest number first, and at equal priority a deny
+# wins over an allow (https://cloud.google.com/firewall/docs/firewalls, "Priority"). An auto-mode
+# `default` network lets tcp:22 in from 0.0.0.0/0 (`default-allow-ssh`, 65534), and a rule added
+# without a priority gets 1000. So the node's tag gets a deny from everywhere at 1000, which beats
+# every allow at 1000 or a larger number, and the configured ranges an allow at 900, before it.
+ALLOW_PRIORITY = 900
+DENY_PRIORITY = 1000
+EVERYWHERE = "0.0.0.0/0"
 
 
 def resource_id(stack: str, suffix: str = "") -> str:
@@ -56,6 +65,7 @@ def queued_resource_props(
         "service_account_email": service_account_email,
         "labels": labels(config),
         "tags": [network_tag],
+        "network": config.access.network,
         "metadata": dict(metadata),
         "timing": dict(timing or {}),
     }
@@ -87,6 +97,13 @@ class FlexStartTpu(pulumi.ComponentResource):
         super().__init__("tpu-vllm:index:FlexStartTpu", name, None, opts)
         config = args.config
         self.network_tag = resource_id(config.stack)
+        # Before any TPU is requested: stop if an org policy would make the node unusable.
+        self.org_policy_gate = OrgPolicyGate(
+            f"{name}-org-policy",
+            project=config.project,
+            allow_unverified_host_key=config.access.allow_unverified_host_key,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         self.service_account = self._create_service_account(name, config)
         self.service_account_email = self.service_account.email
         self.queued_resource_resource = QueuedResource(
@@ -97,7 +114,7 @@ class FlexStartTpu(pulumi.ComponentResource):
                 network_tag=self.network_tag,
                 metadata=args.metadata,
             ),
-            pulumi.ResourceOptions(parent=self),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.org_policy_gate]),
         )
         self.firewalls = self._create_firewalls(name, config)
         qr = self.queued_resource_resource
@@ -132,21 +149,47 @@ class FlexStartTpu(pulumi.ComponentResource):
         )
 
     def _create_firewalls(self, name: str, config: StackConfig) -> list[gcp.compute.Firewall]:
+        """Per port: an allow for the configured ranges, and a deny for everyone else.
+
+        The allow alone restricts nothing on a network that already lets the port in (such as
+        `default-allow-ssh`); the deny, on this node's tag only, makes the ranges the only way in.
+        """
         rules = [
             ("serving", config.vllm.port, config.access.allowed_cidrs),
             ("ssh", SSH_PORT, config.access.ssh_cidrs),
         ]
-        return [
-            gcp.compute.Firewall(
-                f"{name}-{what}",
-                project=config.project,
-                network="default",
-                direction="INGRESS",
-                description=f"tpu-vllm {config.stack}: {what} port {port}",
-                source_ranges=list(cidrs),
-                target_tags=[self.network_tag],
-                allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(port)])],
-                opts=pulumi.ResourceOptions(parent=self),
+        firewalls = []
+        for what, port, cidrs in rules:
+            ports = [str(port)]
+            firewalls.append(
+                gcp.compute.Firewall(
+                    f"{name}-{what}",
+                    project=config.project,
+                    network=config.access.network,
+                    direction="INGRESS",
+                    priority=ALLOW_PRIORITY,
+                    description=f"tpu-vllm {config.stack}: {what} port {port} from its ranges",
+                    source_ranges=list(cidrs),
+                    target_tags=[self.network_tag],
+                    allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=ports)],
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
             )
-            for what, port, cidrs in rules
-        ]
+            firewalls.append(
+                gcp.compute.Firewall(
+                    f"{name}-{what}-deny",
+                    project=config.project,
+                    network=config.access.network,
+                    direction="INGRESS",
+                    priority=DENY_PRIORITY,
+                    description=(
+                        f"tpu-vllm {config.stack}: {what} port {port} from anywhere else, "
+                        "whatever other rules of the network allow"
+                    ),
+                    source_ranges=[EVERYWHERE],
+                    target_tags=[self.network_tag],
+                    denies=[gcp.compute.FirewallDenyArgs(protocol="tcp", ports=ports)],
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+            )
+        return firewalls

@@ -1,4 +1,4 @@
-"""A thin, retrying client for the TPU v2alpha1 queued-resource API.
+"""A thin client for the TPU v2alpha1 queued-resource API; the library retries 429 and 5xx.
 
 Only the v2alpha1 discovery document (bundled with google-api-python-client) carries the
 flex-start fields (`provisioningModel`, `runDuration`), so this wraps the discovery client rather
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import random
+import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import google_auth_httplib2
 import httplib2
@@ -27,32 +27,86 @@ from components.google_credentials import google_credentials
 #: Override of the API endpoint, for Private Service Connect and for tests.
 ENDPOINT_ENV = "TPU_API_ENDPOINT"
 HTTP_TIMEOUT_SECONDS = 60
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-
-T = TypeVar("T")
+#: google.rpc.Code (googleapis `google/rpc/code.proto`): number -> (name, its HTTP status).
+RPC_CODES: dict[int, tuple[str, int]] = {
+    1: ("CANCELLED", 499),
+    2: ("UNKNOWN", 500),
+    3: ("INVALID_ARGUMENT", 400),
+    4: ("DEADLINE_EXCEEDED", 504),
+    5: ("NOT_FOUND", 404),
+    6: ("ALREADY_EXISTS", 409),
+    7: ("PERMISSION_DENIED", 403),
+    8: ("RESOURCE_EXHAUSTED", 429),
+    9: ("FAILED_PRECONDITION", 400),
+    10: ("ABORTED", 409),
+    11: ("OUT_OF_RANGE", 400),
+    12: ("UNIMPLEMENTED", 501),
+    13: ("INTERNAL", 500),
+    14: ("UNAVAILABLE", 503),
+    15: ("DATA_LOSS", 500),
+    16: ("UNAUTHENTICATED", 401),
+}
+_FIELD_IN_MESSAGE = re.compile(r"at '([^']+)'")
 
 
 @dataclass(frozen=True)
 class ApiError(Exception):
-    """A TPU API error with Google's status (INVALID_ARGUMENT, NOT_FOUND, ...) and message."""
+    """A TPU API error with Google's status (INVALID_ARGUMENT, NOT_FOUND, ...) and message.
+
+    It comes from an HTTP answer or from a finished operation's `error` (a google.rpc.Status);
+    both are classified the same way, so a zone's refusal is seen wherever it arrives.
+    """
 
     http_status: int
     status: str
     message: str
+    #: `fieldViolations[].field` of a google.rpc.BadRequest detail: what a bad body got wrong.
+    fields: tuple[str, ...] = ()
+    #: How many times the request was sent (the library retries 429/5xx and dropped connections).
+    attempts: int = 1
+    in_operation: bool = False
 
     def __str__(self) -> str:
-        return f"{self.status} ({self.http_status}): {self.message}"
+        where = "in the operation" if self.in_operation else str(self.http_status)
+        return f"{self.status} ({where}): {self.message}"
+
+    @property
+    def field_names(self) -> str:
+        """The fields the error names, for a message; the quoted path in the text otherwise."""
+        fields = self.fields or tuple(_FIELD_IN_MESSAGE.findall(self.message))
+        return ", ".join(fields) if fields else "no field named by the API"
 
     @classmethod
-    def from_http_error(cls, error: HttpError) -> ApiError:
+    def from_http_error(cls, error: HttpError, attempts: int = 1) -> ApiError:
         status, message = "UNKNOWN", str(error)
+        fields: tuple[str, ...] = ()
         try:
             body = json.loads(error.content.decode("utf-8"))["error"]
             status = str(body.get("status") or status)
             message = str(body.get("message") or message)
+            fields = _violated_fields(body.get("details"))
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
-        return cls(int(error.resp.status), status, message)
+        return cls(int(error.resp.status), status, message, fields, attempts)
+
+    @classmethod
+    def from_status(cls, error: Mapping[str, Any]) -> ApiError:
+        """An Operation's `error` or a FAILED queued resource's `failedData.error`."""
+        code = int(error.get("code") or 2)
+        name, http_status = RPC_CODES.get(code, ("UNKNOWN", 500))
+        message = str(error.get("message") or "no reason given")
+        fields = _violated_fields(error.get("details"))
+        return cls(http_status, name, message, fields, in_operation=True)
+
+
+def _violated_fields(details: Any) -> tuple[str, ...]:
+    fields: list[str] = []
+    for detail in details or ():
+        if isinstance(detail, Mapping) and str(detail.get("@type", "")).endswith("BadRequest"):
+            for violation in detail.get("fieldViolations") or ():
+                if isinstance(violation, Mapping) and violation.get("field"):
+                    fields.append(str(violation["field"]))
+    return tuple(fields)
 
 
 def report(message: str) -> None:
@@ -71,7 +125,18 @@ def poll_delays(cap: float) -> Iterator[float]:
 
 
 class TpuApi:
-    """Queued resources and nodes, with bounded exponential backoff on 429 and 5xx answers."""
+    """Queued resources, operations and nodes.
+
+    429 and 5xx answers (and 403 rate-limit reasons, dropped connections, socket timeouts) are
+    retried by google-api-python-client itself: `execute(num_retries=N)` runs
+    `googleapiclient/http.py` `_retry_request`, which asks `_should_retry_response` and sleeps
+    `rand() * 2**n` seconds before retry n, resending the same URI (so the same `requestId`).
+    What it lacks: the backoff base cannot be set and no retry is reported to the operator. The
+    request's `_sleep` (the hook the library's own tests set) is the only way in; it is replaced
+    below to scale the sleep by `retry_base_seconds / 2` (2.0 keeps the library's schedule),
+    to report each retry and to count the attempts, which tells a replayed create from a first
+    one.
+    """
 
     def __init__(self, *, retry_attempts: int = 6, retry_base_seconds: float = 2.0) -> None:
         endpoint = os.environ.get(ENDPOINT_ENV)
@@ -86,21 +151,24 @@ class TpuApi:
             cache_discovery=False,
             client_options={"api_endpoint": endpoint} if endpoint else None,
         )
-        self._attempts = max(1, retry_attempts)
-        self._base = retry_base_seconds
+        self._retries = max(1, retry_attempts) - 1
+        self._scale = retry_base_seconds / 2
 
-    def _call(self, what: str, request: Callable[[], Any]) -> Any:
-        for attempt in range(1, self._attempts + 1):
-            try:
-                return request().execute()
-            except HttpError as error:
-                api_error = ApiError.from_http_error(error)
-                if api_error.http_status not in RETRYABLE_STATUS or attempt == self._attempts:
-                    raise api_error from None
-                delay = self._base * 2 ** (attempt - 1) * (0.5 + random.random() / 2)  # noqa: S311
-                report(f"{what}: {api_error}; retrying in {delay:.1f} s")
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+    def _call(self, what: str, request: Any) -> Any:
+        attempts = 1
+
+        def before_retry(seconds: float) -> None:
+            nonlocal attempts
+            delay = seconds * self._scale
+            report(f"{what}: retry {attempts} of {self._retries} in {delay:.1f} s")
+            attempts += 1
+            time.sleep(delay)
+
+        request._sleep = before_retry
+        try:
+            return request.execute(num_retries=self._retries)
+        except HttpError as error:
+            raise ApiError.from_http_error(error, attempts) from None
 
     @property
     def _queued(self) -> Any:
@@ -110,25 +178,28 @@ class TpuApi:
     def _nodes(self) -> Any:
         return self._service.projects().locations().nodes()
 
-    def create_queued_resource(self, parent: str, qr_id: str, body: dict[str, Any]) -> Any:
-        return self._call(
-            f"create {parent}/queuedResources/{qr_id}",
-            lambda: self._queued.create(parent=parent, queuedResourceId=qr_id, body=body),
+    def create_queued_resource(
+        self, parent: str, qr_id: str, body: dict[str, Any], request_id: str
+    ) -> dict[str, Any]:
+        """Start a create; the answer is a long-running Operation (poll `get_operation`)."""
+        request = self._queued.create(
+            parent=parent, queuedResourceId=qr_id, requestId=request_id, body=body
         )
+        return dict(self._call(f"create {parent}/queuedResources/{qr_id}", request))
+
+    def get_operation(self, name: str) -> dict[str, Any]:
+        request = self._service.projects().locations().operations().get(name=name)
+        return dict(self._call(f"get {name}", request))
 
     def get_queued_resource(self, name: str) -> dict[str, Any]:
-        return dict(self._call(f"get {name}", lambda: self._queued.get(name=name)))
+        return dict(self._call(f"get {name}", self._queued.get(name=name)))
 
     def delete_queued_resource(self, name: str) -> Any:
-        return self._call(f"delete {name}", lambda: self._queued.delete(name=name, force=True))
+        return self._call(f"delete {name}", self._queued.delete(name=name, force=True))
 
     def get_node(self, name: str) -> dict[str, Any]:
-        return dict(self._call(f"get {name}", lambda: self._nodes.get(name=name)))
+        return dict(self._call(f"get {name}", self._nodes.get(name=name)))
 
     def get_guest_attributes(self, name: str, query_path: str) -> dict[str, Any]:
-        return dict(
-            self._call(
-                f"guest attributes of {name}",
-                lambda: self._nodes.getGuestAttributes(name=name, body={"queryPath": query_path}),
-            )
-        )
+        request = self._nodes.getGuestAttributes(name=name, body={"queryPath": query_path})
+        return dict(self._call(f"guest attributes of {name}", request))

@@ -21,6 +21,7 @@ import pulumi_command as command
 from components import remote_scripts
 from components.compile_cache import NO_CACHE, CompileCache, cache_result
 from components.config import StackConfig
+from components.outputs import endpoint_urls
 
 CONTAINER = "tpu-vllm"
 READY_MARKER = "TPU_VLLM_READY "
@@ -42,6 +43,8 @@ class VllmServerArgs:
     config: StackConfig
     connection: command.remote.ConnectionArgs
     host: pulumi.Input[str | None]
+    #: The stable name clients use (`dns.*`), else None: the endpoint then names `host`.
+    hostname: pulumi.Input[str] | None = None
     #: Commands that must finish first (the secret fetch); a change in them restarts the server.
     after: Sequence[command.remote.Command] = field(default_factory=list)
     #: The compile-cache bucket and grant; the start waits for the grant so its restore works.
@@ -52,6 +55,7 @@ class VllmServer(pulumi.ComponentResource):
     """The vLLM container on the node, and proof that it serves."""
 
     endpoint: pulumi.Output[str]
+    endpoint_ip: pulumi.Output[str]
     openai_base_url: pulumi.Output[str]
     startup_seconds: pulumi.Output[float | None]
     hbm: pulumi.Output[dict[str, float] | None]
@@ -69,6 +73,9 @@ class VllmServer(pulumi.ComponentResource):
             # New secrets (a rotated API key) need a new container to take effect.
             triggers=[c.create for c in args.after],
             logging=command.remote.Logging.STDOUT_AND_STDERR,
+            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
+            # sshd refuses without AcceptEnv, logging a warning every time.
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[*args.after, *([args.cache.writer] if args.cache else [])],
@@ -81,6 +88,9 @@ class VllmServer(pulumi.ComponentResource):
                 lambda stdout: remote_scripts.readiness_script(config, stdout, CONTAINER)
             ),
             logging=command.remote.Logging.STDOUT_AND_STDERR,
+            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
+            # sshd refuses without AcceptEnv, logging a warning every time.
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
         )
         result = self.ready.stdout.apply(parse_ready)
@@ -88,16 +98,13 @@ class VllmServer(pulumi.ComponentResource):
         self.hbm = result.apply(lambda r: r.get("hbm"))
         # Whether this start was warm, and from which generation (never None: an output).
         self.cache_restored = result.apply(lambda r: cache_result(r.get("cache")))
-        port = config.vllm.port
         # Depending on `ready` means consumers never see an endpoint that does not serve yet.
-        self.endpoint = pulumi.Output.all(args.host, self.ready.stdout).apply(
-            lambda parts: f"http://{parts[0]}:{port}"
-        )
-        self.openai_base_url = self.endpoint.apply(lambda url: f"{url}/v1")
+        urls = endpoint_urls(args.host, args.hostname, config.vllm.port, self.ready.stdout)
+        self.endpoint, self.endpoint_ip = urls.endpoint, urls.endpoint_ip
+        self.openai_base_url = urls.openai_base_url
         self.register_outputs(
             {
-                "endpoint": self.endpoint,
-                "openai_base_url": self.openai_base_url,
+                **urls.as_outputs(),
                 "startup_seconds": self.startup_seconds,
                 "hbm": self.hbm,
                 "cache_restored": self.cache_restored,

@@ -1,7 +1,8 @@
 """The VM backend: one TPU VM from a flex-start queued resource, served over SSH.
 
-config -> TPU -> host key -> secrets -> server -> readiness. The resource names and parents
-are those the program has always used, so existing stacks see no replacement.
+config -> TPU (with its org-policy gate) -> host key -> DNS name -> secrets -> compile cache ->
+server -> readiness. The resource names and parents are those the program has always used, so
+existing stacks see no replacement.
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ import pulumi
 
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
+from components.dns import EndpointName, ManagedZone
 from components.host_key import NodeHostKey
 from components.outputs import BackendOutputs
+from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.ssh import SshIdentity, ssh_command
 from components.tpu import FlexStartTpu, FlexStartTpuArgs
 from components.vllm import VllmServer, VllmServerArgs
 
 
-def build_vm(config: StackConfig) -> BackendOutputs:
+def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOutputs:
     """Register the VM backend's components and return its part of the outputs."""
     ssh = SshIdentity("ssh")
     tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=ssh.metadata))
@@ -30,6 +33,11 @@ def build_vm(config: StackConfig) -> BackendOutputs:
         opts=pulumi.ResourceOptions(parent=tpu),
     )
     connection = ssh.connection(tpu.external_ip, host_key.host_key)
+    name = (
+        EndpointName("endpoint-name", config, managed_zone, tpu.external_ip)
+        if managed_zone is not None
+        else None
+    )
     secrets = NodeSecrets(
         "secrets",
         NodeSecretsArgs(
@@ -53,12 +61,18 @@ def build_vm(config: StackConfig) -> BackendOutputs:
             config=config,
             connection=connection,
             host=tpu.external_ip,
+            hostname=name.hostname if name is not None else None,
             after=[secrets.fetch],
             cache=cache,
         ),
     )
+    # When the run ends and what renews it, printed at the end of `pulumi up`.
+    tpu.expires_at.apply(
+        lambda at: pulumi.log.info(expiry_notice(config.stack, config.tpu.max_run_seconds, at))
+    )
     return BackendOutputs(
         endpoint=server.endpoint,
+        endpoint_ip=server.endpoint_ip,
         openai_base_url=server.openai_base_url,
         api_key=secrets.api_key,
         api_key_secret=secrets.api_key_secret,
@@ -68,6 +82,7 @@ def build_vm(config: StackConfig) -> BackendOutputs:
         external_ip=tpu.external_ip,
         internal_ip=tpu.internal_ip,
         expires_at=tpu.expires_at,
+        renew_command=renew_command(config.stack),
         ssh_command=ssh_command(config.stack, tpu.external_ip),
         ssh_private_key=ssh.private_key_openssh,
         ssh_host_key=host_key.host_key,

@@ -18,6 +18,7 @@ is removed afterwards, and the node is verified (`StrictHostKeyChecking=yes`).
     python scripts/bench.py v5e1                           # 4 concurrencies x 2 input lengths
     python scripts/bench.py v5e1 --concurrency 1,8 --input-lens 512 --output-len 128
     python scripts/bench.py v5e1 --dry-run                 # print the remote scripts only
+                                                           # (no Pulumi CLI: the stack file)
     python scripts/bench.py v5e1 --from-results DIR        # report on saved result files
 
 Exit status: 0 done, 2 a problem you can fix (message on stderr), 1 a failed remote run.
@@ -44,10 +45,10 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
 
-import yaml  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from components.config import DEFAULT_IMAGE, NAMESPACE, VLLM_DEFAULT_PORT  # noqa: E402
+from components.messages import operator_line, show  # noqa: E402
 from components.remote_scripts import (  # noqa: E402
     API_KEY_FILE,
     CONTAINER_SECRETS,
@@ -57,6 +58,7 @@ from components.remote_scripts import (  # noqa: E402
 )
 from components.ssh import SSH_USER  # noqa: E402
 from components.vllm import CONTAINER  # noqa: E402
+from scripts.stack_files import StackFileError, model_id, read_config, section  # noqa: E402
 
 PROG = "bench"
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
@@ -134,7 +136,7 @@ class StackOutputs:
     def from_json(cls, data: Mapping[str, Any]) -> StackOutputs:
         cost = data.get("hourly_cost_usd")
         if cost is not None and not isinstance(cost, int | float):
-            raise Failure(f"stack output hourly_cost_usd is not a number: {cost!r}")
+            raise Failure(f"stack output hourly_cost_usd is not a number: {show(cost)}")
         return cls(
             external_ip=_opt_str(data.get("external_ip")),
             ssh_private_key=_opt_str(data.get("ssh_private_key")),
@@ -187,7 +189,8 @@ class Result:
 
 
 def log(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One stderr line; errors and warnings follow components/messages.py."""
+    print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
 # --- stack outputs and config ----------------------------------------------------------------
@@ -219,23 +222,36 @@ def read_stack_outputs(stack: str) -> StackOutputs:
     return StackOutputs.from_json(data)
 
 
+def stack_file_model(stack: str, stack_file: Path | None = None) -> str:
+    """`tpu-vllm:model.id` from Pulumi.STACK.yaml: what `--dry-run` renders without Pulumi."""
+    path = stack_file or PROJECT_ROOT / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise Failure(
+            f"no stack file {path}: --dry-run reads the model from it. Pass an existing stack "
+            "(or --stack-file PATH)"
+        )
+    try:
+        found = model_id(read_config(path), path)
+    except StackFileError as error:
+        raise Failure(str(error).rstrip(".")) from None
+    if not found:
+        raise Failure(f"{path} has no `{NAMESPACE}:model.id`; set it to the served model")
+    return found
+
+
 def read_server(stack: str, stack_file: Path | None = None) -> Server:
     """`tpu-vllm:vllm.image` and `.port` from Pulumi.STACK.yaml, with the program's defaults."""
     path = stack_file or PROJECT_ROOT / f"Pulumi.{stack}.yaml"
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, yaml.YAMLError) as error:
-        raise Failure(f"cannot read {path}: {error}".replace("\n", " ")) from None
-    config = document.get("config") if isinstance(document, dict) else None
-    vllm = (config or {}).get(f"{NAMESPACE}:vllm") if isinstance(config, dict) else None
-    if vllm is not None and not isinstance(vllm, dict):
-        raise Failure(f"{path}: `{NAMESPACE}:vllm` must be a map")
-    image = (vllm or {}).get("image", DEFAULT_IMAGE)
-    port = (vllm or {}).get("port", VLLM_DEFAULT_PORT)
+        vllm = section(read_config(path), "vllm", path) if path.is_file() else {}
+    except StackFileError as error:
+        raise Failure(str(error).rstrip(".")) from None
+    image = vllm.get("image", DEFAULT_IMAGE)
+    port = vllm.get("port", VLLM_DEFAULT_PORT)
     if not isinstance(image, str) or not image.strip():
         raise Failure(f"{path}: `{NAMESPACE}:vllm.image` must be an image reference")
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise Failure(f"{path}: `{NAMESPACE}:vllm.port` must be a port number, not {port!r}")
+        raise Failure(f"{path}: `{NAMESPACE}:vllm.port` must be a port number, not {show(port)}")
     return Server(image=image.strip(), port=port)
 
 
@@ -378,7 +394,7 @@ class Node:
 def _number(data: Mapping[str, Any], key: str, where: str) -> float:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise Failure(f"{where}: `{key}` is not a number ({value!r})")
+        raise Failure(f"{where}: `{key}` is not a number ({show(value)})")
     return float(value)
 
 
@@ -389,7 +405,7 @@ def _meta_int(data: Mapping[str, Any], key: str, where: str) -> int | None:
     try:
         return int(str(value))
     except ValueError:
-        raise Failure(f"{where}: `{key}` is not an integer ({value!r})") from None
+        raise Failure(f"{where}: `{key}` is not an integer ({show(value)})") from None
 
 
 def parse_result(data: Any, where: str) -> Result:
@@ -403,7 +419,9 @@ def parse_result(data: Any, where: str) -> Result:
         )
     concurrency = data["max_concurrency"]
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise Failure(f"{where}: `max_concurrency` must be a positive integer ({concurrency!r})")
+        raise Failure(
+            f"{where}: `max_concurrency` must be a positive integer ({show(concurrency)})"
+        )
     completed = int(_number(data, "completed", where))
     if completed < 1:
         raise Failure(f"{where}: no request completed (see `errors` with --save-detailed)")
@@ -641,30 +659,62 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _csv(values: Iterable[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="bench.py",
-        description="Run `vllm bench serve` on a tpu-vllm stack's node and report the results.",
+        prog="python scripts/bench.py",
+        description="Run `vllm bench serve` on a tpu-vllm stack's node and report the results. "
+        "One run per (concurrency, input length); each takes minutes of TPU time.",
+        epilog="The node, its keys and the price come from `pulumi stack output -s STACK`; "
+        "--dry-run needs no Pulumi CLI (it reads the model, image and port from the stack "
+        "file). Exit status: 0 done, 2 a problem you can fix, 1 a failed remote run.",
     )
     parser.add_argument("stack", help="Pulumi stack, e.g. v5e1")
-    parser.add_argument("--concurrency", type=_positive_ints, default=DEFAULT_CONCURRENCY)
-    parser.add_argument("--input-lens", type=_positive_ints, default=DEFAULT_INPUT_LENS)
-    parser.add_argument("--output-len", type=_positive_int, default=DEFAULT_OUTPUT_LEN)
+    parser.add_argument(
+        "--concurrency",
+        type=_positive_ints,
+        default=DEFAULT_CONCURRENCY,
+        metavar="N,N,...",
+        help=f"concurrent requests per run, comma-separated (default: {_csv(DEFAULT_CONCURRENCY)})",
+    )
+    parser.add_argument(
+        "--input-lens",
+        type=_positive_ints,
+        default=DEFAULT_INPUT_LENS,
+        metavar="N,N,...",
+        help=f"prompt lengths in tokens, comma-separated (default: {_csv(DEFAULT_INPUT_LENS)})",
+    )
+    parser.add_argument(
+        "--output-len",
+        type=_positive_int,
+        default=DEFAULT_OUTPUT_LEN,
+        metavar="N",
+        help="tokens generated per request (default: %(default)s)",
+    )
     parser.add_argument(
         "--num-prompts",
         type=_positive_int,
         default=None,
+        metavar="N",
         help="prompts per run (default: 10 x concurrency, at least 20)",
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="report directory (default: bench-results/STACK-*)"
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="report directory (default: bench-results/STACK-YYYYmmdd-HHMMSS, or with "
+        "--from-results the results directory itself)",
     )
     parser.add_argument(
         "--from-results",
         type=Path,
         default=None,
         metavar="DIR",
-        help="skip the node: report on the result JSON files in DIR",
+        help="skip the node: report on the result JSON files in DIR (default: run on the node)",
     )
     parser.add_argument(
         "--hourly-cost",
@@ -672,13 +722,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         metavar="USD",
         help="price per hour to use instead of the stack's hourly_cost_usd "
-        "(with --from-results, Pulumi is then not asked at all)",
+        "(default: the hourly_cost_usd output; with --from-results, Pulumi is then not asked "
+        "at all)",
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the remote scripts; connect to nothing"
+        "--dry-run",
+        action="store_true",
+        help="print the remote scripts and connect to nothing; needs no Pulumi CLI (default: off)",
     )
     parser.add_argument(
-        "--stack-file", type=Path, default=None, help="stack config (default: Pulumi.STACK.yaml)"
+        "--stack-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="stack config for the model, image and port (default: Pulumi.STACK.yaml in the "
+        "project root)",
     )
     return parser.parse_args(argv)
 
@@ -723,16 +781,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         specs = plan(args)
         grid = [(s.concurrency, s.input_len) for s in specs]
+        if args.dry_run:
+            # Only the stack file: a dry run must work before `pulumi up`, and without the CLI.
+            model = stack_file_model(args.stack, args.stack_file)
+            server = read_server(args.stack, args.stack_file)
+            for spec in specs:
+                print(f"# --- {spec.result_file} ---\n{render_remote(spec, model, server)}")
+            return 0
         if args.from_results is not None and args.hourly_cost is not None:
             outputs = StackOutputs(None, None, None, "", None, "")
         else:
             outputs = read_stack_outputs(args.stack)
         hourly = args.hourly_cost if args.hourly_cost is not None else outputs.hourly_cost_usd
-        if args.dry_run:
-            server = read_server(args.stack, args.stack_file)
-            for spec in specs:
-                print(f"# --- {spec.result_file} ---\n{render_remote(spec, outputs.model, server)}")
-            return 0
         if args.from_results is not None:
             results_dir: Path = args.from_results
             out: Path = args.out or results_dir

@@ -2,17 +2,24 @@
 
 `pulumi preview` needs cloud credentials and a state backend, which a fork's pull request must
 never get. This runs the real program under Pulumi mocks, with no credentials and no network,
-and prints a deterministic, readable plan: each resource with its inputs, the remote scripts
-one flag per line, secrets masked. Diffing the plans of the base and head commits shows a
-reviewer exactly what a change does (`.github/workflows/preview.yml` does that).
+and prints a deterministic, readable plan: first a summary (chip, zones, model, provisioning,
+what an hour and a whole run cost, the `vllm serve` flags one per line), then each resource
+with its inputs, the remote scripts one flag per line, secrets masked. A script is shown once,
+where it runs, with a content hash; anywhere else it appears (the `triggers` that re-run a
+command when another's script changes) it is named by that hash instead of repeated. The same
+inputs give the same bytes, so diffing the plans of the base and head commits shows a reviewer
+exactly what a change does (`.github/workflows/preview.yml` does that).
 
-    python scripts/plan.py v5e1 [--project P] [--out FILE]
+    python scripts/plan.py v5e1 [v6e4 ...] [--project P] [--out FILE]
+    python scripts/plan.py Pulumi.v5e1.yaml        # a stack file's path works too
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,10 +33,21 @@ if str(ROOT) not in sys.path:
 
 from pulumi.runtime import mocks  # noqa: E402
 
+from components.config import ConfigError, StackConfig, parse_stack_config  # noqa: E402
+from components.messages import operator_line  # noqa: E402
 from components.queued_resource import OUTPUT_KEYS  # noqa: E402
-from scripts.program_runner import ProgramRun, run_program, stack_file_config  # noqa: E402
+from scripts.program_runner import (  # noqa: E402
+    GET_MANAGED_ZONE,
+    ProgramRun,
+    run_program,
+    stack_file_config,
+    with_changes,
+)
+from scripts.stack_files import StackFileError, resolve_stack  # noqa: E402
 
 PLACEHOLDER_PROJECT = "YOUR-PROJECT"
+PROG = "plan"
+HASH_CHARS = 12
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105 - the SDK marks secrets with it
 MASK = "[secret]"
 # Outputs a real `pulumi up` learns from the cloud; the plan names them instead.
@@ -65,45 +83,159 @@ def _mask(value: Any) -> Any:
     return value
 
 
-def _render_value(value: Any, indent: str) -> list[str]:
+def content_hash(script: str) -> str:
+    """A short, stable name for a script's exact text."""
+    return hashlib.sha256(script.encode()).hexdigest()[:HASH_CHARS]
+
+
+class Scripts:
+    """Each multi-line input (a remote script) is shown once, where a resource runs it: the
+    first `resource.field` holding it, in name order. Elsewhere it is named by that place and
+    its content hash, `[script vllm-start.create, sha256 0123456789ab]`."""
+
+    def __init__(self, resources: list[tuple[str, Mapping[str, Any]]]) -> None:
+        self.home: dict[str, str] = {}
+        for name, inputs in resources:
+            for key, value in inputs.items():
+                if _is_script(value):
+                    self.home.setdefault(value, f"{name}.{key}")
+        self.shown: set[str] = set()
+
+    def header(self, script: str, where: str) -> str | None:
+        """The header of the one full showing, or None where the script is only referenced."""
+        if self.home.get(script, where) != where or script in self.shown:
+            return None
+        self.shown.add(script)
+        count = len(script.splitlines())
+        return f" script {where} (sha256 {content_hash(script)}, {count} lines) |"
+
+    def reference(self, script: str) -> str:
+        home = self.home.get(script, "(inline)")
+        return f"[script {home}, sha256 {content_hash(script)}]"
+
+
+def _is_script(value: Any) -> bool:
+    return isinstance(value, str) and "\n" in value
+
+
+def _render_value(value: Any, indent: str, scripts: Scripts, where: str) -> list[str]:
     """One line for scalars; scripts and structures spread over lines so diffs stay local."""
-    if isinstance(value, str) and "\n" in value:
-        return [" |"] + [f"{indent}  {line}".rstrip() for line in value.splitlines()]
+    if _is_script(value):
+        header = scripts.header(value, where)
+        if header is None:
+            return [" " + scripts.reference(value)]
+        return [header] + [f"{indent}  {line}".rstrip() for line in value.splitlines()]
     if isinstance(value, Mapping) and value:
         lines = [""]
         for key, item in value.items():
-            rendered = _render_value(item, indent + "  ")
+            rendered = _render_value(item, indent + "  ", scripts, f"{where}.{key}")
             lines.append(f"{indent}  {key}:{rendered[0]}")
             lines.extend(rendered[1:])
         return lines
-    if isinstance(value, list) and value and any(isinstance(v, (Mapping, list)) for v in value):
+    if isinstance(value, list) and any(
+        isinstance(v, (Mapping, list)) or _is_script(v) for v in value
+    ):
         lines = [""]
-        for item in value:
-            rendered = _render_value(item, indent + "  ")
+        for index, item in enumerate(value):
+            rendered = _render_value(item, indent + "  ", scripts, f"{where}[{index}]")
             lines.append(f"{indent}  -{rendered[0]}")
             lines.extend(rendered[1:])
         return lines
     return [" " + json.dumps(value, sort_keys=True)]
 
 
-def render_plan(run: ProgramRun, stack: str) -> str:
-    """The plan text: warnings, resources sorted by name, then outputs."""
+def _duration(seconds: int) -> str:
+    hours, rest = divmod(seconds, 3600)
+    minutes = rest // 60
+    return (
+        "".join(part for part in (f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""))
+        or f"{seconds}s"
+    )
+
+
+def render_summary(config: StackConfig, args: list[str]) -> list[str]:
+    """What a reader checks first: what is asked for, where, for how long, at what price."""
+    tpu = config.tpu
+    if tpu.max_run_seconds is not None:
+        provisioning = f"{tpu.provisioning}, at most {_duration(tpu.max_run_seconds)} per run"
+        cost = (
+            f"${config.hourly_cost_usd:.2f}/h; at most ${config.max_run_cost_usd:.2f} per run "
+            "(it stops billing on its own)"
+        )
+    else:
+        provisioning = f"{tpu.provisioning}, no run limit"
+        cost = f"${config.hourly_cost_usd:.2f}/h, billed until `pulumi destroy` (no run limit)"
+    zones = (
+        f"  zones: {', '.join(tpu.zones)} (in this order; each may queue "
+        f"{_duration(tpu.capacity_wait_seconds)} for capacity)"
+    )
+    backend: list[str] = []
+    if config.backend == "gke" and config.gke is not None:
+        gke = config.gke
+        where = gke.existing_cluster or f"created, {gke.location}"
+        backend = [f"  backend: gke, {gke.replicas} replica(s), cluster {where}"]
+        zones = (
+            f"  zones: {', '.join(tpu.zones)} (any of them; the node pool may wait "
+            f"{_duration(tpu.capacity_wait_seconds)} for a first node)"
+        )
+        each = config.hourly_cost_usd / gke.replicas
+        if config.max_run_cost_usd is not None:
+            cost = (
+                f"${config.hourly_cost_usd:.2f}/h ({gke.replicas} x ${each:.2f}); at most "
+                f"${config.max_run_cost_usd:.2f} per run of every node (GKE replaces an ended "
+                "node, so it bills until `pulumi destroy`)"
+            )
+        else:
+            cost = (
+                f"${config.hourly_cost_usd:.2f}/h ({gke.replicas} x ${each:.2f}), billed until "
+                "`pulumi destroy` (no run limit)"
+            )
+    lines = [
+        "summary:",
+        f"  stack: {config.stack} (Pulumi.{config.stack}.yaml)",
+        *backend,
+        f"  project: {config.project}",
+        f"  chip: {tpu.chip.name} ({tpu.chip.accelerator_type}, runtime {tpu.runtime_version})",
+        zones,
+        f"  model: {config.model.id} ({config.model.weights_gib:.2f} GiB of weights)",
+        f"  provisioning: {provisioning}",
+        f"  cost: {cost}",
+        f"  image: {config.vllm.image}, port {config.vllm.port}",
+        f"  vllm serve {config.model.id}",
+    ]
+    flags: list[str] = []
+    for arg in args:
+        if arg.startswith("-") or not flags:
+            flags.append(arg)
+        else:
+            flags[-1] += f" {shlex.quote(arg)}"
+    lines.extend(f"    {flag}" for flag in flags)
+    return lines
+
+
+def render_plan(run: ProgramRun, stack: str, config: StackConfig | None = None) -> str:
+    """The plan text: summary, warnings, resources sorted by name, then outputs."""
     lines = [
         f"# tpu-vllm plan for stack {stack}",
         "# made under Pulumi mocks: no credentials, no network; <name.field> is known after apply",
         "",
     ]
+    if config is not None:
+        lines.extend(render_summary(config, list(run.outputs.get("vllm_args") or [])))
+        lines.append("")
     if run.warnings:
         lines.append("warnings:")
         lines.extend(f"  - {w}" for w in run.warnings)
         lines.append("")
     lines.append(f"resources ({len(run.resources)}):")
-    for resource in sorted(run.resources, key=lambda r: (r.name, r.type)):
+    ordered = sorted(run.resources, key=lambda r: (r.name, r.type))
+    masked = [(r, _mask(r.inputs)) for r in ordered]
+    scripts = Scripts([(r.name, inputs) for r, inputs in masked])
+    for resource, inputs in masked:
         lines.append("")
         lines.append(f"{resource.name}  ({resource.type})")
-        inputs = _mask(resource.inputs)
         for key, value in inputs.items():
-            rendered = _render_value(value, "  ")
+            rendered = _render_value(value, "  ", scripts, f"{resource.name}.{key}")
             lines.append(f"  {key}:{rendered[0]}")
             lines.extend(rendered[1:])
     lines.append("")
@@ -131,36 +263,79 @@ def plan(
     """Run the program for `stack` under mocks and render its plan."""
 
     def lookup_only(args: mocks.MockCallArgs) -> dict[str, Any]:
-        return dict(args.args)  # the HF secret is assumed to exist; preview checks it for real
+        # The HF secret and a dns.managedZone are assumed to exist; preview checks them for
+        # real. Only Cloud DNS knows the zone's DNS name.
+        if args.token == GET_MANAGED_ZONE:
+            return {**dict(args.args), "dnsName": f"<{args.args.get('name')}.dnsName>."}
+        return dict(args.args)
 
-    if project is None and not stack_file_config(stack).get("gcp:project"):
+    raw = stack_file_config(stack)
+    if project is None and not raw.get("gcp:project"):
         project = PLACEHOLDER_PROJECT  # the stack file leaves it to `pulumi config set`
+    config = summary_config(stack, project, changes)
     run = run_program(stack, changes, project=project, outputs_for=outputs_for, call=lookup_only)
-    return render_plan(run, stack)
+    return render_plan(run, stack, config)
+
+
+def summary_config(
+    stack: str, project: str | None, changes: Mapping[str, Any] | None
+) -> StackConfig:
+    """The stack's validated config, as the program reads it (a ConfigError if it is bad)."""
+    raw = with_changes(stack_file_config(stack), changes or {})
+    if project is not None:
+        raw["gcp:project"] = project
+    prefix = "tpu-vllm:"
+    sections = {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
+    return parse_stack_config(sections, project=raw.get("gcp:project"), stack=stack)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("stack", help="stack name: a Pulumi.<stack>.yaml must exist")
+    parser = argparse.ArgumentParser(
+        prog="python scripts/plan.py",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        epilog="Exit status: 0 every plan was made, 1 a stack's program failed (its config "
+        "error is printed), 2 no such stack.",
+    )
+    parser.add_argument(
+        "stacks",
+        nargs="+",
+        metavar="STACK",
+        help="stack name (v5e1) or stack file (Pulumi.v5e1.yaml); several give several plans",
+    )
     parser.add_argument(
         "--project",
         help=f"gcp:project to assume (default: the stack file's, else {PLACEHOLDER_PROJECT})",
     )
-    parser.add_argument("--out", type=Path, help="write the plan here instead of stdout")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write the plan(s) to this file instead of stdout (default: stdout)",
+    )
     args = parser.parse_args(argv)
-    if not (ROOT / f"Pulumi.{args.stack}.yaml").exists():
-        print(f"plan: no Pulumi.{args.stack}.yaml in {ROOT}", file=sys.stderr)
-        return 2
     try:
-        text = plan(args.stack, project=args.project)
-    except Exception as error:  # noqa: BLE001 - a config error is the plan's answer
-        print(f"plan: {args.stack}: {error}", file=sys.stderr)
-        return 1
+        stacks = [resolve_stack(arg, ROOT) for arg in args.stacks]
+    except StackFileError as error:
+        print(operator_line(PROG, f"error: {error}"), file=sys.stderr)
+        return 2
+    texts: list[str] = []
+    status = 0
+    for stack in stacks:
+        try:
+            texts.append(plan(stack, project=args.project))
+        except ConfigError as error:
+            print(f"{PROG}: {stack}: {error}", file=sys.stderr)
+            status = 1
+        except Exception as error:  # noqa: BLE001 - the program's own failure is the answer
+            print(
+                operator_line(PROG, f"error: {stack}: the program failed: {error}"), file=sys.stderr
+            )
+            status = 1
+    text = "\n".join(texts)
     if args.out:
         args.out.write_text(text)
     else:
         sys.stdout.write(text)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

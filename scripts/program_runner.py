@@ -21,8 +21,8 @@ from typing import Any
 
 import pulumi
 import yaml
-from pulumi.runtime import mocks
-from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime import mocks, rpc
+from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +51,9 @@ class ProgramRun:
     urns: list[str] = field(default_factory=list)
     #: Invokes the program made: (token, args).
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: Resource name -> names of the resources it depends on (inputs and `depends_on`), as
+    #: the engine is told: what orders creates in a real `pulumi up`.
+    dependencies: dict[str, set[str]] = field(default_factory=dict)
 
     def urn_of(self, name: str) -> str:
         [urn] = [u for u in self.urns if u.endswith(f"::{name}")]
@@ -82,14 +85,53 @@ class InvokeFailure(Exception):
         self.property_name = property_name
 
 
-class RecordingMocks(pulumi.runtime.Mocks):
-    """Records every resource; outputs default to the inputs plus what `outputs_for` adds."""
+GET_MANAGED_ZONE = "gcp:dns/getManagedZone:getManagedZone"
 
-    def __init__(self, outputs_for: NewResource | None, call: Call | None) -> None:
+
+def managed_zone_lookup(zones: Mapping[str, str]) -> Call:
+    """Answer `gcp.dns.get_managed_zone` from `{zone name: DNS name}`, as the provider would.
+
+    The provider's data source (hashicorp/terraform-provider-google,
+    `google/services/dns/data_source_dns_managed_zone.go`) reads the zone with
+    `ManagedZones.Get` and fails with `projects/P/managedZones/NAME not found` when it is absent.
+    """
+
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        name = str(args.args.get("name"))
+        project = str(args.args.get("project"))
+        if name not in zones:
+            raise InvokeFailure(f"projects/{project}/managedZones/{name} not found")
+        return {
+            "id": f"projects/{project}/managedZones/{name}",
+            "name": name,
+            "project": project,
+            "dnsName": zones[name],
+            "visibility": "public",
+            "nameServers": ["ns-cloud-a1.googledomains.com."],
+            "description": "",
+        }
+
+    return call
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Records every resource; outputs default to the inputs plus what `outputs_for` adds.
+
+    Invokes go to `call` (by default they echo their arguments); with `managed_zones`, the
+    managed-zone lookup is answered from it first, so a test can say which zones exist.
+    """
+
+    def __init__(
+        self,
+        outputs_for: NewResource | None,
+        call: Call | None,
+        managed_zones: Mapping[str, str] | None = None,
+    ) -> None:
         self.resources: list[Registered] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._outputs_for = outputs_for
         self._call = call
+        self._zone_lookup = None if managed_zones is None else managed_zone_lookup(managed_zones)
 
     def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         self.resources.append(
@@ -105,8 +147,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         self.calls.append((args.token, dict(args.args)))
+        call = self._call
+        if self._zone_lookup is not None and args.token == GET_MANAGED_ZONE:
+            call = self._zone_lookup
         try:
-            return (self._call(args) if self._call else dict(args.args)), []
+            return (call(args) if call else dict(args.args)), []
         except InvokeFailure as failure:
             return {}, [(failure.property_name, failure.reason)]
 
@@ -162,8 +207,12 @@ def run_program(
     outputs_for: NewResource | None = None,
     call: Call | None = None,
     expect_error: bool = False,
+    managed_zones: Mapping[str, str] | None = None,
 ) -> ProgramRun:
     """Run `__main__.py` for a stack under mocks and return what it registered and exported.
+
+    `managed_zones` (`{zone name: DNS name}`) are the Cloud DNS zones that exist; None leaves
+    the lookup to `call`.
 
     With `expect_error`, the program must fail: the run is returned with `.error` set and the
     resources registered before the failure, so a test can prove nothing was created.
@@ -172,7 +221,15 @@ def run_program(
     if project is not None:
         config["gcp:project"] = project
     config = with_changes(config, changes or {})
-    run = contextvars.Context().run(_run, stack, config, preview, outputs_for, call)
+    run = run_file(
+        ROOT / "__main__.py",
+        stack,
+        config,
+        preview=preview,
+        outputs_for=outputs_for,
+        call=call,
+        managed_zones=managed_zones,
+    )
     if run.error is not None and not expect_error:
         raise run.error
     if run.error is None and expect_error:
@@ -180,26 +237,72 @@ def run_program(
     return run
 
 
+async def engine_output_names(exported: Mapping[str, Any]) -> set[str]:
+    """The stack outputs the Pulumi engine really stores.
+
+    A real run ends with the root stack's `register_outputs` (pulumi/runtime/stack.py
+    `Stack._finish`: `massage` then `register_resource_outputs`), which serializes them with
+    `rpc.serialize_properties`; that function skips every property that serializes to None
+    ("We treat properties that serialize to None as if they don't exist"). So an export whose
+    value is None is absent from the stack, and `require_output` fails on it. Under mocks the
+    root stack registered its (then empty) outputs before the program ran, so this replays the
+    same serialization on the final exports. Unknown values (a preview) serialize to the
+    UNKNOWN sentinel and are kept, as the engine keeps them.
+    """
+    struct = await rpc.serialize_properties(massage(dict(exported), []), {})
+    return set(struct.keys())
+
+
+def run_file(
+    program: Path,
+    stack: str,
+    config: Mapping[str, Any],
+    *,
+    project_name: str = "tpu-vllm",
+    preview: bool = False,
+    outputs_for: NewResource | None = None,
+    call: Call | None = None,
+    managed_zones: Mapping[str, str] | None = None,
+) -> ProgramRun:
+    """Run any Pulumi Python program file under mocks (errors are returned in `.error`)."""
+    return contextvars.Context().run(
+        _run,
+        program,
+        stack,
+        dict(config),
+        project_name=project_name,
+        preview=preview,
+        outputs_for=outputs_for,
+        call=call,
+        managed_zones=managed_zones,
+    )
+
+
 def _run(
+    program_file: Path,
     stack: str,
     config: dict[str, Any],
+    *,
+    project_name: str,
     preview: bool,
     outputs_for: NewResource | None,
     call: Call | None,
+    managed_zones: Mapping[str, str] | None,
 ) -> ProgramRun:
-    recorder = RecordingMocks(outputs_for, call)
+    recorder = RecordingMocks(outputs_for, call, managed_zones)
     handler = _ListHandler()
     logger = logging.getLogger(f"tpu-vllm-test-{id(handler)}")
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     pulumi.runtime.set_mocks(
-        recorder, project="tpu-vllm", stack=stack, preview=preview, logger=logger
+        recorder, project=project_name, stack=stack, preview=preview, logger=logger
     )
     pulumi.runtime.set_all_config(cli_config(config))
+    dependencies = _record_dependencies()
 
     def program() -> None:
-        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+        runpy.run_path(str(program_file), run_name="__main__")
 
     try:
         _sync_await(run_pulumi_func(program))
@@ -209,9 +312,13 @@ def _run(
         )
     root = pulumi.runtime.settings.get_root_resource()
     assert root is not None
+    exported: dict[str, Any] = dict(getattr(root, "outputs", {}))
+    kept = _sync_await(engine_output_names(exported))
     outputs: dict[str, Any] = {}
     secrets: set[str] = set()
-    for name, value in getattr(root, "outputs", {}).items():
+    for name, value in exported.items():
+        if name not in kept:
+            continue  # the engine never sees it: `pulumi stack output NAME` would fail
         output = pulumi.Output.from_input(value)
         outputs[name] = _sync_await(output.future())
         if _sync_await(output.is_secret()):
@@ -219,5 +326,29 @@ def _run(
     monitor = pulumi.runtime.settings.get_monitor()
     urns = list(getattr(monitor, "resources", {}))
     return ProgramRun(
-        recorder.resources, outputs, secrets, handler.records, urns=urns, calls=recorder.calls
+        recorder.resources,
+        outputs,
+        secrets,
+        handler.records,
+        urns=urns,
+        calls=recorder.calls,
+        dependencies=dependencies,
     )
+
+
+def _record_dependencies() -> dict[str, set[str]]:
+    """Wrap the mock monitor's RegisterResource to keep each request's dependency URNs."""
+    monitor = pulumi.runtime.settings.get_monitor()
+    assert monitor is not None, "set_mocks installs a monitor"
+    register = monitor.RegisterResource
+    found: dict[str, set[str]] = {}
+
+    def recording(request: Any) -> Any:
+        names = {str(urn).rsplit("::", 1)[-1] for urn in request.dependencies}
+        for deps in request.propertyDependencies.values():
+            names |= {str(urn).rsplit("::", 1)[-1] for urn in deps.urns}
+        found.setdefault(request.name, set()).update(names)
+        return register(request)
+
+    monitor.RegisterResource = recording
+    return found

@@ -8,13 +8,18 @@ anything a Pulumi ``remote.Command`` sends is kept in its error messages and sta
 instead has the VM read the secret named by ``tpu-vllm:access.hfTokenSecret`` with its own
 service account and hand it to vLLM as a file (``HF_TOKEN_PATH``). This script is the one
 place an operator handles the token: it reads it from stdin or a hidden prompt (never from
-argv, where ``ps`` and shell history would keep it), creates the secret if needed and adds a
-version, and prints only the version's resource name.
+argv, where ``ps`` and shell history would keep it), checks with huggingface_hub's own
+``auth_check`` that the token can read the stack's ``model.id`` (Gemma is gated: its licence
+must be accepted on Hugging Face by the token's owner), creates the secret if needed and adds a
+version, and prints only the version's resource name. The check turns a failure on a billing
+TPU (vLLM cannot download the weights) into a failure at setup; ``--no-check`` skips it, e.g.
+offline.
 
     printf %s "$TOKEN" | python scripts/save_hf_token.py [--stack v5e1]
     gcloud secrets versions access latest --secret=hf-token --project=OLD \\
         | python scripts/save_hf_token.py --project NEW
     python scripts/save_hf_token.py            # prompts (input hidden)
+    python scripts/save_hf_token.py --no-check # store without asking Hugging Face
 
 Running it again with the same token adds nothing (it compares with the latest version).
 Exit status: 0 saved (or already current), 2 a problem you can fix (message on stderr),
@@ -45,18 +50,31 @@ if str(PROJECT_ROOT) not in sys.path:
 
 import google.auth.exceptions  # noqa: E402
 import google_crc32c  # noqa: E402
+import httpx2  # noqa: E402 - huggingface_hub's HTTP client; its transport errors
 import requests  # noqa: E402
 import yaml  # noqa: E402
 from google.api_core import exceptions as api_exceptions  # noqa: E402
 from google.api_core.client_options import ClientOptions  # noqa: E402
 from google.cloud.secretmanager import SecretManagerServiceClient, SecretVersion  # noqa: E402
+from huggingface_hub import HfApi  # noqa: E402
+from huggingface_hub.errors import (  # noqa: E402
+    GatedRepoError,
+    HfHubHTTPError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+)
 
 from components.google_credentials import ACCESS_TOKEN_ENV, google_credentials  # noqa: E402
+from components.messages import operator_line  # noqa: E402
 
 PROG = "save_hf_token"
 ENDPOINT_ENV = "SECRET_MANAGER_API_ENDPOINT"
 DEFAULT_STACK = "v5e1"
 DEFAULT_SECRET = "hf-token"  # noqa: S105 - a secret's name, not a secret
+#: huggingface_hub's own endpoint setting (read when the library is imported).
+HF_ENDPOINT_ENV = "HF_ENDPOINT"
+#: Where a model's licence is accepted and tokens are made: the Hub's website.
+HF_SITE = "https://huggingface.co"
 NAMESPACE = "tpu-vllm"
 LABELS = {"managed-by": "tpu-vllm", "purpose": "hf-token"}
 ADMIN_ROLE = "roles/secretmanager.admin"
@@ -82,7 +100,8 @@ class Failure(Exception):
 
 
 def log(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One stderr line; errors and warnings follow components/messages.py."""
+    print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -94,6 +113,10 @@ class Target:
     project: str
     secret_id: str
     source: str
+    #: The model the token must be able to read; "" when it is not checked (--no-check).
+    model_id: str = ""
+    #: Where the model id came from, for messages.
+    model_source: str = ""
 
     @property
     def secret_name(self) -> str:
@@ -156,7 +179,20 @@ def resolve_target(args: argparse.Namespace) -> Target:
         raise Failure(
             f"{secret_id!r} is not a Secret Manager secret id (1-255 letters, digits, _ and -)"
         )
-    return Target(project, secret_id, source)
+    if args.no_check:
+        return Target(project, secret_id, source)
+    model_id, model_source = (args.model or "").strip(), "--model"
+    if not model_id:
+        model = config.get(f"{NAMESPACE}:model")
+        value = model.get("id") if isinstance(model, dict) else None
+        if isinstance(value, str) and value.strip():
+            model_id, model_source = value.strip(), f"{NAMESPACE}:model.id in {stack_file.name}"
+    if not model_id:
+        raise Failure(
+            f"no model to check the token against: {stack_file} has no {NAMESPACE}:model.id; "
+            "pass --model MODEL_ID, or --no-check to store the token without checking"
+        )
+    return Target(project, secret_id, source, model_id, model_source)
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,6 +232,74 @@ def read_token() -> bytes:
     if token != token.strip() or any(c in token for c in b" \t\r\n"):
         log("warning: the token contains whitespace; saving it as given")
     return token
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face: can this token read the model?
+
+
+def check_model_access(token: bytes, target: Target) -> None:
+    """Ask the Hub, with huggingface_hub's own ``auth_check``, whether ``token`` can read
+    ``target.model_id``; a ``Failure`` naming the fix (and the licence page) if not.
+
+    The endpoint is the library's own setting, ``HF_ENDPOINT`` (a mirror, or a test's fake).
+    """
+    endpoint = os.environ.get(HF_ENDPOINT_ENV, "").strip()
+    if endpoint:
+        _bypass_proxy_for_loopback(endpoint)
+    model = target.model_id
+    page = f"{HF_SITE}/{model}"
+    where = f"(the model is {target.model_source})"
+    try:
+        text = token.decode("ascii")
+    except UnicodeDecodeError:
+        raise Failure("the token is not ASCII text, so it cannot be a Hugging Face token") from None
+    log(f"checking that the token can read {model} on Hugging Face")
+    try:
+        HfApi(token=text).auth_check(model)
+    except GatedRepoError:
+        raise Failure(
+            f"the token cannot read {model}: it is a gated model and the token's account has "
+            f"not been granted access {where}. Accept its licence at {page} while logged in "
+            "as the token's owner, wait until access is granted, then run this again"
+        ) from None
+    except RepositoryNotFoundError:
+        raise Failure(
+            f"{model} was not found on Hugging Face, or it is private and this token cannot "
+            f"see it {where}. Check the model id (its page would be {page}) and the token at "
+            f"{HF_SITE}/settings/tokens"
+        ) from None
+    except OfflineModeIsEnabled:
+        raise Failure(
+            "HF_HUB_OFFLINE is set, so the token cannot be checked: unset it, or pass "
+            "--no-check to store the token without checking"
+        ) from None
+    except HfHubHTTPError as error:
+        status = error.response.status_code
+        detail = _one_line(error.server_message or "") or f"HTTP {status}"
+        if status == 401:
+            raise Failure(
+                f"Hugging Face rejected the token (401: {detail}): it is mistyped, expired or "
+                f"revoked. Create a read token at {HF_SITE}/settings/tokens"
+            ) from None
+        if status == 403:
+            raise Failure(
+                f"the token may not read {model} (403: {detail}) {where}. A fine-grained token "
+                "needs read access to public gated repositories (or to this one) at "
+                f"{HF_SITE}/settings/tokens; the licence is accepted at {page}"
+            ) from None
+        raise Failure(
+            f"Hugging Face answered {status} while checking access to {model}: {detail}. "
+            "Retry, or pass --no-check to store the token without checking",
+            code=1,
+        ) from None
+    except (httpx2.HTTPError, OSError) as error:
+        raise Failure(
+            f"cannot reach Hugging Face to check the token: {_one_line(error)}. Retry, or pass "
+            "--no-check to store the token without checking",
+            code=1,
+        ) from None
+    log(f"the token can read {model}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,7 +560,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ),
         epilog=(
             f"Environment: {ENDPOINT_ENV} (API endpoint with scheme, e.g. http://127.0.0.1:PORT "
-            f"for a fake), {ACCESS_TOKEN_ENV} (else Application Default Credentials), and, when "
+            f"for a fake), {HF_ENDPOINT_ENV} (huggingface_hub's Hub endpoint, for the check), "
+            f"{ACCESS_TOKEN_ENV} (else Application Default Credentials), and, when "
             f"gcp:project is unset, {', '.join(PROJECT_ENV_VARS)}. "
             "Exit status: 0 saved or already current, 2 a problem you can fix, 1 other failures."
         ),
@@ -479,6 +584,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         f"file, else {DEFAULT_SECRET})",
     )
     parser.add_argument(
+        "--model",
+        metavar="MODEL_ID",
+        help=f"Hugging Face model the token must be able to read (default: {NAMESPACE}:model.id "
+        "from the stack file)",
+    )
+    parser.add_argument(
+        "--no-check",
+        action="store_true",
+        help="store the token without asking Hugging Face whether it can read the model "
+        "(e.g. offline)",
+    )
+    parser.add_argument(
         "--disable-previous",
         action="store_true",
         help="afterwards, disable every older ENABLED version",
@@ -497,6 +614,10 @@ def main(argv: list[str] | None = None) -> int:
         target = resolve_target(args)
         log(f"project {target.project} ({target.source}), secret {target.secret_id}")
         token = read_token()
+        if target.model_id:
+            check_model_access(token, target)
+        else:
+            log("not checking whether the token can read the model (--no-check)")
         client = make_client()
         name = save(client, target, token, args.disable_previous)
     except Failure as failure:

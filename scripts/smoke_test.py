@@ -38,8 +38,6 @@ import getpass
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -52,8 +50,16 @@ from typing import Any
 import requests
 from requests.auth import AuthBase
 
-PROG = "smoke_test"
+# `python scripts/smoke_test.py` puts scripts/ first on sys.path; the shared helpers are imported
+# as `scripts.*` from the project root.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is
+if str(PROJECT_ROOT) not in sys.path:
+    sys.path.insert(0, str(PROJECT_ROOT))
+
+from components.messages import operator_line  # noqa: E402
+from scripts import pulumi_cli  # noqa: E402
+
+PROG = "smoke_test"
 API_KEY_ENV = "TPU_VLLM_API_KEY"
 DEFAULT_TIMEOUT = 60.0
 CONNECT_TIMEOUT_MAX = 10.0
@@ -92,7 +98,8 @@ class SetupError(Exception):
 
 
 def log(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One stderr line; errors and warnings follow components/messages.py."""
+    print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
 def one_line(text: object) -> str:
@@ -100,11 +107,12 @@ def one_line(text: object) -> str:
 
 
 def show(text: object, limit: int = SHOW_CHARS) -> str:
-    """``text`` as a short quoted one-liner (server output is untrusted and may be long)."""
-    value = str(text)
+    """``text`` as a short quoted one-liner (server output is untrusted and may be long); a
+    JSON value that is not a string as JSON (``null``, never Python's ``None``)."""
+    value = text if isinstance(text, str) else json.dumps(text, default=str)
     if len(value) > limit:
         value = value[:limit] + "..."
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False) if isinstance(text, str) else value
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,48 +130,15 @@ class Target:
 
 def stack_outputs(stack: str) -> Mapping[str, Any]:
     """All outputs of ``stack``, secrets in plain text, read from the pulumi CLI's stdout."""
-    pulumi = shutil.which("pulumi")
-    if pulumi is None:
-        raise SetupError(
-            "the pulumi CLI is not on PATH: install it (https://www.pulumi.com/docs/install/), "
+    try:
+        return pulumi_cli.stack_outputs(stack, show_secrets=True, timeout=PULUMI_TIMEOUT)
+    except pulumi_cli.PulumiCliError as error:
+        hint = (
             f"or pass --base-url and --model with the API key in ${API_KEY_ENV} or on stdin"
+            if "not on PATH" in str(error)
+            else "run it from the project, logged in to the stack's backend: `pulumi stack ls`"
         )
-    argv = [pulumi, "stack", "output", "--json", "--show-secrets", "-s", stack]
-    env = {**os.environ, "PULUMI_SKIP_UPDATE_CHECKS": "true"}
-    try:
-        # stdin closed: a passphrase prompt fails with pulumi's own message instead of hanging.
-        proc = subprocess.run(
-            argv,
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=PULUMI_TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise SetupError(
-            f"`pulumi stack output -s {stack}` did not finish in {PULUMI_TIMEOUT:.0f} s"
-        ) from None
-    except OSError as error:
-        raise SetupError(f"cannot run pulumi: {one_line(error)}") from None
-    if proc.returncode != 0:
-        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-        errors = [line for line in lines if line.lower().startswith("error")]
-        reason = (errors or lines or [f"exit status {proc.returncode}"])[-1]
-        raise SetupError(
-            f"`pulumi stack output -s {stack}` failed: {reason} "
-            f"(run it from the project, logged in to the stack's backend: `pulumi stack ls`)"
-        )
-    try:
-        outputs = json.loads(proc.stdout or "{}")
-    except ValueError:
-        # Never echo that stdout: it holds the stack's secrets.
-        raise SetupError(f"`pulumi stack output --json -s {stack}` did not print JSON") from None
-    if not isinstance(outputs, dict):
-        raise SetupError(f"`pulumi stack output --json -s {stack}` did not print an object")
-    return outputs
+        raise SetupError(f"{error} ({hint})") from None
 
 
 def _output(outputs: Mapping[str, Any], name: str, stack: str) -> str:
@@ -483,7 +458,7 @@ class Tester:
                 name,
                 False,
                 took,
-                f"no tool_calls in the answer (finish_reason {finish_reason!r}, content "
+                f"no tool_calls in the answer (finish_reason {show(finish_reason)}, content "
                 f"{show(message.get('content'), 60)}): the model did not call {TOOL_NAME} or the "
                 "server's --tool-call-parser did not recognise the call",
             )
@@ -493,7 +468,7 @@ class Tester:
         problems: list[str] = []
         called = function.get("name")
         if called != TOOL_NAME:
-            problems.append(f"called {called!r}, expected {TOOL_NAME!r}")
+            problems.append(f"called {show(called)}, expected {show(TOOL_NAME)}")
         arguments = function.get("arguments")
         shown_args = ""
         if not isinstance(arguments, str):
@@ -505,19 +480,25 @@ class Tester:
             try:
                 parsed = json.loads(arguments)
             except ValueError:
-                problems.append(f"arguments are not JSON: {arguments[:SHOW_CHARS]!r}")
+                problems.append(f"arguments are not JSON: {show(arguments)}")
             else:
                 shown_args = json.dumps(parsed, ensure_ascii=False)[:SHOW_CHARS]
                 if not isinstance(parsed, dict):
                     problems.append(f"arguments are not a JSON object: {shown_args}")
                 elif TOOL_ARGUMENT not in parsed:
-                    problems.append(f"arguments have no {TOOL_ARGUMENT!r}: {shown_args}")
+                    problems.append(f"arguments have no {show(TOOL_ARGUMENT)}: {shown_args}")
                 elif not isinstance(parsed[TOOL_ARGUMENT], str) or not parsed[TOOL_ARGUMENT]:
-                    problems.append(f"{TOOL_ARGUMENT!r} is not a non-empty string: {shown_args}")
+                    problems.append(
+                        f"{show(TOOL_ARGUMENT)} is not a non-empty string: {shown_args}"
+                    )
         if call.get("type") != "function":
-            problems.append(f"tool_calls[0].type is {call.get('type')!r}, expected 'function'")
+            problems.append(
+                f"tool_calls[0].type is {show(call.get('type'))}, expected {show('function')}"
+            )
         if finish_reason != "tool_calls":
-            problems.append(f"finish_reason is {finish_reason!r}, expected 'tool_calls'")
+            problems.append(
+                f"finish_reason is {show(finish_reason)}, expected {show('tool_calls')}"
+            )
         if problems:
             return Result(name, False, took, "; ".join(problems))
         return Result(name, True, took, f"{TOOL_NAME}({shown_args})")

@@ -19,6 +19,9 @@ pytest_plugins = [
     "tests.fakes.secret_manager",
     "tests.fakes.metadata_server",
     "tests.fakes.ssh_host",
+    "tests.fakes.fake_pulumi",
+    "tests.fakes.hf_hub",
+    "tests.fakes.resource_manager",
 ]
 
 

@@ -19,6 +19,10 @@ CLUSTER_ENDPOINT = "198.51.100.7"
 CLUSTER_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUNsdXN0ZXJDQQo="
 INTERNAL_IP = "10.128.0.7"
 EXPIRES_AT = "2026-11-29T18:00:00Z"
+# The Cloud DNS managed zones that exist in the test project: name -> DNS name.
+MANAGED_ZONE = "tpu-vllm-test"
+ZONE_DNS_NAME = "models.example.com."
+MANAGED_ZONES = {MANAGED_ZONE: ZONE_DNS_NAME}
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyFromGuestAttributes0000000000000"
 # Sentinels: values that must only ever appear where secrets may.
 API_KEY_SENTINEL = "APIKEYSENTINEL0123456789abcdefghijklmnopqrstuvwxyzAB"
@@ -58,7 +62,7 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
             return {"stdout": CONTAINER_ID + "\n", "stderr": ""}
         if args.name.endswith("-ready"):
             # The generation a real node reports lies under the stack's own prefix.
-            prefix = re.search(r"(gs://[^\s'\"]+/)", str(_START_SCRIPTS.get("create", "")))
+            prefix = re.search(r"cache_prefix=(gs://\S+/)", str(_START_SCRIPTS.get("create", "")))
             stdout = READY_STDOUT.replace("@PREFIX@", prefix.group(1) if prefix else "gs://b/")
             return {"stdout": stdout, "stderr": ""}
         return {"stdout": "", "stderr": ""}

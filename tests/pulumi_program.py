@@ -16,7 +16,7 @@ from scripts.program_runner import (
     stack_file_config,
     with_changes,
 )
-from tests.mock_outputs import cloud_outputs
+from tests.mock_outputs import MANAGED_ZONES, cloud_outputs
 
 __all__ = [
     "ROOT",
@@ -41,8 +41,15 @@ def run_program(
     outputs_for: NewResource | None = cloud_outputs,
     call: Call | None = None,
     expect_error: bool = False,
+    managed_zones: Mapping[str, str] | None = None,
 ) -> ProgramRun:
-    """`program_runner.run_program` with what a real `pulumi up` would answer, mocked."""
+    """`program_runner.run_program` with what a real `pulumi up` would answer, mocked.
+
+    The Cloud DNS zones that exist are `managed_zones`; by default `MANAGED_ZONES`, unless the
+    test brings its own `call`, which then answers every invoke itself.
+    """
+    if managed_zones is None and call is None:
+        managed_zones = MANAGED_ZONES
     return program_runner.run_program(
         stack,
         changes,
@@ -51,4 +58,5 @@ def run_program(
         outputs_for=outputs_for,
         call=call,
         expect_error=expect_error,
+        managed_zones=managed_zones,
     )

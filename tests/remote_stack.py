@@ -16,6 +16,7 @@ from typing import Any
 
 from pulumi.runtime import mocks
 
+from components.remote_scripts import READINESS_HEARTBEAT_SECONDS
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost
@@ -76,8 +77,14 @@ def node_with_secrets(
     return host, version
 
 
-def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
-    done = host.run(commands("v5e1", changes)[START])
+def on_host(host: SshHost, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`changes` plus the host's own free port as `vllm.port`: the fake vLLM binds it, so two
+    test runs on one machine never collide on vLLM's default 8000."""
+    return {"tpu-vllm:vllm.port": host.vllm_port, **(changes or {})}
+
+
+def start(host: SshHost, changes: Mapping[str, Any] | None = None) -> str:
+    done = host.run(commands("v5e1", on_host(host, changes))[START])
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode().strip()
 
@@ -85,8 +92,19 @@ def start(host: SshHost, changes: dict[str, Any] | None = None) -> str:
 class Readiness:
     """The readiness command running over SSH, with each stdout line's arrival time."""
 
-    def __init__(self, host: SshHost, container_id: str, changes: dict[str, Any] | None) -> None:
-        text = commands("v5e1", changes, start_stdout=container_id)[READY]
+    def __init__(
+        self,
+        host: SshHost,
+        container_id: str,
+        changes: Mapping[str, Any] | None,
+        *,
+        heartbeat: float | None = None,
+    ) -> None:
+        text = commands("v5e1", on_host(host, changes), start_stdout=container_id)[READY]
+        if heartbeat is not None:  # the program's text, with only the interval shortened
+            flag = f"--heartbeat {READINESS_HEARTBEAT_SECONDS}"
+            assert flag in text, "the readiness command lost its heartbeat flag"
+            text = text.replace(flag, f"--heartbeat {heartbeat}")
         self.started = time.monotonic()
         self.proc = host.popen(text)
         self.lines: list[tuple[float, str]] = []

@@ -263,6 +263,9 @@ def test_image_and_port_come_from_the_stack_file(tmp_path: Path) -> None:
     stack_file.write_text("config:\n  tpu-vllm:vllm:\n    port: http\n")
     with pytest.raises(bench.Failure, match="must be a port number"):
         bench.read_server("x", stack_file)
+    stack_file.write_text("config:\n  tpu-vllm:vllm:\n    port:\n")  # YAML null
+    with pytest.raises(bench.Failure, match=r"must be a port number, not null$"):
+        bench.read_server("x", stack_file)
     stack_file.write_text("config:\n  gcp:project: p\n")  # no vllm section: the defaults
     assert bench.read_server("x", stack_file) == bench.Server("vllm/vllm-tpu:nightly", 8000)
 
@@ -434,14 +437,59 @@ def test_dry_run_renders_from_the_stack_and_connects_to_nothing(
     assert "--base-url http://127.0.0.1:8000 \\" in out  # Pulumi.v5e1.yaml
     assert "  vllm/vllm-tpu:nightly \\" in out
     assert fakes.calls("ssh") == [] and fakes.calls("docker") == []
+    assert fakes.calls("pulumi") == []  # the model came from Pulumi.v5e1.yaml
     assert_no_secret(out, err)
+
+
+def test_dry_run_needs_no_pulumi_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi (nor anything else) on PATH
+    stack_file = tmp_path / "Pulumi.mine.yaml"
+    stack_file.write_text(
+        "config:\n  tpu-vllm:model:\n    id: my-org/my-model\n"
+        "  tpu-vllm:vllm:\n    image: my/image:2\n    port: 9001\n"
+    )
+    code, out, err = run_bench(
+        ["mine", "--dry-run", "--stack-file", str(stack_file), "--concurrency", "1"], capsys
+    )
+    assert code == 0, err
+    assert "--model my-org/my-model \\" in out
+    assert "--base-url http://127.0.0.1:9001 \\" in out
+    assert "  my/image:2 \\" in out
+    stack_file.write_text("config:\n  gcp:project: p\n")
+    code, out, err = run_bench(["mine", "--dry-run", "--stack-file", str(stack_file)], capsys)
+    assert code == 2
+    assert "has no `tpu-vllm:model.id`" in err
+    assert err.strip().startswith("bench: error: ") and err.strip().endswith(".")
+    code, out, err = run_bench(["nosuchstack", "--dry-run"], capsys)
+    assert code == 2
+    assert "no stack file" in err and "Pulumi.nosuchstack.yaml" in err
+
+
+def test_help_documents_every_option_with_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option, default in [
+        ("--concurrency", "(default: 1,4,16,64)"),
+        ("--input-lens", "(default: 128,1024)"),
+        ("--output-len", "(default: 256)"),
+        ("--num-prompts", "(default: 10 x concurrency, at least 20)"),
+        ("--out", "(default: bench-results/STACK-"),
+        ("--from-results", "(default: run on the node)"),
+        ("--hourly-cost", "(default: the hourly_cost_usd output"),
+        ("--dry-run", "(default: off)"),
+        ("--stack-file", "(default: Pulumi.STACK.yaml in the project root)"),
+    ]:
+        assert option in text and default in text, option
 
 
 def test_pulumi_failure_is_reported(
     fakes: Fakes, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("FAKE_PULUMI_FAIL", "error: no stack named 'nope' found")
-    code, out, err = run_bench(["nope", "--dry-run"], capsys)
+    code, out, err = run_bench(["nope", "--from-results", str(FIXTURES)], capsys)
     assert code == 2
     assert "`pulumi stack output -s nope` failed: error: no stack named 'nope' found" in err
     assert out == ""

@@ -3,38 +3,29 @@
 from __future__ import annotations
 
 import itertools
-import shlex
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components import catalog
 from components.config import ConfigError, parse_duration
+from tests import seed_facts
 from tests.pulumi_program import run_program
-
-SEED_000 = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "000_b725c05a82784bed.txt"
-
-
-def seed_000_serve_flags() -> list[str]:
-    """The `vllm serve` flags of seed 000 §1.3, split as a shell would split them."""
-    text = SEED_000.read_text()
-    start = text.index("vllm serve google/gemma-4-E2B-it")
-    end = text.index("That -v ~/.cache/vllm", start)
-    words = shlex.split(text[start:end].replace("\\ ", " "))
-    assert words[:3] == ["vllm", "serve", "google/gemma-4-E2B-it"]
-    return words[3:]
 
 
 def test_v5e1_stack_file_evaluates_with_seed_000_flags_exactly() -> None:
     run = run_program("v5e1")
-    assert run.outputs["vllm_args"] == seed_000_serve_flags()
+    assert run.outputs["vllm_args"] == seed_facts.serve_flags()
     assert run.outputs["chip"] == "v5litepod-1"
     assert run.outputs["zones"] == ["us-west4-a"]
     assert run.outputs["model"] == "google/gemma-4-E2B-it"
     # Flex-start v5e: seed 000 spot $0.58 + 3.8% = $0.602/h; 4 h bounds a run at $2.41.
+    spot = seed_facts.figure("spot_usd_per_hour")
+    hourly = spot * (1 + seed_facts.figure("flex_start_premium_over_spot"))
+    assert hourly == pytest.approx(0.602, abs=1e-3)
     assert run.outputs["hourly_cost_usd"] == pytest.approx(0.602)
-    assert run.outputs["max_run_cost_usd"] == pytest.approx(2.41)
+    assert seed_facts.figure("max_run_duration") == "4h"
+    assert run.outputs["max_run_cost_usd"] == pytest.approx(round(4 * 0.602, 2))
 
 
 def test_v6e4_stack_file_evaluates_with_seed_003_flags() -> None:
@@ -262,6 +253,48 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
     ),
     ("privileged port", "v5e1", {"tpu-vllm:vllm.port": 80}, "tpu-vllm:vllm.port", ["80"]),
     ("section not an object", "v5e1", {"tpu-vllm:tpu": "v5e-1"}, "tpu-vllm:tpu", ["not an object"]),
+    (
+        "provisioning misspelt",
+        "v5e1",
+        {"tpu-vllm:tpu.provisioning": "flex_start"},
+        "tpu-vllm:tpu.provisioning = 'flex_start'",
+        ["did you mean `flex-start`?", "Valid: flex-start | spot | on-demand"],
+    ),
+    (
+        "chip misspelt",
+        "v5e1",
+        {"tpu-vllm:tpu.chip": "v5e1"},
+        "tpu-vllm:tpu.chip = 'v5e1'",
+        ["did you mean `v5e-1`?"],
+    ),
+    (
+        "dtype misspelt",
+        "v5e1",
+        {"tpu-vllm:vllm.dtype": "bf16"},
+        "tpu-vllm:vllm.dtype = 'bf16'",
+        ["did you mean `bfloat16`?"],
+    ),
+    (
+        "kv-cache dtype misspelt",
+        "v6e4",
+        {"tpu-vllm:vllm.kvCacheDtype": "fp8-e5m2"},
+        "tpu-vllm:vllm.kvCacheDtype = 'fp8-e5m2'",
+        ["did you mean `fp8_e5m2`?"],
+    ),
+    (
+        "missing chip",
+        "v5e1",
+        {"tpu-vllm:tpu.chip": None},
+        "tpu-vllm:tpu.chip is not set",
+        ["required"],
+    ),
+    (
+        "empty key",
+        "v5e1",
+        {"tpu-vllm:vllm": {"port": None, "maxModelLen": "lots"}},
+        "tpu-vllm:vllm.maxModelLen = 'lots'",
+        ["a token count"],
+    ),
 ]
 
 
@@ -281,6 +314,28 @@ def test_bad_input_is_rejected_before_any_resource(
     assert "Fix" in message or "did you mean" in message or "set it to" in message
     assert run.resources == []
     assert run.outputs == {}
+    assert_message_convention(run.error)
+
+
+def assert_message_convention(error: ConfigError) -> None:
+    """components/messages.py: every problem is one line ending with a period, and Python's
+    `None` never shows (an absent value "is not set"; JSON's `null` where a file said so)."""
+    for problem in error.problems:
+        assert "\n" not in problem
+        assert problem.endswith("."), problem
+        assert "None" not in problem, problem
+
+
+def test_a_misspelt_provisioning_with_a_run_limit_names_no_python_none() -> None:
+    run = run_program(
+        "v5e1",
+        {"tpu-vllm:tpu.provisioning": "Flex-Start", "tpu-vllm:tpu.maxRunDuration": "4h"},
+        expect_error=True,
+    )
+    assert isinstance(run.error, ConfigError)
+    assert_message_convention(run.error)
+    [problem] = run.error.problems
+    assert "did you mean `flex-start`?" in problem
 
 
 @pytest.mark.parametrize("project", [None, "", "   "], ids=["missing", "empty", "blank"])
@@ -335,7 +390,7 @@ def test_spot_has_no_run_limit_and_warns_that_it_bills_until_deleted() -> None:
     run = run_program(
         "v5e1", {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
     )
-    assert run.outputs["max_run_cost_usd"] is None
+    assert "max_run_cost_usd" not in run.outputs  # optional output: spot has no maximum
     assert run.outputs["hourly_cost_usd"] == pytest.approx(0.58)
     assert any("bills" in w and "pulumi destroy" in w for w in run.warnings)
 
@@ -390,3 +445,18 @@ def test_plain_string_forms_are_accepted() -> None:
     assert "--seed" in args and args[args.index("--seed") + 1] == "7"
     rules = {r.name: r.inputs for r in run.of_type("gcp:compute/firewall:Firewall")}
     assert rules["tpu-serving"]["sourceRanges"] == ["10.0.0.0/8", "192.168.0.0/16"]
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+def test_ssh_cidrs_left_to_default_warns_naming_the_key(preview: bool) -> None:
+    """The deployer's own address must reach port 22; a default that may omit it is named."""
+    run = run_program("v5e1", preview=preview)
+    [warning] = [w for w in run.warnings if "access.sshCidrs" in w]
+    assert "tpu-vllm:access.sshCidrs is not set" in warning
+    assert "203.0.113.0/24" in warning  # what port 22 admits instead
+    assert "Fix: set tpu-vllm:access.sshCidrs to YOUR.IP/32." in warning
+
+
+def test_ssh_cidrs_set_gives_no_default_warning() -> None:
+    run = run_program("v5e1", {"tpu-vllm:access.sshCidrs": ["198.51.100.7/32"]})
+    assert not [w for w in run.warnings if "sshCidrs is not set" in w]

@@ -524,3 +524,125 @@ def test_host_key_absent_or_guest_attributes_disabled(manual: FakeTpuApi) -> Non
         .execute()
     )
     assert attributes == {}
+
+
+# -- behaviour the provider must survive (issue 9, items 7-11) --------------------------------
+
+
+def create_with_request_id(fake: FakeTpuApi, request_id: str, **kw: str) -> dict[str, Any]:
+    parent = kw.get("parent", PARENT)
+    result: dict[str, Any] = (
+        api(fake)
+        .projects()
+        .locations()
+        .queuedResources()
+        .create(
+            parent=parent,
+            queuedResourceId=kw.get("qr_id", QR_ID),
+            requestId=request_id,
+            body=product_body(parent),
+        )
+        .execute()
+    )
+    return result
+
+
+def get_operation(fake: FakeTpuApi, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = api(fake).projects().locations().operations().get(name=name).execute()
+    return result
+
+
+def test_operation_error_mode_ends_the_operation_with_a_status(manual: FakeTpuApi) -> None:
+    manual.set_zone(ZONE, "operation_error", "no capacity for v5litepod-1 here")
+    op = create(manual)
+    assert op["done"] is False and "error" not in op
+    assert get_qr(manual)["state"]["state"] == "CREATING"
+    manual.advance(0.2)
+    finished = get_operation(manual, op["name"])
+    assert finished["done"] is True
+    assert finished["error"] == {"code": 8, "message": "no capacity for v5litepod-1 here"}
+    assert "response" not in finished
+    assert error_of(lambda: get_qr(manual))[0] == 404  # the failed request left nothing
+
+
+def test_replayed_request_id_is_already_exists_or_the_same_operation(manual: FakeTpuApi) -> None:
+    first = create_with_request_id(manual, "6f1c7a52-0d7e-4b43-9d55-0c0ad1a4d6a1")
+    status, error = error_of(
+        lambda: create_with_request_id(manual, "6f1c7a52-0d7e-4b43-9d55-0c0ad1a4d6a1")
+    )
+    assert (status, error["status"]) == (409, "ALREADY_EXISTS")
+    assert QR_NAME in error["message"]
+    manual.replay_answer = "operation"  # AIP-155 style
+    again = create_with_request_id(manual, "6f1c7a52-0d7e-4b43-9d55-0c0ad1a4d6a1")
+    assert again["name"] == first["name"]
+
+
+def test_fault_that_takes_effect_creates_and_still_answers_the_error(manual: FakeTpuApi) -> None:
+    manual.fail_next(1, status=504, methods=["queuedResources.create"], take_effect=True)
+    status, error = error_of(lambda: create(manual))
+    assert (status, error["status"]) == (504, "DEADLINE_EXCEEDED")
+    assert get_qr(manual)["name"] == QR_NAME  # the backend committed it anyway
+
+
+def test_new_queued_resource_is_invisible_to_reads_for_a_while(manual: FakeTpuApi) -> None:
+    manual.visibility_delay = 5.0
+    op = create(manual)
+    assert error_of(lambda: get_qr(manual))[0] == 404
+    listed = api(manual).projects().locations().queuedResources().list(parent=PARENT).execute()
+    assert "queuedResources" not in listed
+    assert get_operation(manual, op["name"])["name"] == op["name"]  # the operation is there
+    manual.advance(5.0)
+    assert get_qr(manual)["name"] == QR_NAME
+
+
+def test_delete_sees_a_queued_resource_that_reads_do_not_yet(manual: FakeTpuApi) -> None:
+    manual.visibility_delay = 5.0
+    create(manual)
+    qrs = api(manual).projects().locations().queuedResources()
+    assert qrs.delete(name=QR_NAME, force=True).execute()["done"] is False
+    assert manual.state(QR_ID) == "DELETING"
+
+
+@pytest.mark.parametrize("in_operation", [False, True])
+def test_unknown_service_account_is_refused_for_a_while(
+    manual: FakeTpuApi, in_operation: bool
+) -> None:
+    email = "tpu-node@proj.iam.gserviceaccount.com"
+    manual.reject_service_account(email, 10.0, in_operation=in_operation)
+    if in_operation:
+        op = create(manual)
+        manual.advance(0.2)
+        error = get_operation(manual, op["name"])["error"]
+        assert error == {"code": 3, "message": f"Service account {email} does not exist."}
+    else:
+        status, error = error_of(lambda: create(manual))
+        assert (status, error["status"]) == (400, "INVALID_ARGUMENT")
+        assert error["message"] == f"Service account {email} does not exist."
+        assert "tpu.nodeSpec[0].node.serviceAccount.email" in violations(error)
+    manual.advance(10.0)
+    create(manual)
+    manual.advance(1.0)
+    assert get_qr(manual)["state"]["state"] == "ACTIVE"
+
+
+@pytest.mark.parametrize(("status", "name"), [(409, "ABORTED"), (400, "INVALID_ARGUMENT")])
+def test_delete_refusal_code_and_states_are_knobs(
+    manual: FakeTpuApi, status: int, name: str
+) -> None:
+    manual.delete_refusal = (status, name)
+    manual.undeletable_states = frozenset({"CREATING", "PROVISIONING"})
+    create(manual)
+    qrs = api(manual).projects().locations().queuedResources()
+    got, error = error_of(lambda: qrs.delete(name=QR_NAME, force=True).execute())
+    assert (got, error["status"]) == (status, name)
+    assert "CREATING" in error["message"]
+    manual.advance(0.4)  # WAITING_FOR_RESOURCES: deletable
+    assert qrs.delete(name=QR_NAME, force=True).execute()["done"] is False
+
+
+def test_termination_time_may_be_missing_on_the_queued_resource(manual: FakeTpuApi) -> None:
+    manual.qr_reports_termination_time = False
+    create(manual)
+    manual.advance(1.0)
+    assert "terminationTime" not in get_qr(manual)["runDuration"]
+    assert get_node(manual)["schedulingConfig"]["terminationTimestamp"].endswith("Z")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -149,3 +150,24 @@ def test_the_tpu_api_zone_rule_does_not_apply_to_gke() -> None:
     )
     assert "GKE offers flex-start v5e TPUs only in us-west4-a" in str(run.error)
     assert "TPU API rejects" not in str(run.error)
+
+
+@pytest.mark.parametrize(
+    ("stack", "changes"), [pytest.param(s, c, id=i) for i, s, c, _, _ in BAD_INPUTS]
+)
+def test_gke_problems_follow_the_message_convention(stack: str, changes: dict[str, Any]) -> None:
+    """components/messages.py: `KEY = VALUE: what is wrong. Fix: ...`, one sentence-ended line."""
+    run = run_program(stack, changes, expect_error=True)
+    assert isinstance(run.error, ConfigError), run.error
+    for problem in run.error.problems:
+        assert re.match(r"^(tpu-vllm|gcp):[\w.]+ (= |is not set)", problem), problem
+        assert " Fix: " in problem, problem
+        assert problem.endswith((".", "?")), problem
+        assert "\n" not in problem
+
+
+def test_ssh_keys_on_a_gke_stack_warn_that_they_are_ignored() -> None:
+    run = run_program("v6e4-gke", {"tpu-vllm:access.sshCidrs": ["10.0.0.0/8"]})
+    assert any("access.sshCidrs is set, but backend gke has no SSH" in w for w in run.warnings)
+    # The VM path's "SSH admits only allowedCidrs" warning would be wrong here.
+    assert not any("SSH admits only" in w for w in run_program("v6e4-gke").warnings)

@@ -8,8 +8,13 @@ from typing import Any
 import pytest
 
 from components.host_key import NodeHostKeyProvider, pick_host_key
+from components.org_policy import DISABLE_GUEST_ATTRIBUTES
 from components.queued_resource import Spec
+from components.tpu_api import ApiError, TpuApi
+from tests.fakes.resource_manager import FakeResourceManager
 from tests.fakes.tpu_api import FakeTpuApi
+from tests.provider_host import provider_blob, run_provider
+from tests.pulumi_program import run_program
 from tests.test_queued_resource import props_for
 
 HOST_KEY_BLOB = "AAAAC3NzaC1lZDI1NTE5AAAAIJustAHostKeyForTheTestsOnly000000000000"
@@ -64,20 +69,61 @@ def test_late_host_key_is_waited_for(fake_tpu: FakeTpuApi, active_node: str) -> 
     assert len(calls) > 1  # it asked again until the key appeared
 
 
-def test_absent_host_key_fails_with_a_clear_message(fake_tpu: FakeTpuApi, active_node: str) -> None:
+def test_absent_host_key_fails_with_a_clear_message(
+    fake_tpu: FakeTpuApi, active_node: str, fake_resource_manager: FakeResourceManager
+) -> None:
     fake_tpu.host_key_mode = "absent"
     with pytest.raises(Exception, match="published no SSH host key") as caught:
         NodeHostKeyProvider().create(props(active_node, timeout_seconds=0.5))
     assert "allowUnverifiedHostKey" in str(caught.value)
 
 
-def test_absent_host_key_is_allowed_only_when_asked(fake_tpu: FakeTpuApi, active_node: str) -> None:
+def test_absent_host_key_is_allowed_only_when_asked(
+    fake_tpu: FakeTpuApi, active_node: str, fake_resource_manager: FakeResourceManager
+) -> None:
     fake_tpu.host_key_mode = "absent"
     result = NodeHostKeyProvider().create(
         props(active_node, timeout_seconds=0.3, allow_unverified=True)
     )
     assert result.outs is not None
     assert result.outs["host_key"] is None
+
+
+def test_blocked_guest_attributes_name_the_policy_and_the_way_out(
+    fake_tpu: FakeTpuApi, active_node: str, fake_resource_manager: FakeResourceManager
+) -> None:
+    """With compute.disableGuestAttributesAccess enforced no key ever appears: say so."""
+    fake_tpu.host_key_mode = "absent"
+    fake_resource_manager.enforced = {DISABLE_GUEST_ATTRIBUTES}
+    with pytest.raises(
+        Exception, match=r"compute\.disableGuestAttributesAccess is enforced"
+    ) as err:
+        NodeHostKeyProvider().create(props(active_node, timeout_seconds=0.3))
+    assert "tpu-vllm:access.allowUnverifiedHostKey" in str(err.value)
+    assert ("test-project", f"constraints/{DISABLE_GUEST_ATTRIBUTES}") in (
+        fake_resource_manager.requests
+    )
+
+
+def test_a_refused_guest_attributes_read_stops_waiting_and_explains(
+    active_node: str,
+    fake_resource_manager: FakeResourceManager,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If the API refuses the read (as it may under that policy), no 10-minute wait follows."""
+    fake_resource_manager.enforced = {DISABLE_GUEST_ATTRIBUTES}
+    refusal = ApiError(403, "PERMISSION_DENIED", "Guest attributes access is disabled.")
+
+    def refuse(*_args: object) -> dict[str, Any]:
+        raise refusal
+
+    monkeypatch.setattr(TpuApi, "get_guest_attributes", refuse)
+    with pytest.raises(Exception, match="disableGuestAttributesAccess") as err:
+        NodeHostKeyProvider().create(props(active_node, timeout_seconds=600))
+    assert "allowUnverifiedHostKey" in str(err.value)
+    fake_resource_manager.enforced = set()
+    result = NodeHostKeyProvider().create(props(active_node, allow_unverified=True))
+    assert result.outs is not None and result.outs["host_key"] is None
 
 
 def test_a_new_node_gets_its_host_key_read_again() -> None:
@@ -107,30 +153,7 @@ def test_pick_host_key_prefers_ed25519() -> None:
 
 def test_host_key_provider_pickled_under_mocks_unpickles_in_a_fresh_process() -> None:
     """Pulumi's provider host re-imports the provider from the project root: it must load."""
-    import base64
-    import subprocess
-    import sys
-
-    from tests.pulumi_program import ROOT, run_program
-
-    run = run_program("v5e1")
-    [key] = [r for r in run.of_type("pulumi-python:dynamic:Resource") if "node_name" in r.inputs]
-    blob = key.inputs["__provider"]
-    blob = blob["value"] if isinstance(blob, dict) else blob
-    script = (
-        "import base64, sys, dill\n"
-        "provider = dill.loads(base64.b64decode(sys.argv[1]))\n"
-        "print(type(provider).__module__, type(provider).__name__)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script, blob],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    blob = provider_blob(run_program("v5e1"), "node-host-key")
+    done = run_provider(blob, "print(type(provider).__module__, type(provider).__name__)\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["components.host_key", "NodeHostKeyProvider"]
-    assert base64.b64decode(blob)

@@ -1,91 +1,386 @@
-"""The stack outputs are a contract with other services: names, types and secrecy."""
+"""The stack outputs are a contract with other services: names, types, secrecy and presence.
+
+The Pulumi engine drops an output whose value is None (pulumi/runtime/rpc.py
+`serialize_properties`), and the mocked runner replays that (`engine_output_names`), so an
+output that would be None in some situation is *missing* here, exactly as `pulumi stack output`
+and `require_output` would find it. Each output is therefore either always present, with a
+documented empty value when it does not apply, or documented as optional.
+
+To add an output: add it to `CONTRACT` (and to README "Outputs"); if it can lack a value, give it
+an `empty` value or mark it `optional`, and add a situation to `SITUATIONS` that produces that.
+Outputs that mean nothing on a backend (`cluster` on the VM backend; `node`, `ssh_command`, ...
+on GKE) hold their empty value or are absent in every situation of that backend
+(`BACKEND_EMPTY`, `BACKEND_ABSENT`).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pulumi.runtime import mocks
 
-from tests.pulumi_program import run_program
+from scripts.program_runner import ProgramRun, run_file
+from tests import mock_outputs
+from tests.mock_outputs import cloud_outputs
+from tests.pulumi_program import ROOT, run_program
 
 NUMBER = (int, float)
-# name -> (accepted types, may be None, must be secret)
-CONTRACT: dict[str, tuple[tuple[type, ...], bool, bool]] = {
-    "endpoint": ((str,), False, False),
-    "openai_base_url": ((str,), False, False),
-    "model": ((str,), False, False),
-    "api_key": ((str,), False, True),
-    "api_key_secret": ((str,), False, False),
-    "zone": ((str,), False, False),
-    "chip": ((str,), False, False),
-    "queued_resource": ((str,), False, False),
-    "node": ((str,), False, False),
-    "external_ip": ((str,), True, False),
-    "internal_ip": ((str,), True, False),
-    "expires_at": ((str,), True, False),
-    "ssh_command": ((str,), False, False),
-    "ssh_private_key": ((str,), False, True),
-    "ssh_host_key": ((str,), True, False),
-    "hourly_cost_usd": (NUMBER, False, False),
-    "max_run_cost_usd": (NUMBER, True, False),
-    "hbm": ((dict,), True, False),
-    "startup_seconds": (NUMBER, True, False),
-    "zones": ((list,), False, False),
-    "vllm_args": ((list,), False, False),
-    "replicas": ((int,), False, False),
-    "cluster": ((str,), False, False),
-    # "" when tpu-vllm:cache.enabled is false.
-    "compile_cache": ((str,), False, False),
-    # {"restored": false, "generation": "", ...} when off or not known.
-    "cache_restored": ((dict,), False, False),
+STR = (str,)
+
+
+@dataclass(frozen=True)
+class Out:
+    """One stack output, as other services may rely on it."""
+
+    types: tuple[type, ...]
+    #: A Pulumi secret: `pulumi stack output NAME --show-secrets` to read it.
+    secret: bool = False
+    #: Always present, but this value ("" / {}) means "does not apply"; README says when.
+    #: None: the output always has a real value.
+    empty: Any = None
+    #: May be absent (it has no value then): consumers read it with `get_output`, never
+    #: `require_output`. README's type column says "optional".
+    optional: bool = False
+
+
+CONTRACT: dict[str, Out] = {
+    "endpoint": Out(STR, empty=""),  # "" only if the node has no external IP
+    "endpoint_ip": Out(STR, empty=""),  # "" only if the node has no external IP
+    "openai_base_url": Out(STR, empty=""),
+    "model": Out(STR),
+    "api_key": Out(STR, secret=True),
+    "api_key_secret": Out(STR),
+    "zone": Out(STR, empty=""),  # "" on GKE: replicas land in any of `zones`
+    "chip": Out(STR),
+    "queued_resource": Out(STR, empty=""),  # "" on GKE
+    "node": Out(STR, empty=""),  # "" on GKE
+    "external_ip": Out(STR, empty=""),  # "" once an expired node was refreshed
+    "internal_ip": Out(STR, empty=""),
+    "expires_at": Out(STR, empty=""),  # "" for spot / on-demand, and on GKE
+    "renew_command": Out(STR, empty=""),  # "" on GKE: it replaces an ended node itself
+    "ssh_command": Out(STR, empty=""),  # "" on GKE: no SSH
+    "ssh_private_key": Out(STR, secret=True, empty=""),  # a secret "" on GKE
+    "ssh_host_key": Out(STR, empty=""),  # "" with access.allowUnverifiedHostKey and no key
+    "hourly_cost_usd": Out(NUMBER),
+    "max_run_cost_usd": Out(NUMBER, optional=True),  # absent for spot / on-demand
+    "hbm": Out((dict,), empty={}),  # {} if vLLM logged no `Memory statistics` line
+    "startup_seconds": Out(NUMBER, optional=True),  # absent if no readiness result was recorded
+    "zones": Out((list,)),
+    "vllm_args": Out((list,)),
+    "compile_cache": Out(STR, empty=""),  # "" when tpu-vllm:cache.enabled is false
+    # Always the full object: {"restored": false, "generation": "", ...} when off or not known.
+    "cache_restored": Out((dict,)),
+    "replicas": Out((int,)),  # 1 on the VM backend
+    "cluster": Out(STR, empty=""),  # "" on the VM backend
 }
-# Resources each stack registers, under mocks that only echo inputs.
-RESOURCE_COUNTS = {"v5e1": 21, "v6e4": 21, "v6e4-gke": 28}  # with the compile cache
+REQUIRED = {name for name, out in CONTRACT.items() if not out.optional}
+OPTIONAL = {name for name, out in CONTRACT.items() if out.optional}
+
+NewResource = Callable[[mocks.MockResourceArgs], dict[str, Any]]
+QR = "pulumi-python:dynamic:Resource"
 
 
-@pytest.mark.parametrize("stack", list(RESOURCE_COUNTS))
-def test_every_contract_output_is_present_typed_and_secret_where_it_must_be(stack: str) -> None:
+def cloud_answers(
+    **overrides: Callable[[mocks.MockResourceArgs], dict[str, Any] | None],
+) -> NewResource:
+    """`cloud_outputs`, with some resources' answers changed: {kind: args -> changed fields}."""
+
+    def outputs_for(args: mocks.MockResourceArgs) -> dict[str, Any]:
+        state = cloud_outputs(args)
+        for change in overrides.values():
+            state.update(change(args) or {})
+        return state
+
+    return outputs_for
+
+
+def _qr(**fields: Any) -> Callable[[mocks.MockResourceArgs], dict[str, Any] | None]:
+    return lambda args: fields if args.typ == QR and "qr_id" in args.inputs else None
+
+
+def _host_key(value: str | None) -> Callable[[mocks.MockResourceArgs], dict[str, Any] | None]:
+    return lambda args: (
+        {"host_key": value} if args.typ == QR and "node_create_time" in args.inputs else None
+    )
+
+
+def _ready(stdout: str) -> Callable[[mocks.MockResourceArgs], dict[str, Any] | None]:
+    return lambda args: (
+        {"stdout": stdout}
+        if args.typ == "command:remote:Command" and args.name.endswith("-ready")
+        else None
+    )
+
+
+#: Outputs that mean nothing on a backend: their empty value in every situation of it.
+BACKEND_EMPTY = {
+    "vm": frozenset({"cluster"}),
+    "gke": frozenset(
+        {
+            "zone",
+            "queued_resource",
+            "node",
+            "internal_ip",
+            "expires_at",
+            "renew_command",
+            "ssh_command",
+            "ssh_private_key",
+            "ssh_host_key",
+            "hbm",
+        }
+    ),
+}
+#: Optional outputs a backend never has: each GKE replica starts on its own.
+BACKEND_ABSENT = {"vm": frozenset[str](), "gke": frozenset({"startup_seconds"})}
+
+
+@dataclass(frozen=True)
+class Situation:
+    """A state of the world a stack can be in, and what the contract says about it."""
+
+    stack: str
+    changes: Mapping[str, Any]
+    outputs_for: NewResource
+    #: Outputs that must hold their documented empty value here (beyond the backend's).
+    empty: frozenset[str] = frozenset()
+    #: Optional outputs that must be absent here (beyond the backend's).
+    absent: frozenset[str] = frozenset()
+
+    @property
+    def backend(self) -> str:
+        return "gke" if self.stack.endswith("-gke") or "gke" in self.changes.values() else "vm"
+
+    @property
+    def all_empty(self) -> frozenset[str]:
+        return self.empty | BACKEND_EMPTY[self.backend]
+
+    @property
+    def all_absent(self) -> frozenset[str]:
+        return self.absent | BACKEND_ABSENT[self.backend]
+
+
+SPOT = {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
+SITUATIONS: dict[str, Situation] = {
+    "v5e1": Situation("v5e1", {}, cloud_outputs),
+    "v6e4": Situation("v6e4", {}, cloud_outputs),
+    "spot": Situation(
+        "v5e1",
+        SPOT,
+        cloud_answers(qr=_qr(termination_time=None)),
+        empty=frozenset({"expires_at"}),
+        absent=frozenset({"max_run_cost_usd"}),
+    ),
+    # A flex-start run ended and `pulumi refresh` read the SUSPENDED request: no node, no IPs.
+    "expired": Situation(
+        "v5e1",
+        {},
+        cloud_answers(qr=_qr(external_ip=None, internal_ip=None, state="SUSPENDED")),
+        empty=frozenset(
+            {"external_ip", "internal_ip", "endpoint", "endpoint_ip", "openai_base_url"}
+        ),
+    ),
+    "cache-off": Situation(
+        "v5e1", {"tpu-vllm:cache.enabled": False}, cloud_outputs, empty=frozenset({"compile_cache"})
+    ),
+    "unverified-host-key": Situation(
+        "v5e1",
+        {"tpu-vllm:access.allowUnverifiedHostKey": True},
+        cloud_answers(key=_host_key(None)),
+        empty=frozenset({"ssh_host_key"}),
+    ),
+    # vLLM printed no `Memory statistics` line (another model or image version).
+    "no-memory-line": Situation(
+        "v5e1",
+        {},
+        cloud_answers(ready=_ready('TPU_VLLM_READY {"hbm": null, "startup_seconds": 801.5}\n')),
+        empty=frozenset({"hbm"}),
+    ),
+    # The readiness command's stdout holds no result line (a state written by an older version).
+    "no-ready-result": Situation(
+        "v5e1",
+        {},
+        cloud_answers(ready=_ready("[  857s] ready: Application startup complete.\n")),
+        empty=frozenset({"hbm"}),
+        absent=frozenset({"startup_seconds"}),
+    ),
+    # N replicas behind one reserved address: what names one VM is empty (README "Outputs").
+    "gke": Situation("v6e4-gke", {}, cloud_outputs),
+    # GKE with a DNS name: `endpoint` names it, `endpoint_ip` the reserved address.
+    "gke-dns": Situation(
+        "v6e4-gke", {"tpu-vllm:dns.managedZone": mock_outputs.MANAGED_ZONE}, cloud_outputs
+    ),
+    # GKE on spot nodes: no run limit, so no most-a-run-can-cost.
+    "gke-spot": Situation("v6e4-gke", SPOT, cloud_outputs, absent=frozenset({"max_run_cost_usd"})),
+    "gke-cache-off": Situation(
+        "v6e4-gke",
+        {"tpu-vllm:cache.enabled": False},
+        cloud_outputs,
+        empty=frozenset({"compile_cache"}),
+    ),
+}
+
+
+def run_situation(situation: Situation) -> ProgramRun:
+    return run_program(situation.stack, situation.changes, outputs_for=situation.outputs_for)
+
+
+@pytest.mark.parametrize("name", list(SITUATIONS))
+def test_every_required_output_is_present_typed_and_never_none(name: str) -> None:
+    situation = SITUATIONS[name]
+    run = run_situation(situation)
+    unknown = set(run.outputs) - set(CONTRACT)
+    assert not unknown, f"new outputs {unknown}: add them to CONTRACT and README"
+    missing = REQUIRED - set(run.outputs)
+    assert not missing, f"{name}: {missing} absent (None is dropped by the engine)"
+    assert set(run.outputs) == set(CONTRACT) - situation.all_absent
+    for output, value in run.outputs.items():
+        out = CONTRACT[output]
+        assert isinstance(value, out.types), (output, value)
+        assert (output in run.secret_outputs) == out.secret, output
+        if output in situation.all_empty:
+            assert value == out.empty, (output, value)
+        elif out.empty is not None:
+            assert value != out.empty, f"{output} is empty in situation {name}"
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+def test_output_values_have_their_documented_shapes(stack: str) -> None:
     run = run_program(stack)
-    assert set(run.outputs) == set(CONTRACT), "outputs changed: update the README and consumers"
-    for name, (types, nullable, secret) in CONTRACT.items():
-        value: Any = run.outputs[name]
-        assert (value is None and nullable) or isinstance(value, types), (name, value)
-        assert (name in run.secret_outputs) == secret, name
     assert re.fullmatch(r"http://[0-9.]+:8000", run.outputs["endpoint"])
     assert run.outputs["openai_base_url"] == run.outputs["endpoint"] + "/v1"
+    assert set(run.outputs["hbm"]) == {"total_gib", "usable_gib", "used_gib", "available_gib"}
     assert run.outputs["api_key_secret"].startswith("projects/")
-    if stack.endswith("-gke"):
-        # One address for N replicas; what names a single VM is empty (README "Outputs").
-        assert run.outputs["replicas"] == 2
-        assert run.outputs["cluster"].startswith("projects/")
-        assert run.outputs["hbm"] == {}
-        assert run.outputs["node"] == run.outputs["ssh_command"] == ""
-    else:
-        assert set(run.outputs["hbm"]) == {"total_gib", "usable_gib", "used_gib", "available_gib"}
-        assert run.outputs["replicas"] == 1
-        assert run.outputs["cluster"] == ""
+    assert run.outputs["expires_at"] == mock_outputs.EXPIRES_AT
+    assert run.outputs["startup_seconds"] > 0
     assert re.fullmatch(r"gs://[a-z0-9-]+/xla-cache/[0-9a-f]{16}/", run.outputs["compile_cache"])
     restored = run.outputs["cache_restored"]
     assert set(restored) == {"restored", "files", "bytes", "seconds", "generation", "reason"}
-    if stack.endswith("-gke"):
-        assert restored["restored"] is False  # per replica: each pod's init container logs it
-        assert "xla-cache-restore" in restored["reason"]
-    else:
-        assert restored["generation"].startswith(run.outputs["compile_cache"])
+    assert restored["generation"].startswith(run.outputs["compile_cache"])
+    assert run.outputs["replicas"] == 1
+    assert run.outputs["renew_command"] == f"python scripts/renew.py {stack}"
 
 
-def test_consumers_read_only_contract_outputs() -> None:
-    """Whatever the consumer example reads must be in the contract."""
-    from pathlib import Path
+def test_gke_output_values_have_their_documented_shapes() -> None:
+    """One reserved address for N replicas, the cluster's path, the same cache prefix."""
+    run = run_program("v6e4-gke")
+    address = f"http://{mock_outputs.LB_ADDRESS}:8000"
+    assert run.outputs["endpoint"] == run.outputs["endpoint_ip"] == address
+    assert run.outputs["openai_base_url"] == address + "/v1"
+    assert run.outputs["external_ip"] == mock_outputs.LB_ADDRESS
+    assert run.outputs["replicas"] == 2
+    assert re.fullmatch(
+        r"projects/[^/]+/locations/us-east5/clusters/[a-z0-9-]+", run.outputs["cluster"]
+    )
+    assert run.outputs["hourly_cost_usd"] == 2 * run_program("v6e4").outputs["hourly_cost_usd"]
+    assert re.fullmatch(r"gs://[a-z0-9-]+/xla-cache/[0-9a-f]{16}/", run.outputs["compile_cache"])
+    restored = run.outputs["cache_restored"]
+    assert set(restored) == {"restored", "files", "bytes", "seconds", "generation", "reason"}
+    assert restored["restored"] is False  # per replica: each pod's init container logs it
+    assert "xla-cache-restore" in restored["reason"]
 
-    root = Path(__file__).resolve().parent.parent
-    read: set[str] = set()
-    for path in (root / "examples").rglob("*.py"):
-        for name in re.findall(r"require_output\(\s*[\"'](\w+)[\"']", path.read_text()):
+
+def test_gke_endpoint_uses_the_dns_name_and_endpoint_ip_the_address() -> None:
+    run = run_situation(SITUATIONS["gke-dns"])
+    assert run.outputs["endpoint"] == f"http://v6e4-gke.{mock_outputs.ZONE_DNS_NAME[:-1]}:8000"
+    assert run.outputs["endpoint_ip"] == f"http://{mock_outputs.LB_ADDRESS}:8000"
+    [record] = [r for r in run.resources if r.type == "gcp:dns/recordSet:RecordSet"]
+    assert record.inputs["rrdatas"] == [mock_outputs.LB_ADDRESS]
+
+
+def test_the_runner_drops_none_outputs_as_the_engine_does(tmp_path: Path) -> None:
+    """The model the contract tests rely on: None is dropped, "" / {} / 0 / unknown are kept."""
+    program = tmp_path / "__main__.py"
+    program.write_text(
+        "import pulumi\n"
+        "pulumi.export('none', None)\n"
+        "pulumi.export('none_output', pulumi.Output.from_input(None))\n"
+        "pulumi.export('empty', '')\n"
+        "pulumi.export('empty_object', {})\n"
+        "pulumi.export('zero', 0)\n"
+        "pulumi.export('nested_none', {'a': None})\n"
+    )
+    run = run_file(program, "dev", {}, project_name="probe")
+    assert run.error is None
+    assert set(run.outputs) == {"empty", "empty_object", "zero", "nested_none"}
+
+
+def _readme_outputs() -> dict[str, tuple[str, str]]:
+    """README "Outputs" table: name -> (type column, meaning column)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Outputs") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \| (.+) \|$", section, re.MULTILINE)
+    return {name: (kind.strip(), meaning.strip()) for name, kind, meaning in rows}
+
+
+def test_readme_outputs_table_matches_the_contract() -> None:
+    table = _readme_outputs()
+    assert set(table) == set(CONTRACT), "README Outputs table and CONTRACT differ"
+    for name, out in CONTRACT.items():
+        kind, meaning = table[name]
+        assert "null" not in kind + meaning, f"{name}: outputs are never null"
+        assert ("optional" in kind) == out.optional, f"{name}: README must say optional iff it is"
+        assert ("**secret**" in kind) == out.secret, name
+        if out.empty == "":
+            assert '`""`' in meaning, f'{name}: README must name its empty value ""'
+        elif out.empty == {}:
+            assert "`{}`" in meaning, f"{name}: README must name its empty value {{}}"
+
+
+CONSUMER = ROOT / "examples" / "consumer" / "__main__.py"
+
+
+def test_consumer_reads_required_outputs_with_require_and_optional_ones_with_get() -> None:
+    """`require_output` on an optional output would fail the consumer's preview when absent."""
+    read: dict[str, set[str]] = {"require_output": set(), "get_output": set()}
+    for path in (ROOT / "examples").rglob("*.py"):
+        text = path.read_text()
+        for how, name in re.findall(r"(require_output|get_output)\(\s*[\"'](\w+)[\"']", text):
             assert name in CONTRACT, f"{path} reads {name}, which is not a stack output"
-            read.add(name)
-    assert {"openai_base_url", "model", "api_key"} <= read  # the example really reads them
+            read[how].add(name)
+    assert not read["require_output"] & OPTIONAL, "read optional outputs with get_output"
+    assert {"openai_base_url", "model", "api_key"} <= read["require_output"]
+    assert read["get_output"], "the example shows how to read an optional output"
+
+
+@pytest.mark.parametrize("name", list(SITUATIONS))
+def test_consumer_example_runs_against_what_the_engine_stores(name: str) -> None:
+    """The consumer program, under mocks, against the outputs the server stack really keeps."""
+    server = run_situation(SITUATIONS[name])
+
+    def stack_reference(args: mocks.MockResourceArgs) -> dict[str, Any]:
+        if args.typ != "pulumi:pulumi:StackReference":
+            return {}
+        return {"outputs": server.outputs, "secretOutputNames": sorted(server.secret_outputs)}
+
+    run = run_file(
+        CONSUMER,
+        "dev",
+        {"tpu-vllm-consumer:serverStack": "my-org/tpu-vllm/v5e1"},
+        project_name="tpu-vllm-consumer",
+        outputs_for=stack_reference,
+    )
+    assert run.error is None, run.error
+    assert run.outputs["llm_base_url"] == server.outputs["openai_base_url"]
+    assert "llm_api_key" in run.secret_outputs
+    # GKE has a run limit per node but no end: it replaces each ended node, so it bills on.
+    if "max_run_cost_usd" in server.outputs and server.outputs["expires_at"]:
+        assert run.outputs["llm_budget"].startswith("ends 2026-")
+    else:
+        assert run.outputs["llm_budget"].startswith("no end")
+
+
+# Resources each stack registers, under mocks that only echo inputs.
+RESOURCE_COUNTS = {
+    "v5e1": 24,  # 21, plus the compile cache's component, bucket, grant
+    "v6e4": 24,
+    "v6e4-gke": 28,
+}
 
 
 @pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
@@ -95,5 +390,7 @@ def test_program_runs_under_mocks_that_only_echo_inputs(stack: str, preview: boo
     the program: every value computed from an output tolerates its absence."""
     run = run_program(stack, preview=preview, outputs_for=None)
     assert len(run.resources) == RESOURCE_COUNTS[stack]
-    assert set(run.outputs) == set(CONTRACT)
     assert run.outputs["model"] in ("google/gemma-4-E2B-it", "google/gemma-4-31B-it")
+    if preview:  # unknown values are kept by the engine, so every output shows in a preview
+        backend = "gke" if stack.endswith("-gke") else "vm"  # but a None known at preview not
+        assert set(run.outputs) == set(CONTRACT) - BACKEND_ABSENT[backend]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,7 @@ FAST = {
 }
 SA_EMAIL = "tpu-vllm-v5e1@test-project.iam.gserviceaccount.com"
 REJECTION = 'FLEX_START provisioning model is not supported for accelerator type "v5litepod-1"'
+UNAVAILABLE_V6E = 'Accelerator type "v6e-4" is not available in zone southamerica-west1-a.'
 
 
 def stack_config(stack: str, **tpu_changes: Any) -> config_module.StackConfig:
@@ -114,7 +116,7 @@ def test_create_sends_a_valid_flex_start_body_and_waits_for_active(
     node = body["tpu"]["nodeSpec"][0]["node"]
     assert node["acceleratorType"] == accelerator
     assert node["runtimeVersion"] == runtime
-    assert node["networkConfig"] == {"enableExternalIps": True}
+    assert node["networkConfig"] == {"network": "default", "enableExternalIps": True}
     assert node["serviceAccount"] == {
         "email": SA_EMAIL,
         "scope": ["https://www.googleapis.com/auth/cloud-platform"],
@@ -163,7 +165,7 @@ def test_transient_429_and_503_are_retried(tpu_env: FakeTpuApi) -> None:
 
 def test_zone_failover_past_a_rejecting_zone(tpu_env: FakeTpuApi) -> None:
     zones = ["southamerica-west1-a", "us-east5-a", "europe-west4-a"]
-    tpu_env.set_zone(zones[0], "reject_invalid_argument", "v6e-4 is not available here")
+    tpu_env.set_zone(zones[0], "reject_invalid_argument", UNAVAILABLE_V6E)
     outs = outs_of(QueuedResourceProvider().create(props_for("v6e4")))
     assert outs["zone"] == "us-east5-a"
     assert outs["state"] == "ACTIVE"
@@ -172,13 +174,13 @@ def test_zone_failover_past_a_rejecting_zone(tpu_env: FakeTpuApi) -> None:
 
 def test_all_zones_failing_lists_each_zone_and_leaves_nothing(tpu_env: FakeTpuApi) -> None:
     tpu_env.seconds_per_run_second = 0.0005  # the 1800 s capacity wait lasts ~1 s
-    tpu_env.set_zone("southamerica-west1-a", "reject_invalid_argument", "not supported here")
+    tpu_env.set_zone("southamerica-west1-a", "reject_invalid_argument", UNAVAILABLE_V6E)
     tpu_env.set_zone("us-east5-a", "resource_exhausted", "Quota TPUV6E exceeded")
     tpu_env.set_zone("europe-west4-a", "never_capacity")
     with pytest.raises(Exception) as caught:
         QueuedResourceProvider().create(props_for("v6e4"))
     message = str(caught.value)
-    assert "southamerica-west1-a: INVALID_ARGUMENT" in message and "not supported here" in message
+    assert "southamerica-west1-a: INVALID_ARGUMENT" in message and UNAVAILABLE_V6E in message
     assert "us-east5-a: RESOURCE_EXHAUSTED" in message
     assert "europe-west4-a: FAILED" in message
     for zone in ("southamerica-west1-a", "us-east5-a", "europe-west4-a"):
@@ -286,14 +288,26 @@ def test_diff_replaces_on_spec_change_but_not_on_timing_or_kept_zone() -> None:
     assert "accelerator_type" in (provider.diff("id", olds, bigger).replaces or [])
     longer = provider.diff("id", olds, props_for("v6e4", maxRunDuration="8h"))
     assert "max_run_seconds" in (longer.replaces or [])
-    timing = props_for("v6e4")
-    timing["timing"] = {**timing["timing"], "poll_seconds": 30.0}
-    slower = provider.diff("id", olds, timing)
-    assert slower.changes and not slower.replaces
-    kept = provider.diff("id", olds, props_for("v6e4", zones=["us-east5-a"]))
-    assert not kept.replaces
     moved = provider.diff("id", olds, props_for("v6e4", zones=["europe-west4-a"]))
-    assert "zones" in (moved.replaces or [])
+    assert moved.changes and "zones" in (moved.replaces or [])
+
+
+def test_diff_reports_no_change_for_timing_or_zone_order_alone() -> None:
+    """Item 13: the provider host never declares preview support, so a `changes=True` update
+    previews with unknown outputs (a new host key, re-run fetch/start/ready) that `up` would
+    not perform. Only a spec change is a change; zones and timing are read at the next create."""
+    provider = QueuedResourceProvider()
+    olds = {**props_for("v6e4"), "zone": "us-east5-a", "state": "ACTIVE"}
+    zones = list(olds["zones"])
+    slower = props_for("v6e4")
+    slower["timing"] = {**slower["timing"], "poll_seconds": 30.0, "iam_wait_seconds": 60.0}
+    reordered = props_for("v6e4", zones=list(reversed(zones)))
+    kept = props_for("v6e4", zones=["us-east5-a"])
+    added = props_for("v6e4", zones=[*zones, "asia-northeast1-b"])
+    for news in (slower, reordered, kept, added):
+        diff = provider.diff("id", olds, news)
+        assert not diff.changes, news["zones"]
+        assert not diff.replaces
 
 
 def test_check_reports_missing_run_limit() -> None:
@@ -374,3 +388,290 @@ def test_create_without_a_service_account_lets_the_node_use_the_default(
     [body] = create_bodies(tpu_env)
     node = body["tpu"]["nodeSpec"][0]["node"]
     assert node["serviceAccount"] == {"scope": ["https://www.googleapis.com/auth/cloud-platform"]}
+
+
+# -- issue 9, items 7-13: what the real API does that the first fake did not ------------------
+
+
+def creates_in(fake: FakeTpuApi, zone: str) -> list[Any]:
+    return [
+        r for r in fake.requests_for("queuedResources.create") if f"/locations/{zone}/" in r.path
+    ]
+
+
+def left_in(fake: FakeTpuApi, zone: str, stack: str = "v5e1") -> str | None:
+    return fake.state(f"projects/test-project/locations/{zone}/queuedResources/tpu-vllm-{stack}")
+
+
+def with_timing(props: dict[str, Any], **changes: float) -> dict[str, Any]:
+    return {**props, "timing": {**props["timing"], **changes}}
+
+
+def test_create_polls_the_operation_until_done(tpu_env: FakeTpuApi) -> None:
+    tpu_env.durations = StateDurations(creating=0.3)
+    outs = outs_of(QueuedResourceProvider().create(props_for("v5e1")))
+    assert outs["state"] == "ACTIVE"
+    assert [r.status for r in tpu_env.requests_for("queuedResources.create")] == [200]
+    polled = tpu_env.requests_for("operations.get")
+    assert polled, "the create's Operation was never polled"
+    assert all(r.status == 200 for r in polled)
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (8, "There is no more capacity in the zone us-east5-a"),
+        (3, 'FLEX_START provisioning model is not supported for accelerator type "v6e-4"'),
+    ],
+)
+def test_an_operation_error_fails_over_like_an_http_error(
+    tpu_env: FakeTpuApi, code: int, message: str
+) -> None:
+    tpu_env.set_zone("southamerica-west1-a", "operation_error", message, error_code=code)
+    outs = outs_of(QueuedResourceProvider().create(props_for("v6e4")))
+    assert outs["zone"] == "us-east5-a"
+    [error] = outs["zone_errors"]
+    assert error.startswith("southamerica-west1-a: ") and message in error
+    assert "(in the operation)" in error
+    assert left_in(tpu_env, "southamerica-west1-a", "v6e4") is None
+
+
+def test_a_404_just_after_the_create_is_eventual_consistency(tpu_env: FakeTpuApi) -> None:
+    tpu_env.visibility_delay = 0.5
+    outs = outs_of(QueuedResourceProvider().create(props_for("v5e1")))
+    assert outs["state"] == "ACTIVE" and outs["zone"] == "us-west4-a"
+    assert outs["zone_errors"] == []
+    assert any(r.status == 404 for r in tpu_env.requests_for("queuedResources.get"))
+
+
+def test_a_404_after_the_grace_period_is_gone_and_cleaned_up(tpu_env: FakeTpuApi) -> None:
+    tpu_env.visibility_delay = 60.0  # reads never see it during this test
+    props = with_timing(props_for("v5e1"), consistency_grace_seconds=0.3)
+    props["zones"] = ["us-west4-a"]
+    with pytest.raises(Exception, match=r"us-west4-a: .* is gone \(404"):
+        QueuedResourceProvider().create(props)
+    # Deleted although reads never showed it (the delete itself sees it at once).
+    assert [r.status for r in tpu_env.requests_for("DELETE")] == [200]
+    name = "projects/test-project/locations/us-west4-a/queuedResources/tpu-vllm-v5e1"
+    assert tpu_env.wait_for_state(name, "GONE", timeout=5) is None
+
+
+def test_every_create_carries_a_request_id_stable_per_zone_attempt(tpu_env: FakeTpuApi) -> None:
+    tpu_env.set_zone("southamerica-west1-a", "reject_invalid_argument", UNAVAILABLE_V6E)
+    tpu_env.fail_next(2, status=503, methods=["queuedResources.create"])
+    outs = outs_of(QueuedResourceProvider().create(props_for("v6e4")))
+    assert outs["zone"] == "us-east5-a"
+    first = [r.query.get("requestId") for r in creates_in(tpu_env, "southamerica-west1-a")]
+    second = [r.query.get("requestId") for r in creates_in(tpu_env, "us-east5-a")]
+    # 503, 503, 400 in the first zone; then 200 in the second, each zone with its own UUID.
+    assert len(first) == 3 and len(set(first)) == 1
+    assert len(second) == 1
+    for request_id in (first[0], second[0]):
+        assert request_id and str(uuid.UUID(request_id)) == request_id
+    assert first[0] != second[0]
+
+
+@pytest.mark.parametrize(
+    ("replay_answer", "answers"),
+    [
+        ("already_exists", [504, 409]),
+        ("operation", [504, 200]),
+    ],
+)
+def test_a_replayed_create_adopts_what_the_lost_answer_created(
+    tpu_env: FakeTpuApi, replay_answer: Any, answers: list[int]
+) -> None:
+    tpu_env.replay_answer = replay_answer
+    # The backend commits, the front end answers 504; the library resends the same request.
+    tpu_env.fail_next(1, status=504, methods=["queuedResources.create"], take_effect=True)
+    result = QueuedResourceProvider().create(props_for("v5e1"))
+    outs = outs_of(result)
+    assert outs["state"] == "ACTIVE" and outs["zone"] == "us-west4-a"
+    creates = tpu_env.requests_for("queuedResources.create")
+    assert [r.status for r in creates] == answers
+    assert len({r.query["requestId"] for r in creates}) == 1
+    assert not tpu_env.requests_for("DELETE")  # adopted, not deleted and not orphaned
+    assert tpu_env.state(result.id) == "ACTIVE"
+
+
+def test_a_queued_resource_left_by_another_run_is_neither_adopted_nor_deleted(
+    tpu_env: FakeTpuApi,
+) -> None:
+    props = props_for("v5e1")
+    name = _start_request_directly(tpu_env, props)
+    with pytest.raises(Exception, match="already exists, probably left by an interrupted run"):
+        QueuedResourceProvider().create(props)
+    assert tpu_env.state(name) is not None
+    assert not tpu_env.requests_for("DELETE")
+
+
+@pytest.mark.parametrize("in_operation", [False, True])
+def test_a_service_account_not_yet_visible_is_retried_in_the_same_zone(
+    tpu_env: FakeTpuApi, in_operation: bool
+) -> None:
+    tpu_env.reject_service_account(SA_EMAIL, 0.6, in_operation=in_operation)
+    outs = outs_of(QueuedResourceProvider().create(props_for("v6e4")))
+    assert outs["zone"] == "southamerica-west1-a"  # the first zone, not a failover
+    assert outs["zone_errors"] == []
+    assert len(creates_in(tpu_env, "southamerica-west1-a")) >= 2
+    assert not creates_in(tpu_env, "us-east5-a")
+
+
+def test_a_service_account_that_never_appears_stops_after_the_bound(tpu_env: FakeTpuApi) -> None:
+    tpu_env.reject_service_account(SA_EMAIL, 3600.0)
+    props = with_timing(props_for("v6e4"), iam_wait_seconds=0.3)
+    started = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        QueuedResourceProvider().create(props)
+    assert time.monotonic() - started < 30
+    message = str(caught.value)
+    assert SA_EMAIL in message and "southamerica-west1-a" in message
+    assert "no zone could provide" not in message
+    assert not creates_in(tpu_env, "us-east5-a")
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"labels": {"stack": "v6e4", "Owner": "x"}}, 'tpu.nodeSpec[0].node.labels["Owner"]'),
+        ({"runtime_version": "v2-alpha-tpuv5-lite"}, "tpu.nodeSpec[0].node.runtimeVersion"),
+    ],
+)
+def test_a_bad_body_stops_at_once_naming_the_field(
+    tpu_env: FakeTpuApi, change: dict[str, Any], field: str
+) -> None:
+    props = {**props_for("v6e4"), **change}
+    with pytest.raises(Exception) as caught:
+        QueuedResourceProvider().create(props)
+    message = str(caught.value)
+    assert field in message
+    assert "no zone could provide" not in message
+    assert "not a capacity problem" in message
+    assert len(tpu_env.requests_for("queuedResources.create")) == 1  # no other zone tried
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "failed", "verdict"),
+    [
+        ("INVALID_ARGUMENT", f"Service account {SA_EMAIL} does not exist.", False, "iam"),
+        ("PERMISSION_DENIED", f"The caller cannot act as {SA_EMAIL}", False, "iam"),
+        ("INVALID_ARGUMENT", REJECTION, False, "zone"),
+        ("INVALID_ARGUMENT", UNAVAILABLE_V6E, False, "zone"),
+        ("RESOURCE_EXHAUSTED", "Quota TPUV6E exceeded", False, "zone"),
+        ("DEADLINE_EXCEEDED", "validUntilDuration (1800s) expired", True, "zone"),
+        ("INTERNAL", "no capacity", True, "zone"),
+        (
+            "INVALID_ARGUMENT",
+            'Runtime version "x" is not supported for accelerator type "v6e-4"',
+            False,
+            "stop",
+        ),
+        (
+            "INVALID_ARGUMENT",
+            "Invalid value at 'queued_resource.tpu.node_spec[0].node.service_account.scope[0]'",
+            False,
+            "stop",
+        ),
+        ("FAILED_PRECONDITION", "The TPU API is disabled", False, "stop"),
+        ("PERMISSION_DENIED", "Permission tpu.queuedResources.create denied", False, "stop"),
+    ],
+)
+def test_refusals_are_classified_narrowly(
+    status: str, message: str, failed: bool, verdict: str
+) -> None:
+    from components.queued_resource import _RefusedError, _verdict
+    from components.tpu_api import ApiError
+
+    spec = Spec.from_props(props_for("v6e4"))
+    refusal = _RefusedError(ApiError(400, status, message), failed=failed)
+    assert _verdict(refusal, spec) == verdict
+
+
+@pytest.mark.parametrize(
+    ("http_status", "name"), [(409, "ABORTED"), (400, "INVALID_ARGUMENT"), (500, "INTERNAL")]
+)
+def test_delete_is_retried_whatever_the_code_while_provisioning(
+    tpu_env: FakeTpuApi, http_status: int, name: str
+) -> None:
+    tpu_env.delete_refusal = (http_status, name)
+    tpu_env.durations = StateDurations(0.05, 0.05, 0.05, provisioning=1.5)
+    props = props_for("v5e1")
+    qr_name = _start_request_directly(tpu_env, props)
+    assert tpu_env.wait_for_state(qr_name, "PROVISIONING", timeout=5)
+    QueuedResourceProvider().delete(qr_name, props)
+    refused = [r for r in tpu_env.requests_for("DELETE") if r.status == http_status]
+    assert refused, "the fake should have refused the delete while PROVISIONING"
+    assert tpu_env.state(qr_name) is None
+
+
+def test_delete_is_retried_while_creating(tpu_env: FakeTpuApi) -> None:
+    tpu_env.delete_refusal = (409, "ABORTED")
+    tpu_env.undeletable_states = frozenset({"CREATING"})
+    tpu_env.durations = StateDurations(creating=2.0)
+    props = props_for("v5e1")
+    qr_name = _start_request_directly(tpu_env, props)
+    QueuedResourceProvider().delete(qr_name, props)
+    assert any(r.status == 409 for r in tpu_env.requests_for("DELETE"))
+    assert tpu_env.state(qr_name) is None
+
+
+def test_a_delete_refused_in_another_state_is_raised_not_waited_out(tpu_env: FakeTpuApi) -> None:
+    provider = QueuedResourceProvider()
+    props = props_for("v5e1")
+    created = provider.create(props)
+    tpu_env.delete_refusal = (409, "ABORTED")
+    tpu_env.undeletable_states = frozenset({"ACTIVE"})
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"could not be deleted: ABORTED .*it is ACTIVE"):
+        provider.delete(created.id, {**props, **outs_of(created)})
+    assert time.monotonic() - started < 5
+    assert len(tpu_env.requests_for("DELETE")) == 1
+
+
+def test_expires_at_falls_back_to_the_nodes_termination_timestamp(tpu_env: FakeTpuApi) -> None:
+    tpu_env.qr_reports_termination_time = False
+    outs = outs_of(QueuedResourceProvider().create(props_for("v5e1")))
+    node = (
+        tpu_env.discovery_client()
+        .projects()
+        .locations()
+        .nodes()
+        .get(name=outs["node_name"])
+        .execute()
+    )
+    assert outs["termination_time"] == node["schedulingConfig"]["terminationTimestamp"]
+    assert outs["termination_time"]
+
+
+def test_retries_come_from_the_library(
+    tpu_env: FakeTpuApi, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Item 12: 429/5xx are retried by googleapiclient's `execute(num_retries=N)`. With its
+    retry decision switched off, a 503 is final; a hand-written loop would hide that."""
+    tpu_env.fail_next(1, status=503, methods=["queuedResources.create"])
+    assert outs_of(QueuedResourceProvider().create(props_for("v5e1")))["state"] == "ACTIVE"
+    assert "retry 1 of 3" in capsys.readouterr().err  # each retry is reported
+    provider = QueuedResourceProvider()
+    props = props_for("v5e1")
+    props["qr_id"], props["node_id"] = "tpu-vllm-other", "tpu-vllm-other-node"
+    import googleapiclient.http
+
+    monkeypatch.setattr(googleapiclient.http, "_should_retry_response", lambda *_: False)
+    tpu_env.fail_next(1, status=503, methods=["queuedResources.create"])
+    with pytest.raises(Exception, match="UNAVAILABLE"):
+        provider.create(props)
+
+
+@pytest.mark.parametrize("method", ["operations.get", "queuedResources.get", "nodes.get"])
+def test_an_unexpected_error_after_the_create_still_deletes_it(
+    tpu_env: FakeTpuApi, method: str
+) -> None:
+    tpu_env.durations = StateDurations(creating=0.2)
+    tpu_env.fail_next(1, status=403, methods=[method], message="Permission denied on resource")
+    props = props_for("v5e1")
+    props["zones"] = ["us-west4-a", "us-east5-a"]
+    with pytest.raises(Exception, match="PERMISSION_DENIED"):
+        QueuedResourceProvider().create(props)
+    assert left_in(tpu_env, "us-west4-a") is None
+    assert any(r.status == 200 for r in tpu_env.requests_for("DELETE"))
+    assert not creates_in(tpu_env, "us-east5-a")

@@ -1,4 +1,5 @@
-"""scripts/save_hf_token.py, run as a real subprocess against the loopback Secret Manager fake.
+"""scripts/save_hf_token.py, run as a real subprocess against the loopback Secret Manager fake
+and a loopback fake of the Hugging Face Hub (huggingface_hub pointed at it with HF_ENDPOINT).
 
 Every run checks that the token never shows up in argv, stdout or stderr. Stack config comes
 from temporary files passed with ``--stack-file``; the project's own Pulumi.<stack>.yaml files
@@ -16,13 +17,14 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
 
+from tests.fakes.hf_hub import GATED_MODEL, FakeHfHub
 from tests.fakes.secret_manager import (
     DEFAULT_TOKEN,
     FakeSecretManager,
@@ -37,6 +39,8 @@ SECRET = "hf-token"
 SENTINEL = b"hf_SENTINEL_6f1d0c2a9b7e4d35"
 OTHER = b"hf_SENTINEL_OTHER_0b9e8d7c6a5f"
 RUN_TIMEOUT = 30
+#: The Hub fake of the running test (see `hub`); every run of the script asks it.
+_HUB: list[FakeHfHub] = []
 
 
 @dataclass
@@ -46,8 +50,21 @@ class Result:
     stderr: str
 
 
+@pytest.fixture(autouse=True)
+def hub() -> Iterator[FakeHfHub]:
+    """The Hub fake, knowing the test tokens, whose owner was granted the gated model."""
+    with FakeHfHub() as fake:
+        for token in (SENTINEL, OTHER):
+            fake.add_token(token, granted=(GATED_MODEL,))
+        _HUB.append(fake)
+        try:
+            yield fake
+        finally:
+            _HUB.remove(fake)
+
+
 def script_env(fake: FakeSecretManager, **extra: str) -> dict[str, str]:
-    """A clean environment: only the fake's endpoint and a static token, no ambient project."""
+    """A clean environment: only the fakes' endpoints and a static token, no ambient project."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/nonexistent"),
@@ -56,6 +73,9 @@ def script_env(fake: FakeSecretManager, **extra: str) -> dict[str, str]:
         "NO_PROXY": "127.0.0.1,localhost",
         "SECRET_MANAGER_API_ENDPOINT": fake.url,
         "GOOGLE_OAUTH_ACCESS_TOKEN": DEFAULT_TOKEN,
+        # huggingface_hub's own endpoint setting; port 9 (discard) refuses if no fake runs.
+        "HF_ENDPOINT": _HUB[-1].url if _HUB else "http://127.0.0.1:9",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
     }
     env.update(extra)
     return env
@@ -99,6 +119,7 @@ def stack_file(tmp_path: Path) -> Path:
     path = tmp_path / "Pulumi.test.yaml"
     path.write_text(
         f"config:\n  gcp:project: {PROJECT}\n  tpu-vllm:access:\n    hfTokenSecret: {SECRET}\n"
+        f"  tpu-vllm:model:\n    id: {GATED_MODEL}\n"
     )
     return path
 
@@ -221,6 +242,7 @@ def test_project_and_secret_from_stack_file(
         "  gcp:project: stack-proj\n"
         "  tpu-vllm:tpu:\n    chip: v5e-1\n"
         "  tpu-vllm:access:\n    allowPublic: false\n    hfTokenSecret: hf-token-custom\n"
+        f"  tpu-vllm:model:\n    id: {GATED_MODEL}\n"
     )
     result = run_script(fake, SENTINEL, "--stack-file", str(path))
     assert result.code == 0, result.stderr
@@ -241,15 +263,16 @@ def test_secret_defaults_to_hf_token(
 ) -> None:
     path = tmp_path / "Pulumi.bare.yaml"
     path.write_text(f"config:\n  gcp:project: {PROJECT}\n")
-    result = run_script(fake_secret_manager, SENTINEL, "--stack-file", str(path))
+    result = run_script(fake_secret_manager, SENTINEL, "--stack-file", str(path), "--no-check")
     assert result.code == 0, result.stderr
     assert result.stdout == version(1, PROJECT, "hf-token") + "\n"
 
 
 def test_warns_on_non_hf_token_but_saves(
-    fake_secret_manager: FakeSecretManager, stack_file: Path
+    fake_secret_manager: FakeSecretManager, stack_file: Path, hub: FakeHfHub
 ) -> None:
     token = b"not-an-hf-token-SENTINEL"
+    hub.add_token(token, granted=(GATED_MODEL,))
     result = run_script(fake_secret_manager, token, "--stack-file", str(stack_file))
     assert result.code == 0, result.stderr
     assert "does not look like a Hugging Face token" in result.stderr
@@ -275,6 +298,10 @@ def assert_one_line_error(result: Result) -> str:
     assert result.stdout == ""
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1, result.stderr
+    # components/messages.py: an error is a sentence, and never shows Python's None.
+    assert errors[0].startswith("save_hf_token: error: ")
+    assert errors[0].endswith("."), errors[0]
+    assert "None" not in errors[0]
     return errors[0]
 
 
@@ -303,7 +330,9 @@ def test_project_from_environment_when_stack_has_none(
     fake_secret_manager: FakeSecretManager,
 ) -> None:
     env = script_env(fake_secret_manager, GOOGLE_CLOUD_PROJECT="env-proj")
-    result = run_script(fake_secret_manager, SENTINEL, "--stack", "nosuchstack", env=env)
+    result = run_script(
+        fake_secret_manager, SENTINEL, "--stack", "nosuchstack", "--model", GATED_MODEL, env=env
+    )
     assert result.code == 0, result.stderr
     assert result.stdout == version(1, "env-proj") + "\n"
 
@@ -348,10 +377,170 @@ def test_help_documents_stack_file_and_has_no_token_flag(
     assert result.code == 0
     assert "--stack-file" in result.stdout
     assert "--disable-previous" in result.stdout
+    assert "--no-check" in result.stdout
+    assert "--model" in result.stdout
     assert "--token" not in result.stdout
     refused = run_script(fake_secret_manager, b"", "--token", "x")
     assert refused.code == 2
     assert "unrecognized arguments" in refused.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# The Hugging Face check: before anything is stored, the token must be able to read the model.
+
+LICENCE_PAGE = f"https://huggingface.co/{GATED_MODEL}"
+
+
+def test_checks_the_stack_model_with_this_token_before_storing(
+    fake_secret_manager: FakeSecretManager, stack_file: Path, hub: FakeHfHub
+) -> None:
+    result = run_script(fake_secret_manager, SENTINEL, "--stack-file", str(stack_file))
+    assert result.code == 0, result.stderr
+    # huggingface_hub's own auth check, for the stack's model.id, with the token just read.
+    [check] = hub.requests
+    assert check.path == f"/api/models/{GATED_MODEL}/auth-check"
+    assert check.authorization == f"Bearer {SENTINEL.decode()}"
+    assert f"the token can read {GATED_MODEL}" in result.stderr
+
+
+def test_model_flag_overrides_the_stack_file(
+    fake_secret_manager: FakeSecretManager, stack_file: Path, hub: FakeHfHub
+) -> None:
+    result = run_script(
+        fake_secret_manager,
+        SENTINEL,
+        "--stack-file",
+        str(stack_file),
+        "--model",
+        "openai-community/gpt2",
+    )
+    assert result.code == 0, result.stderr
+    assert [r.path for r in hub.requests] == ["/api/models/openai-community/gpt2/auth-check"]
+
+
+def refused(fake: FakeSecretManager, result: Result) -> str:
+    """The one error line of a refused check; nothing reached Secret Manager."""
+    line = assert_one_line_error(result)
+    assert fake.requests == [], "the token was stored although the check failed"
+    return line
+
+
+def test_licence_not_accepted_names_the_licence_page(
+    fake_secret_manager: FakeSecretManager, stack_file: Path, hub: FakeHfHub
+) -> None:
+    hub.add_token(SENTINEL, granted=())  # the token's owner never accepted Gemma's licence
+    result = run_script(fake_secret_manager, SENTINEL, "--stack-file", str(stack_file))
+    line = refused(fake_secret_manager, result)
+    assert "gated model" in line
+    assert f"Accept its licence at {LICENCE_PAGE}" in line
+    assert "tpu-vllm:model.id in Pulumi.test.yaml" in line
+
+
+def test_rejected_token_says_so(fake_secret_manager: FakeSecretManager, stack_file: Path) -> None:
+    unknown = b"hf_SENTINEL_REVOKED_5e4d3c2b1a"
+    result = run_script(fake_secret_manager, unknown, "--stack-file", str(stack_file))
+    line = refused(fake_secret_manager, result)
+    assert "rejected the token (401: Invalid credentials in Authorization header)" in line
+    assert "https://huggingface.co/settings/tokens" in line
+    assert unknown.decode() not in result.stderr + result.stdout
+
+
+def test_fine_grained_token_without_gated_access(
+    fake_secret_manager: FakeSecretManager, stack_file: Path, hub: FakeHfHub
+) -> None:
+    hub.add_token(SENTINEL, granted=(GATED_MODEL,), fine_grained=True)
+    result = run_script(fake_secret_manager, SENTINEL, "--stack-file", str(stack_file))
+    line = refused(fake_secret_manager, result)
+    assert "(403: " in line
+    assert "fine-grained token" in line
+    assert LICENCE_PAGE in line
+
+
+def test_unknown_model_is_not_found(
+    fake_secret_manager: FakeSecretManager, stack_file: Path
+) -> None:
+    result = run_script(
+        fake_secret_manager, SENTINEL, "--stack-file", str(stack_file), "--model", "google/nope"
+    )
+    line = refused(fake_secret_manager, result)
+    assert "google/nope was not found on Hugging Face" in line
+    assert "(the model is --model)" in line
+
+
+def test_hub_errors_suggest_no_check(
+    fake_secret_manager: FakeSecretManager, stack_file: Path, hub: FakeHfHub
+) -> None:
+    hub.fail_next(503, n=10)
+    result = run_script(fake_secret_manager, SENTINEL, "--stack-file", str(stack_file))
+    assert result.code == 1, result
+    assert "Hugging Face answered 503" in result.stderr
+    assert "--no-check" in result.stderr
+    assert fake_secret_manager.requests == []
+
+
+def test_unreachable_hub_suggests_no_check(
+    fake_secret_manager: FakeSecretManager, stack_file: Path
+) -> None:
+    env = script_env(fake_secret_manager, HF_ENDPOINT="http://127.0.0.1:9")
+    result = run_script(fake_secret_manager, SENTINEL, "--stack-file", str(stack_file), env=env)
+    assert result.code == 1, result
+    assert "cannot reach Hugging Face" in result.stderr
+    assert "--no-check" in result.stderr
+    assert fake_secret_manager.requests == []
+
+
+def test_no_check_stores_offline_without_asking_the_hub(
+    fake_secret_manager: FakeSecretManager, stack_file: Path, hub: FakeHfHub
+) -> None:
+    env = script_env(fake_secret_manager, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_OFFLINE="1")
+    result = run_script(
+        fake_secret_manager, SENTINEL, "--stack-file", str(stack_file), "--no-check", env=env
+    )
+    assert result.code == 0, result.stderr
+    assert result.stdout == version(1) + "\n"
+    assert hub.requests == []
+    assert "--no-check" in result.stderr
+    assert fake_secret_manager.payloads(PROJECT, SECRET) == [SENTINEL]
+
+
+def test_no_model_anywhere_asks_for_one(
+    fake_secret_manager: FakeSecretManager, tmp_path: Path
+) -> None:
+    path = tmp_path / "Pulumi.nomodel.yaml"
+    path.write_text(f"config:\n  gcp:project: {PROJECT}\n")
+    result = run_script(fake_secret_manager, SENTINEL, "--stack-file", str(path))
+    line = refused(fake_secret_manager, result)
+    assert "no model to check the token against" in line
+    assert "--model MODEL_ID" in line and "--no-check" in line
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+def test_token_not_in_argv_or_environment_during_the_hub_check(
+    fake_secret_manager: FakeSecretManager, stack_file: Path, hub: FakeHfHub
+) -> None:
+    gate = hub.gate()
+    read_end, write_end = os.pipe()
+    os.write(write_end, SENTINEL)
+    os.close(write_end)
+    proc = subprocess.Popen(
+        script_argv("--stack-file", str(stack_file)),
+        stdin=read_end,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=script_env(fake_secret_manager),
+    )
+    os.close(read_end)
+    try:
+        assert gate.reached.wait(RUN_TIMEOUT), "the script never asked the Hub"
+        # The token is in the script's memory and on its way to the Hub in a header now.
+        for name in ("cmdline", "environ"):
+            assert SENTINEL not in Path(f"/proc/{proc.pid}/{name}").read_bytes()
+    finally:
+        gate.release.set()
+        out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    assert proc.returncode == 0, err.decode()
+    assert SENTINEL not in out + err
 
 
 # --------------------------------------------------------------------------------------------

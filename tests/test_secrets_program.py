@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pulumi.runtime import mocks
 
+from components.ssh import PER_DIAL_TIMEOUT_SECONDS, dial_budget_seconds
 from tests.mock_outputs import API_KEY_SENTINEL, HOST_KEY, SSH_PRIVATE_SENTINEL, SSH_PUBLIC_KEY
 from tests.pulumi_program import InvokeFailure, ProgramRun, run_program
 
@@ -98,6 +99,9 @@ def test_node_metadata_installs_the_login_key_and_guest_attributes(run: ProgramR
     assert qr.inputs["metadata"] == {
         "ssh-keys": f"tpu-vllm:{SSH_PUBLIC_KEY} tpu-vllm",
         "enable-guest-attributes": "TRUE",
+        # With OS Login on, the guest agent creates no user from ssh-keys (guest-agent
+        # oslogin.go): the instance value overrides a project-wide TRUE.
+        "enable-oslogin": "FALSE",
     }
     key = run.one("tls:index/privateKey:PrivateKey")
     assert key.inputs["algorithm"] == "ED25519"
@@ -108,7 +112,10 @@ def test_commands_pin_the_host_key_and_retry_dialling(run: ProgramRun) -> None:
         connection = cmd.inputs["connection"]["value"]
         assert connection["hostKey"] == HOST_KEY
         assert connection["user"] == "tpu-vllm"
-        assert connection["dialErrorLimit"] * connection["perDialTimeout"] >= 600
+        # pulumi-command's backoff gives fast failures (auth refused until the guest agent
+        # has created the user) at least the ~10 minutes the README promises.
+        assert dial_budget_seconds(int(connection["dialErrorLimit"])) >= 600
+        assert connection["perDialTimeout"] == PER_DIAL_TIMEOUT_SECONDS
     assert run.outputs["ssh_host_key"] == HOST_KEY
     assert "ssh -i tpu-vllm-" in run.outputs["ssh_command"]
     assert run.outputs["ssh_command"].endswith("tpu-vllm@203.0.113.10")

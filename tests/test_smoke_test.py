@@ -189,11 +189,11 @@ def test_wrong_key_is_an_auth_failure(fake: FakeOpenAI, shape: Any) -> None:
 
 
 EXPECTED_PROBLEM = {
-    "non_json": "arguments are not JSON: '{city: Paris'",
-    "wrong_name": "called 'get_time', expected 'get_weather'",
+    "non_json": 'arguments are not JSON: "{city: Paris"',
+    "wrong_name": 'called "get_time", expected "get_weather"',
     "no_tool_calls": "no tool_calls in the answer",
-    "wrong_finish_reason": "finish_reason is 'stop', expected 'tool_calls'",
-    "missing_argument": "arguments have no 'city'",
+    "wrong_finish_reason": 'finish_reason is "stop", expected "tool_calls"',
+    "missing_argument": 'arguments have no "city"',
 }
 
 

@@ -31,7 +31,7 @@ from tests.remote_stack import (
     run_crash,
     start,
 )
-from tests.test_config import seed_000_serve_flags
+from tests.seed_facts import serve_flags as seed_000_serve_flags
 
 
 @pytest.fixture
@@ -84,6 +84,26 @@ def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost)
     assert result["startup_seconds"] > 0
 
 
+def test_heartbeat_lines_fill_a_long_silent_compile(node: SshHost) -> None:
+    """600 s of silence (3 s at 200x) with a 0.25 s heartbeat: lines keep coming, each with
+    the elapsed time, the phase and the log's last line."""
+    node.docker.set_scenario("slow_compile.log", speed=200)
+    container_id = start(node)
+    readiness = Readiness(node, container_id, None, heartbeat=0.25)
+    assert readiness.wait() == 0, readiness.stdout + readiness.stderr.decode()
+    lines = readiness.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if "compiling (the long part: XLA)" in line)
+    last = next(i for i, line in enumerate(lines) if "server starting" in line)
+    beats = [line for line in lines[first + 1 : last] if "still waiting" in line]
+    assert len(beats) >= 4, readiness.stdout
+    for beat in beats:
+        assert re.match(
+            r"^\[\s*\d+s\] still waiting, phase: compiling \(the long part: XLA\);", beat
+        )
+        assert "last log line: " in beat and "Precompile backbone --> {'num_tokens': 16}" in beat
+    assert "ready: Application startup complete." in readiness.stdout
+
+
 @pytest.mark.parametrize(
     ("fixture", "expected"),
     [
@@ -129,6 +149,38 @@ def test_timeout_fails_with_the_last_lines(node: SshHost) -> None:
     assert "log lines" in readiness.stderr.decode()
 
 
+def test_a_server_that_does_not_list_the_model_fails_the_check(node: SshHost) -> None:
+    # `Application startup complete.` alone proves nothing a client needs: here vLLM serves the
+    # model under another name (a `--served-model-name` in extraArgs), so every request naming
+    # google/gemma-4-E2B-it would get a 404. Only the /v1/models check can see that.
+    changes = {"tpu-vllm:vllm.extraArgs": ["--served-model-name", "gemma"]}
+    node.docker.set_scenario("v5e1_ready.log", speed=400)
+    container_id = start(node, changes)
+    readiness = Readiness(node, container_id, changes)
+    assert readiness.wait() != 0, readiness.stdout
+    assert "ready: Application startup complete." in readiness.stdout
+    assert "/health: 200" in readiness.stdout
+    assert "does not list google/gemma-4-E2B-it" in readiness.stdout
+    assert "['gemma']" in readiness.stdout  # what the server did list
+    assert "TPU_VLLM_READY" not in readiness.stdout
+    assert "log lines" in readiness.stderr.decode()
+
+
+def test_a_health_check_that_never_answers_200_fails_the_check(node: SshHost) -> None:
+    # The engine died right after startup: uvicorn logged `Application startup complete.` and
+    # keeps listening, but /health answers 503 (vLLM's answer for a dead engine). The check
+    # retries /health for 30 s, then fails rather than publishing a dead endpoint.
+    node.docker.set_scenario("v5e1_ready.log", speed=400, health_status=503)
+    container_id = start(node)
+    readiness = Readiness(node, container_id, None)
+    assert readiness.wait(timeout=90) != 0, readiness.stdout
+    assert "ready: Application startup complete." in readiness.stdout
+    assert "/health did not answer 200" in readiness.stdout
+    assert "/health: 200" not in readiness.stdout
+    assert "/v1/models" not in readiness.stdout
+    assert "TPU_VLLM_READY" not in readiness.stdout
+
+
 def test_restart_with_changed_flags_replaces_the_container_and_follows_the_new_one(
     node: SshHost,
 ) -> None:
@@ -163,7 +215,8 @@ def test_rendered_v5e1_docker_run_carries_the_cache_mount_and_seed_flags(node: S
     assert run[run.index("--shm-size") + 1] == "10gb"
     serve = run.index("serve")
     assert run[serve - 1 : serve + 2] == ["vllm", "serve", "google/gemma-4-E2B-it"]
-    assert run[serve + 2 :] == seed_000_serve_flags()
+    # Seed 000's flags exactly, then the free port this test serves on instead of 8000.
+    assert run[serve + 2 :] == [*seed_000_serve_flags(), "--port", str(node.vllm_port)]
     assert Path(home, ".cache/vllm").is_dir()
 
 

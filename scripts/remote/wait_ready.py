@@ -8,7 +8,9 @@ phase with elapsed seconds, succeeds on uvicorn's `Application startup complete.
 stdin, never in argv or env).
 
 Usage: python3 - --container ID --model MODEL --port PORT --timeout SECONDS [--poll SECONDS]
-                 [--cache-result FILE]
+[--heartbeat SECONDS] [--cache-result FILE]. While it waits, a line at least every `--heartbeat`
+seconds (default 20) says how long it has waited, the phase passed last and the container's last
+log line.
 The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds, hbm and cache (the
 compile-cache restore's result that scripts/remote/xla_cache.py wrote to FILE).
 """
@@ -27,23 +29,67 @@ import sys
 import threading
 import time
 
-READY = "Application startup complete."
+READY = "Application startup complete."  # uvicorn/lifespan/on.py, see PHASES below
 API_KEY_FILE = os.path.expanduser("~/.tpu-vllm/secrets/vllm_api_key")
 TAIL_LINES = 50
-# (phase, pattern) in the order a healthy boot shows them; each is reported once.
+#: Seconds of silence after which a heartbeat line is printed. pulumi-command sends no SSH
+#: keepalives, and ~685 s of XLA compilation log nothing this script reports: a NAT or proxy
+#: may drop a session idle that long. A line at least every 30 s keeps it busy.
+HEARTBEAT_SECONDS = 20.0
+#: Where a heartbeat is before any phase has passed.
+FIRST_PHASE = "container started"
+# (phase, pattern) in the order a healthy boot shows them; each is reported once. Every pattern
+# matches a line that vLLM, tpu-inference or uvicorn really logs; the comments name the file.
 PHASES = (
     (
         "weights downloaded",
-        re.compile(r"Time spent downloading weights|Loading weights took|Model loading took"),
+        re.compile(
+            # vllm/model_executor/model_loader/weight_utils.py (download_weights_from_hf):
+            # "Time spent downloading weights for %s: %.6f seconds" (only downloads over 0.5 s)
+            r"Time spent downloading weights for "
+            # vllm/model_executor/model_loader/default_loader.py (DefaultModelLoader.
+            # load_weights, which tpu-inference's flax_nnx loader calls): "Loading weights took"
+            r"|Loading weights took "
+            # tpu_inference/runner/tpu_runner.py (load_model): "Init model | hbm=[...]GiB"
+            r"|Init model \| hbm="
+        ),
     ),
-    ("Memory statistics (HBM budget)", re.compile(r"Memory statistics")),
+    (
+        "Memory statistics (HBM budget)",
+        # tpu_inference/worker/tpu_worker.py (determine_available_memory):
+        # "Memory statistics | total_hbm_limit_gb=...GiB | ..."
+        re.compile(r"Memory statistics \| "),
+    ),
     (
         "KV cache initialised",
-        re.compile(r"Init kv-cache|GPU KV cache size|num_gpu_blocks|KV cache (?:size|blocks)"),
+        re.compile(
+            # vllm/v1/core/kv_cache_utils.py (_report_kv_cache_config):
+            # "GPU KV cache size: %s tokens"
+            r"GPU KV cache size: "
+            # tpu_inference/runner/kv_cache_manager.py (_log_kv_cache_init):
+            # "Init kv-cache | num_total_layers=... | num_blocks=[...] | ..."
+            r"|Init kv-cache \| "
+        ),
     ),
-    ("compiling (the long part: XLA)", re.compile(r"Precompil|Compiling |Compilation of ")),
-    ("server starting", re.compile(r"Started server process|Waiting for application startup")),
+    (
+        "compiling (the long part: XLA)",
+        # tpu_inference/runner/compilation_manager.py: "Precompile all the subgraphs with
+        # possible input shapes.", "Precompile NAME --> {...}" and
+        # "Compilation of %s finished in %.2f [secs]."
+        re.compile(r"Precompile |Compilation of .* finished in "),
+    ),
+    (
+        "server starting",
+        re.compile(
+            # uvicorn/server.py (Server._serve): "Started server process [%d]"
+            r"Started server process "
+            # uvicorn/lifespan/on.py (LifespanOn.startup): "Waiting for application startup."
+            r"|Waiting for application startup\."
+        ),
+    ),
 )
+# The budget line of tpu_inference/worker/tpu_worker.py, which f-strings each figure as
+# `name=valueGiB` (f"{total_hbm_limit_gb=}GiB").
 HBM_RE = re.compile(
     r"Memory statistics.*?total_hbm_limit_gb=(?P<total>[\d.]+)GiB.*?"
     r"total_hbm_limit_cap_gb=(?P<usable>[\d.]+)GiB.*?total_hbm_used_gb=(?P<used>[\d.]+)GiB.*?"
@@ -51,8 +97,27 @@ HBM_RE = re.compile(
 )
 
 
+class Clock:
+    """When the script started, and when it last printed a line (for the heartbeat)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.last_line = self.start
+
+
+CLOCK = Clock()
+
+
 def say(start: float, message: str) -> None:
     print(f"[{time.monotonic() - start:6.0f}s] {message}", flush=True)
+    CLOCK.last_line = time.monotonic()
+
+
+def heartbeat(start: float, phase: str, tail: collections.deque[str]) -> None:
+    """One line while nothing else is printed: elapsed time, the phase passed last, and the
+    container's last log line, so the session is never idle and the operator sees progress."""
+    last = tail[-1].strip()[:200] if tail else "(no log line yet)"
+    say(start, f"still waiting, phase: {phase}; last log line: {last}")
 
 
 def docker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -131,12 +196,16 @@ def http_get(url: str, api_key: str | None = None) -> tuple[bool, str]:
     return done.returncode == 0, done.stdout
 
 
-def verify_endpoint(start: float, port: int, model: str, tail: collections.deque[str]) -> None:
+def verify_endpoint(
+    start: float, port: int, model: str, tail: collections.deque[str], beat: float
+) -> None:
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     healthy, _ = http_get(f"{base}/health")
     while not healthy and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(min(1.0, beat))
+        if time.monotonic() - CLOCK.last_line >= beat:
+            say(start, "still waiting for /health to answer 200")
         healthy, _ = http_get(f"{base}/health")
     if not healthy:
         fail(start, "/health did not answer 200 after startup complete", tail)
@@ -174,9 +243,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--poll", type=float, default=1.0)
+    parser.add_argument("--heartbeat", type=float, default=HEARTBEAT_SECONDS)
     parser.add_argument("--cache-result", default="")
     args = parser.parse_args()
-    start = time.monotonic()
+    start = CLOCK.start
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     first = inspect(args.container)
     if first is None:
@@ -187,22 +257,24 @@ def main() -> None:
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=follow, args=(args.container, lines), daemon=True).start()
     seen: set[str] = set()
+    phase = FIRST_PHASE
     hbm: dict[str, float] | None = None
     next_check = time.monotonic() + args.poll
     ended = False
     while True:
         try:
-            line = lines.get(timeout=min(args.poll, 0.5))
+            line = lines.get(timeout=min(args.poll, args.heartbeat, 0.5))
         except queue.Empty:
             line = ""
         if line is None:
             ended = True
         elif line:
             tail.append(line)
-            for phase, pattern in PHASES:
-                if phase not in seen and pattern.search(line):
-                    seen.add(phase)
-                    say(start, phase)
+            for name, pattern in PHASES:
+                if name not in seen and pattern.search(line):
+                    seen.add(name)
+                    phase = name
+                    say(start, name)
             match = HBM_RE.search(line)
             if match and hbm is None:
                 hbm = {f"{k}_gib": float(v) for k, v in match.groupdict().items()}
@@ -227,9 +299,11 @@ def main() -> None:
                 fail(start, "the log ended while the container runs", tail)
         if time.monotonic() - start > args.timeout:
             fail(start, f"not ready after {args.timeout:.0f} s (vllm.readinessTimeout)", tail)
+        if time.monotonic() - CLOCK.last_line >= args.heartbeat:
+            heartbeat(start, phase, tail)
     began = parse_started(started_at)
     startup = round(time.time() - began, 1) if began else round(time.monotonic() - start, 1)
-    verify_endpoint(start, args.port, args.model, tail)
+    verify_endpoint(start, args.port, args.model, tail, args.heartbeat)
     cache = read_cache_result(args.cache_result)
     warm = f"warm: {cache['files']} files from {cache['generation']}" if cache["restored"] else ""
     say(start, f"compile cache: {warm or 'cold (' + str(cache.get('reason') or '') + ')'}")

@@ -54,8 +54,8 @@ LATEST = "LATEST"
 # JAX's LRU cache keeps `KEY-cache` entries and, with eviction on, `KEY-atime` stamps
 # (jax/_src/lru_cache.py); the stamps change on every read, so they are not worth carrying.
 SKIP_SUFFIXES = ("-atime", ".tmp", ".lock")
-# A file written in the last seconds may still be growing (a lazy compile after ready).
-SETTLE_SECONDS = 2.0
+# A file that changed within this pause may still be growing (a lazy compile after ready).
+SETTLE_SECONDS = 1.0
 DEFAULT_SAVE_TIMEOUT = 1800.0
 
 
@@ -101,22 +101,37 @@ def file_sha256(path: str) -> str:
 
 
 def local_files(root: str, settle: float = 0.0) -> dict[str, str]:
-    """{relative path: absolute path} of the cache entries under root."""
+    """{relative path: absolute path} of the cache entries under root.
+
+    JAX writes an entry in place (`cache_path.write_bytes`, jax/_src/lru_cache.py), so with
+    `settle` only files whose size and mtime did not change across that pause are taken: a
+    file still being written (a lazy compile after ready) waits for the next save.
+    """
     found: dict[str, str] = {}
-    cutoff = time.time() - settle
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
             if name.startswith(".") or name.endswith(SKIP_SUFFIXES) or name == MANIFEST:
                 continue
             path = os.path.join(folder, name)
+            found[os.path.relpath(path, root)] = path
+    if not settle:
+        return found
+
+    def stats() -> dict[str, tuple[int, int]]:
+        seen: dict[str, tuple[int, int]] = {}
+        for rel, path in found.items():
             try:
-                if settle and os.path.getmtime(path) > cutoff:
-                    continue
+                info = os.stat(path)
             except OSError:
                 continue
-            found[os.path.relpath(path, root)] = path
-    return found
+            seen[rel] = (info.st_size, info.st_mtime_ns)
+        return seen
+
+    before = stats()
+    time.sleep(settle)
+    after = stats()
+    return {rel: found[rel] for rel in after if before.get(rel) == after[rel]}
 
 
 def split_gs(url: str) -> tuple[str, str]:
@@ -485,14 +500,22 @@ def verify(staging: str) -> tuple[dict[str, int], int, str]:
 
 
 def install(staging: str, good: dict[str, int], target: str) -> tuple[int, int]:
-    """Copy verified entries into the cache directory; (files, bytes) now in place."""
+    """Copy verified entries into the cache directory; (files, bytes) now in place.
+
+    Each `KEY-cache` gets a fresh `KEY-atime` stamp (8 bytes, little-endian ns): JAX's LRU
+    eviction reads one for every entry and fails on a missing one (jax/_src/lru_cache.py).
+    """
     files = size = 0
+    stamp = time.time_ns().to_bytes(8, "little")
     for rel, nbytes in good.items():
         dest = os.path.join(target, rel)
         if not (os.path.exists(dest) and os.path.getsize(dest) == nbytes):
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.copyfile(os.path.join(staging, rel), dest + ".restore.tmp")
             os.replace(dest + ".restore.tmp", dest)
+        if rel.endswith("-cache") and not os.path.exists(dest[: -len("-cache")] + "-atime"):
+            with open(dest[: -len("-cache")] + "-atime", "wb") as handle:
+                handle.write(stamp)
         files += 1
         size += nbytes
     return files, size

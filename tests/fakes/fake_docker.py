@@ -26,7 +26,8 @@ State directory layout (tests normally use ``tests.fakes.ssh_host.FakeDocker`` i
     daemon.json            knobs: {"require_sudo": true, "pull_errors": {"img:tag": "message"}}
     scenario.json          scenario for the next ``docker run`` (object), or a list: the Nth run
                            uses item N, the last item repeats. Keys: log, speed, exit_at,
-                           exit_code, restart_log (see ``Scenario`` in ssh_host.py)
+                           exit_code, restart_log, health_status (see ``Scenario`` in
+                           ssh_host.py)
     run_count              how many ``docker run`` calls consumed a scenario so far
     containers/<id>/       config.json, state.json, <id>-json.log (json-file driver lines),
                            control.json (runtime knob written by tests), supervisor.log
@@ -2443,6 +2444,11 @@ class VllmHTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     info: ServeInfo
     container: Container
+    #: What ``GET /health`` answers. vLLM answers 200 while the engine is healthy and 503 once
+    #: it is dead (``EngineDeadError``; vllm-project/vllm
+    #: ``vllm/entrypoints/serve/instrumentator/health.py``); a scenario's ``health_status``
+    #: models a server whose engine died right after ``Application startup complete.``.
+    health_status: int = 200
 
 
 class VllmHandler(http.server.BaseHTTPRequestHandler):
@@ -2457,9 +2463,13 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
         return
 
     def _access_log(self, code: int) -> None:
-        phrase = {200: "OK", 401: "Unauthorized", 404: "Not Found", 400: "Bad Request"}.get(
-            code, ""
-        )
+        phrase = {
+            200: "OK",
+            401: "Unauthorized",
+            404: "Not Found",
+            400: "Bad Request",
+            503: "Service Unavailable",
+        }.get(code, "")
         with contextlib.suppress(OSError):
             self.server.container.append_log(
                 "stdout",
@@ -2524,7 +2534,7 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path in ("/health", "/ping"):
-            self._send(200, b"", "application/json")
+            self._send(self.server.health_status, b"", "application/json")
         elif path == "/version":
             self._send(200, {"version": VLLM_VERSION})
         elif path == "/metrics":
@@ -2594,20 +2604,96 @@ UVICORN_SHUTDOWN = (
 )
 
 
+# The JAX persistent compilation cache, as vLLM on TPU keeps it: VLLM_XLA_CACHE_PATH defaults
+# to ~/.cache/vllm/xla_cache (vllm envs.py), and JAX's LRU cache writes one `KEY-cache` file per
+# compiled program (jax/_src/lru_cache.py), KEY hashing the program, versions, flags and
+# topology (jax/_src/cache_key.py). The fake's KEY hashes the image, the serve flags that change
+# programs and the subgraph named by tpu-inference's "Compilation of NAME --> {...}" line.
+XLA_CACHE_MOUNT = "/root/.cache/vllm"
+XLA_CACHE_SUBDIR = "xla_cache"
+_COMPILED_RE = re.compile(r"Compilation of (.+?) finished in")
+_NOT_IN_KEY = ("--port", "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice")
+
+
+def xla_cache_dir(container: Container) -> Path | None:
+    """The host directory the container's XLA cache lands in (its ~/.cache/vllm bind mount)."""
+    for mount in container.config.get("Mounts", []):
+        if mount.get("Type") == "bind" and mount.get("Destination") == XLA_CACHE_MOUNT:
+            return Path(mount["Source"]) / XLA_CACHE_SUBDIR
+    return None
+
+
+def xla_entry(container: Container, subject: str, size: int) -> tuple[str, bytes]:
+    """(file name, content) of the cache entry for one compiled subgraph."""
+    args = find_vllm_args(container.command_argv())
+    keyed: list[str] = []
+    skip_next = False
+    for index, arg in enumerate(args):
+        if skip_next:
+            skip_next = False
+            continue
+        if arg in _NOT_IN_KEY:
+            has_value = index + 1 < len(args) and not args[index + 1].startswith("--")
+            skip_next = has_value and arg != "--enable-auto-tool-choice"
+            continue
+        keyed.append(arg)
+    material = json.dumps([normalize_image(str(container.config.get("Image"))), keyed, subject])
+    key = hashlib.sha256(material.encode()).hexdigest()
+    head = f"FAKE-XLA-EXECUTABLE {key}\n".encode()
+    body = hashlib.sha256(key.encode()).digest() * (max(size - len(head), 0) // 32 + 1)
+    function = subject.split(maxsplit=1)[0]
+    return f"jit_{function}-{key}-cache", (head + body)[: max(size, len(head))]
+
+
 class Boot:
     """One run of the container process (first start or a restart)."""
 
     def __init__(self, container: Container, log_name: str, scenario: JSONDict) -> None:
         self.container = container
         self.entries = load_fixture(resolve_fixture(log_name))
+        # With `warm_log`, the boot reads the XLA cache: complete and intact, it replays the
+        # warm log (compiles load from disk); otherwise the cold one, writing each entry as
+        # its compilation finishes.
+        self.xla_dir = xla_cache_dir(container) if scenario.get("warm_log") else None
+        self.xla_bytes = int(scenario.get("xla_entry_bytes", 16384))
+        self.warm = False
+        if self.xla_dir is not None and self._cache_complete():
+            self.entries = load_fixture(resolve_fixture(str(scenario["warm_log"])))
+            self.warm = True
         self.speed = float(scenario.get("speed", 1.0)) or 1.0
         exit_at = scenario.get("exit_at")
         self.exit_at = float(exit_at) if exit_at is not None else None
         self.exit_code = int(scenario.get("exit_code", 137))
+        self.health_status = int(scenario.get("health_status", 200))
         self.info = serve_info(container)
         self.sock: socket.socket | None = None
         self.server: VllmHTTPServer | None = None
         self.thread: threading.Thread | None = None
+
+    def _expected_entries(self) -> list[tuple[str, bytes]]:
+        subjects = [m.group(1) for e in self.entries if (m := _COMPILED_RE.search(e.text))]
+        return [xla_entry(self.container, s, self.xla_bytes) for s in subjects]
+
+    def _cache_complete(self) -> bool:
+        assert self.xla_dir is not None
+        for name, content in self._expected_entries():
+            try:
+                if (self.xla_dir / name).read_bytes() != content:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def _write_entry(self, text: str) -> None:
+        match = _COMPILED_RE.search(text)
+        if self.xla_dir is None or self.warm or not match:
+            return
+        name, content = xla_entry(self.container, match.group(1), self.xla_bytes)
+        with contextlib.suppress(OSError):
+            self.xla_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.xla_dir / f".{name}.tmp"
+            tmp.write_bytes(content)
+            os.replace(tmp, self.xla_dir / name)
 
     def _listen_port(self) -> int | None:
         cfg = self.container.config
@@ -2654,6 +2740,7 @@ class Boot:
         server.server_address = self.sock.getsockname()
         server.info = self.info
         server.container = self.container
+        server.health_status = self.health_status
         server.server_activate()  # listen(): from here on connections succeed
         self.server = server
         self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -2687,6 +2774,8 @@ class Boot:
         """Replay; returns (outcome, exit_code, control) with outcome exit|stop|kill|restart."""
         if not self._bind():
             return "exit", 1, None
+        if self.xla_dir is not None:
+            self.container.update_state(XlaCache="warm" if self.warm else "cold")
         t0 = time.monotonic()
         try:
             for entry in self.entries:
@@ -2707,6 +2796,7 @@ class Boot:
                 self.container.append_log(
                     entry.stream, entry.text.replace("${PORT}", str(self.info.port))
                 )
+                self._write_entry(entry.text)
                 if READY_MARKER in entry.text:
                     self._serve()
             if self.exit_at is not None:

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -40,7 +41,8 @@ def record(argv: list[str]) -> None:
     state = os.environ.get("FAKE_DOCKER_STATE")
     if state:
         with open(os.path.join(state, "gcloud_invocations.jsonl"), "a", encoding="utf-8") as log:
-            log.write(json.dumps({"argv": ["gcloud", *argv], "env": dict(os.environ)}) + "\n")
+            entry = {"argv": ["gcloud", *argv], "env": dict(os.environ), "time": time.time()}
+            log.write(json.dumps(entry) + "\n")
 
 
 def fail(status: str, message: str) -> None:

@@ -18,6 +18,14 @@ Per-test environment (e.g. ``GCE_METADATA_HOST=127.0.0.1:PORT``) goes into sshd'
 start, never through ``AcceptEnv``/client-side ``SendEnv`` (pulumi-command's ``environment``
 needs ``AcceptEnv`` on the VM; the project must not rely on it).
 
+The guest agent's account window: on a real node sshd is up before the guest agent has created
+the ``ssh-keys`` user. GoogleCloudPlatform/guest-agent ``non_windows_accounts.go``
+(``accountsMgr.Set``) runs ``createGoogleUser`` (``useradd``) for a metadata user that has no
+passwd entry, and only then ``updateAuthorizedKeysFile`` writes its keys; until both are done
+sshd refuses the key ("Permission denied (publickey)", the same answer it gives for an unknown
+user). ``user_created_after=SECONDS`` (or ``None`` with ``create_user()`` called by the test)
+models that: the authorized keys are installed only then, so authentication fails before.
+
 Use ``ssh_host`` for defaults or ``ssh_host_factory(env=..., images_present=...)``; register the
 fixtures with ``pytest_plugins = ("tests.fakes.ssh_host",)`` in ``tests/conftest.py``.
 """
@@ -68,12 +76,21 @@ class Scenario(_ScenarioRequired, total=False):
     ``speed``: fixture seconds per wall-clock second (2000 turns an 857 s boot into 0.43 s).
     ``exit_at``: fixture time at which the container dies silently; ``exit_code`` (default 137).
     ``restart_log``: log replayed after a restart (default: ``log``).
+    ``health_status``: what ``GET /health`` answers once the server listens (default 200; 503
+    is vLLM's answer when its engine has died).
+    ``warm_log``: the container models JAX's XLA cache in its ``~/.cache/vllm`` mount: when
+    every entry the cold ``log`` compiles is there intact, it replays ``warm_log`` instead;
+    otherwise it replays ``log`` and writes each entry as its compilation finishes.
+    ``xla_entry_bytes``: size of each fake cache entry (default 16384).
     """
 
     speed: float
     exit_at: float
     exit_code: int
     restart_log: str
+    health_status: int
+    warm_log: str
+    xla_entry_bytes: int
 
 
 class SshHostFactory(Protocol):
@@ -85,6 +102,7 @@ class SshHostFactory(Protocol):
         env: Mapping[str, str] | None = None,
         images_present: Iterable[str] = (),
         docker_requires_sudo: bool = True,
+        user_created_after: float | None = 0.0,
     ) -> SshHost: ...
 
 
@@ -117,6 +135,7 @@ class FakeDocker:
         exit_at: float | None = None,
         exit_code: int | None = None,
         restart_log: str | None = None,
+        health_status: int | None = None,
     ) -> None:
         """Every following ``docker run`` replays ``log`` at ``speed``x."""
         scenario: Scenario = {"log": log, "speed": speed}
@@ -126,6 +145,8 @@ class FakeDocker:
             scenario["exit_code"] = exit_code
         if restart_log is not None:
             scenario["restart_log"] = restart_log
+        if health_status is not None:
+            scenario["health_status"] = health_status
         self._write("scenario.json", scenario)
 
     def set_scenarios(self, scenarios: Sequence[Scenario]) -> None:
@@ -344,7 +365,9 @@ class SshHost:
     AAAA...``, what ``ConnectionArgs.host_key`` pins); ``home`` (the remote ``~``);
     ``root_home`` (``~`` under the fake sudo); ``docker_state`` and ``docker`` (the fake
     daemon's state dir and its test-side handle); ``env`` (everything sshd ``SetEnv``s);
-    ``sshd_log`` (sshd's own log, handy when a connection fails).
+    ``sshd_log`` (sshd's own log, handy when a connection fails); ``vllm_port`` (a free
+    loopback port for this VM's fake vLLM: tests set the stack's ``vllm.port`` to it, so two
+    test runs on one machine never both bind vLLM's default 8000).
     """
 
     host: str
@@ -359,12 +382,14 @@ class SshHost:
     env: dict[str, str]
     workdir: Path
     sshd_log: Path
+    vllm_port: int
 
     def __init__(self) -> None:  # use SshHost.start()
         self._proc: subprocess.Popen[bytes] | None = None
         self._clients: list[subprocess.Popen[bytes]] = []
         self._created_uid: int | None = None
         self._stopped = False
+        self._agent_timer: threading.Timer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -374,13 +399,18 @@ class SshHost:
         env: Mapping[str, str] | None = None,
         images_present: Iterable[str] = (),
         docker_requires_sudo: bool = True,
+        user_created_after: float | None = 0.0,
     ) -> SshHost:
-        """Create user, keys, harness copy and fake-docker state; start sshd and wait for it."""
+        """Create user, keys, harness copy and fake-docker state; start sshd and wait for it.
+
+        ``user_created_after``: seconds after sshd is up until the guest agent has created the
+        login (0: at once; None: when the test calls ``create_user()``)."""
         missing = _missing_tools()
         if missing:
             raise RuntimeError(f"missing {missing}; install with: {APT_HINT}")
         self = cls()
         self.host = HOST
+        self.vllm_port = _free_port()
         # The SSH user runs the fake bin/ from here: pick a base that is not mounted noexec.
         base = os.environ.get("TPU_VLLM_SSH_TMPDIR")
         self.workdir = Path(tempfile.mkdtemp(prefix="tpu-vllm-sshd-", dir=base))
@@ -390,7 +420,25 @@ class SshHost:
         except BaseException:
             self.stop()
             raise
+        if user_created_after == 0.0:
+            self.create_user()
+        elif user_created_after is not None:
+            timer = threading.Timer(user_created_after, self.create_user)
+            timer.daemon = True
+            timer.start()
+            self._agent_timer = timer
         return self
+
+    def create_user(self) -> None:
+        """What the guest agent does once it gets to the ``ssh-keys`` user: install the key."""
+        tmp = self._authorized.with_suffix(".tmp")
+        tmp.write_text(self._client_public_key)
+        tmp.chmod(0o644)
+        tmp.replace(self._authorized)
+
+    @property
+    def user_created(self) -> bool:
+        return self._authorized.read_text().strip() != ""
 
     def _setup(self, extra_env: dict[str, str], images: list[str], requires_sudo: bool) -> None:
         work = self.workdir
@@ -407,8 +455,11 @@ class SshHost:
         self.client_private_key_openssh = self._key_path.read_text()
         self.host_public_key = " ".join((keys / "host.pub").read_text().split()[:2])
         # sshd reads authorized_keys as the target user, so it cannot live in the 0700 keys dir.
+        # Empty until the "guest agent" creates the user (see ``create_user``).
         authorized = work / "authorized_keys"
-        authorized.write_text((keys / "client.pub").read_text())
+        self._authorized = authorized
+        self._client_public_key = (keys / "client.pub").read_text()
+        authorized.write_text("")
         authorized.chmod(0o644)
 
         # The SSH user may not be able to read the checkout (e.g. under /root): copy the fakes.
@@ -584,6 +635,8 @@ class SshHost:
         if self._stopped:
             return
         self._stopped = True
+        if self._agent_timer is not None:
+            self._agent_timer.cancel()
         for client in self._clients:
             if client.poll() is None:
                 client.kill()
@@ -713,12 +766,16 @@ def ssh_host_factory() -> Iterator[SshHostFactory]:
         env: Mapping[str, str] | None = None,
         images_present: Iterable[str] = (),
         docker_requires_sudo: bool = True,
+        user_created_after: float | None = 0.0,
     ) -> SshHost:
         missing = _missing_tools()
         if missing:
             _skip_or_fail(f"real-SSH tests need {missing}: {APT_HINT}")
         host = SshHost.start(
-            env=env, images_present=images_present, docker_requires_sudo=docker_requires_sudo
+            env=env,
+            images_present=images_present,
+            docker_requires_sudo=docker_requires_sudo,
+            user_created_after=user_created_after,
         )
         started.append(host)
         return host

@@ -29,6 +29,29 @@ Behaviour choices, where the real API is not precisely known or a test needs som
 * ``acceleratorType`` must look like a real gcloud spelling (``v5litepod-1``, ``v6e-4``: so
   ``v5e-1`` is rejected) and ``runtimeVersion`` must fit the family (see ``RUNTIME_VERSIONS``).
 * Deleting a queued resource that is already DELETING answers a new operation (idempotent).
+* ``queuedResources.create`` answers a long-running Operation, as gcloud expects
+  (``googlecloudsdk`` ``surface/compute/tpus/queued_resources/create.yaml`` waits on it unless
+  ``--async``); it is ``done`` once the request is ACCEPTED, or ends with ``error`` (a
+  ``google.rpc.Status``) in the ``operation_error`` zone mode, after which the queued resource
+  is gone. Which refusals the real API sends this way rather than as HTTP errors is not
+  documented; the fake can do both.
+* ``requestId`` ("Idempotent request UUID." in the discovery document): a create that repeats
+  one already seen answers 409 ALREADY_EXISTS (``replay_answer="already_exists"``, the issue's
+  observation of a replayed create) or the first operation again (``"operation"``, AIP-155).
+* ``fail_next(..., take_effect=True)`` lets the request change state and then answers the error,
+  as when a front end times out (504) after the backend committed: the client's retry is then a
+  replay.
+* ``visibility_delay``: reads (get, list) of a new queued resource answer 404 for that long
+  after the create (eventual consistency). Deletes see it at once, so cleanup never misses it.
+* ``reject_service_account(email, seconds)``: a node service account the API cannot see yet
+  (IAM propagation) is refused with ``Service account EMAIL does not exist.``, the wording
+  Google APIs use for an unknown account (Compute Engine ``badRequest``, e.g.
+  midl-dev/tezos-on-gke#45), as an HTTP 400 or as the operation's error.
+* ``delete_refusal``/``undeletable_states``: seed 000 says a PROVISIONING queued resource cannot
+  be deleted but names no error code, so the code is a knob (default 400 FAILED_PRECONDITION).
+* ``qr_reports_termination_time=False`` leaves ``runDuration.terminationTime`` empty; the node's
+  ``schedulingConfig.terminationTimestamp`` (where Google's flex-start doc says to read the end
+  time) is still set.
 * ``fields=`` partial responses are accepted and ignored.
 * A node has a single network endpoint (single-host slices only).
 * ``failedData.error`` texts (no capacity, ``validUntilDuration`` expiry) are plausible, not
@@ -85,7 +108,15 @@ FAILED = "FAILED"
 DELETING = "DELETING"
 _REMOVED = "REMOVED"  # internal: the resource is gone (GET -> 404)
 
-ZoneMode = Literal["ok", "reject_invalid_argument", "resource_exhausted", "fail", "never_capacity"]
+ZoneMode = Literal[
+    "ok",
+    "reject_invalid_argument",
+    "resource_exhausted",
+    "fail",
+    "never_capacity",
+    "operation_error",
+]
+ReplayAnswer = Literal["already_exists", "operation"]
 HostKeyMode = Literal["present", "late", "absent"]
 
 # Families whose runtime is pinned in DESIGN.md ("facts checked against sources").
@@ -191,6 +222,8 @@ class ZoneBehavior:
         ``failedData.error {code: error_code, message}``.
       * ``never_capacity`` - stays in WAITING_FOR_RESOURCES; if ``queueingPolicy.
         validUntilDuration`` was set it goes FAILED once that (scaled) duration has passed.
+      * ``operation_error`` - the create answers an Operation that ends, after the CREATING
+        duration, with ``error {code: error_code, message}``; the queued resource is then gone.
     """
 
     mode: ZoneMode = "ok"
@@ -686,6 +719,7 @@ class _QueuedResource:
     state_since: float = 0.0
     state_initiator: str | None = None
     failed_error: dict[str, Any] | None = None
+    operation_error: dict[str, Any] | None = None
     node_exists: bool = False
     node_created_at: float | None = None
     active_since: float | None = None
@@ -745,6 +779,7 @@ class _FaultRule:
     status: int
     methods: frozenset[str] | None
     message: str | None
+    take_effect: bool = False
 
 
 @dataclass
@@ -811,7 +846,9 @@ class FakeTpuApi(LoopbackHttpServer):
     ``default_zone_behavior``), ``seconds_per_run_second`` (fake-clock seconds per second of
     ``maxRunDuration``/``validUntilDuration``; 1.0 = real time), ``host_key_mode``,
     ``host_key_delay``, ``host_keys`` (key type -> base64 blob), ``reject_delete_while_
-    provisioning``, ``validator.strict_integers``, ``token``.
+    provisioning``, ``delete_refusal`` ((HTTP status, status name)), ``undeletable_states``,
+    ``replay_answer``, ``visibility_delay``, ``qr_reports_termination_time``,
+    ``validator.strict_integers``, ``token``.
     """
 
     def __init__(
@@ -836,6 +873,12 @@ class FakeTpuApi(LoopbackHttpServer):
         self.host_key_delay = host_key_delay
         self.host_keys: dict[str, str] = dict(host_keys or {"ssh-ed25519": DEFAULT_HOST_KEY})
         self.reject_delete_while_provisioning = reject_delete_while_provisioning
+        self.delete_refusal: tuple[int, str] = (400, "FAILED_PRECONDITION")
+        self.undeletable_states: frozenset[str] = frozenset({PROVISIONING})
+        self.replay_answer: ReplayAnswer = "already_exists"
+        self.visibility_delay = 0.0
+        self.qr_reports_termination_time = True
+        self._hidden_accounts: dict[str, tuple[float, bool]] = {}
         self.validator = SchemaValidator(strict_integers=strict_integers)
         self.zones: dict[str, ZoneBehavior] = {}
         self.default_zone_behavior = ZoneBehavior()
@@ -916,17 +959,29 @@ class FakeTpuApi(LoopbackHttpServer):
         status: int = 503,
         methods: Iterable[str] | None = None,
         message: str | None = None,
+        take_effect: bool = False,
     ) -> None:
         """Answer the next ``n`` matching requests with ``status`` in Google shape.
 
         ``methods`` entries match an HTTP verb (``"POST"``), a full discovery id, or its tail
         (``"queuedResources.create"``, ``"get"``); ``None`` matches every request. Requests
-        failed this way change nothing. Authentication is checked first.
+        failed this way change nothing, unless ``take_effect``: then the request is carried out
+        and only its answer is replaced by the error (a response lost after the commit).
+        Authentication is checked first.
         """
         with self._lock:
             self._faults.append(
-                _FaultRule(n, status, frozenset(methods) if methods else None, message)
+                _FaultRule(n, status, frozenset(methods) if methods else None, message, take_effect)
             )
+
+    def reject_service_account(
+        self, email: str, seconds: float, *, in_operation: bool = False
+    ) -> None:
+        """Refuse creates naming ``email`` as the node's service account for ``seconds`` (on
+        the fake's clock), as while a new account propagates through IAM: 400 INVALID_ARGUMENT,
+        or, with ``in_operation``, an Operation that ends with that error."""
+        with self._lock:
+            self._hidden_accounts[email] = (self.clock() + seconds, in_operation)
 
     def expire(self, name: str) -> None:
         """End an ACTIVE queued resource's run now, as when its flex-start duration runs out."""
@@ -995,7 +1050,9 @@ class FakeTpuApi(LoopbackHttpServer):
         with self._lock:
             try:
                 self._authenticate(headers, query)
-                self._inject_fault(verb, route)
+                fault = self._take_fault(verb, route)
+                if fault is not None and not fault.take_effect:
+                    raise self._fault_error(fault)
                 if route is None:
                     raise ApiError(404, "NOT_FOUND", f"Requested entity was not found: {path}")
                 self._check_query(route, query)
@@ -1007,6 +1064,8 @@ class FakeTpuApi(LoopbackHttpServer):
                         501, "UNIMPLEMENTED", f"{route.method_id} is not implemented by the fake"
                     )
                 status, payload, extra = 200, handler(_Call(route, params, query, body)), {}
+                if fault is not None:
+                    raise self._fault_error(fault)
             except ApiError as error:
                 status, payload, extra = error.http_status, error.to_json(), error.headers
             self.requests.append(
@@ -1053,7 +1112,7 @@ class FakeTpuApi(LoopbackHttpServer):
                 headers=challenge,
             )
 
-    def _inject_fault(self, verb: str, route: _Route | None) -> None:
+    def _take_fault(self, verb: str, route: _Route | None) -> _FaultRule | None:
         method_id = route.method_id if route else None
         for rule in self._faults:
             if rule.remaining <= 0:
@@ -1063,20 +1122,25 @@ class FakeTpuApi(LoopbackHttpServer):
             ):
                 continue
             rule.remaining -= 1
-            status_name = _HTTP_STATUS_NAMES.get(rule.status, "UNKNOWN")
-            message = rule.message or _FAULT_MESSAGES.get(rule.status, status_name)
-            details: list[dict[str, Any]] = []
-            if rule.status == 429:
-                details.append(
-                    {
-                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                        "reason": "RATE_LIMIT_EXCEEDED",
-                        "domain": "googleapis.com",
-                        "metadata": {"service": "tpu.googleapis.com"},
-                    }
-                )
-            raise ApiError(rule.status, status_name, message, details)
-        self._faults = [rule for rule in self._faults if rule.remaining > 0]
+            self._faults = [r for r in self._faults if r.remaining > 0]
+            return rule
+        return None
+
+    @staticmethod
+    def _fault_error(rule: _FaultRule) -> ApiError:
+        status_name = _HTTP_STATUS_NAMES.get(rule.status, "UNKNOWN")
+        message = rule.message or _FAULT_MESSAGES.get(rule.status, status_name)
+        details: list[dict[str, Any]] = []
+        if rule.status == 429:
+            details.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "RATE_LIMIT_EXCEEDED",
+                    "domain": "googleapis.com",
+                    "metadata": {"service": "tpu.googleapis.com"},
+                }
+            )
+        return ApiError(rule.status, status_name, message, details)
 
     @staticmethod
     def _check_query(route: _Route, query: Mapping[str, str]) -> None:
@@ -1118,6 +1182,8 @@ class FakeTpuApi(LoopbackHttpServer):
         since = qr.state_since
         behavior = qr.behavior
         if qr.state == CREATING:
+            if behavior.mode == "operation_error":
+                return since + d.creating, _REMOVED, self._capacity_error(qr)
             return since + d.creating, ACCEPTED, None
         if qr.state == ACCEPTED:
             return since + d.accepted, WAITING_FOR_RESOURCES, None
@@ -1169,6 +1235,7 @@ class FakeTpuApi(LoopbackHttpServer):
         elif state == _REMOVED:
             qr.node_exists = False
             qr.removed_at = at
+            qr.operation_error = error
             self._qrs.pop(qr.name, None)
 
     @staticmethod
@@ -1213,7 +1280,12 @@ class FakeTpuApi(LoopbackHttpServer):
         out: dict[str, Any] = {"name": qr.name, "createTime": rfc3339(self._wall(qr.created_at))}
         out.update(copy.deepcopy(qr.body))
         run = out.get("runDuration")
-        if run is not None and qr.active_since is not None and qr.max_run_seconds is not None:
+        if (
+            run is not None
+            and qr.active_since is not None
+            and qr.max_run_seconds is not None
+            and self.qr_reports_termination_time
+        ):
             run["terminationTime"] = rfc3339(self._wall(qr.active_since) + qr.max_run_seconds)
         state: dict[str, Any] = {"state": qr.state}
         if qr.state_initiator is not None:
@@ -1262,7 +1334,8 @@ class FakeTpuApi(LoopbackHttpServer):
 
     def _operation_json(self, op: _Operation) -> dict[str, Any]:
         self._advance(op.qr, self.clock())
-        end = op.qr.accepted_at if op.verb == "create" else op.qr.removed_at
+        failed = op.verb == "create" and op.qr.operation_error is not None
+        end = op.qr.accepted_at if op.verb == "create" and not failed else op.qr.removed_at
         metadata: dict[str, Any] = {
             "@type": f"type.googleapis.com/{PROTO_PACKAGE}.OperationMetadata",
             "createTime": rfc3339(self._wall(op.created_at)),
@@ -1274,7 +1347,9 @@ class FakeTpuApi(LoopbackHttpServer):
         out: dict[str, Any] = {"name": op.name, "metadata": metadata, "done": end is not None}
         if end is not None:
             metadata["endTime"] = rfc3339(self._wall(end))
-            if op.verb == "create":
+            if failed:
+                out["error"] = dict(op.qr.operation_error or {})
+            elif op.verb == "create":
                 response = self._qr_json(op.qr)
                 response["@type"] = f"type.googleapis.com/{PROTO_PACKAGE}.QueuedResource"
                 out["response"] = response
@@ -1307,9 +1382,12 @@ class FakeTpuApi(LoopbackHttpServer):
         body = self._validated_body(call, "QueuedResource", "queued_resource")
         self._advance_all()
         request_id = call.query.get("requestId")
-        if request_id and (zone, request_id) in self._request_ids:
-            return self._operation_json(self._operations[self._request_ids[(zone, request_id)]])
         qr_id = call.query.get("queuedResourceId", "")
+        if request_id and (zone, request_id) in self._request_ids:
+            first = self._operations[self._request_ids[(zone, request_id)]]
+            if self.replay_answer == "operation":
+                return self._operation_json(first)
+            raise ApiError(409, "ALREADY_EXISTS", f"Resource '{first.qr.name}' already exists")
         violations = _create_violations(project, zone, qr_id, body)
         if violations:
             raise _bad_request(violations)
@@ -1324,6 +1402,7 @@ class FakeTpuApi(LoopbackHttpServer):
                     409, "ALREADY_EXISTS", f"Resource '{other.node_name}' already exists"
                 )
         behavior = dataclasses.replace(self.zone_behavior(zone))
+        behavior = self._check_service_account(body, behavior)
         accelerator = body["tpu"]["nodeSpec"][0]["node"]["acceleratorType"]
         if behavior.mode == "reject_invalid_argument":
             message = behavior.message or (
@@ -1370,6 +1449,25 @@ class FakeTpuApi(LoopbackHttpServer):
             self._request_ids[(zone, request_id)] = op.name
         return self._operation_json(op)
 
+    def _check_service_account(
+        self, body: Mapping[str, Any], behavior: ZoneBehavior
+    ) -> ZoneBehavior:
+        """Refuse a node service account the API cannot see yet (``reject_service_account``)."""
+        email = body["tpu"]["nodeSpec"][0]["node"].get("serviceAccount", {}).get("email", "")
+        until, in_operation = self._hidden_accounts.get(email, (-math.inf, False))
+        if self.clock() >= until:
+            return behavior
+        message = f"Service account {email} does not exist."
+        if in_operation:
+            return ZoneBehavior(
+                mode="operation_error", message=message, error_code=_RPC_CODES["INVALID_ARGUMENT"]
+            )
+        raise _bad_request([FieldViolation("tpu.nodeSpec[0].node.serviceAccount.email", message)])
+
+    def _visible(self, qr: _QueuedResource) -> bool:
+        """False while reads still miss a new queued resource (``visibility_delay``)."""
+        return self.clock() >= qr.created_at + self.visibility_delay - _EPSILON
+
     def _qr_from_call(self, call: _Call) -> _QueuedResource:
         name = (
             f"projects/{call.params['projectsId']}/locations/{call.params['locationsId']}"
@@ -1382,7 +1480,10 @@ class FakeTpuApi(LoopbackHttpServer):
         return qr
 
     def _get_queued_resource(self, call: _Call) -> dict[str, Any]:
-        return self._qr_json(self._qr_from_call(call))
+        qr = self._qr_from_call(call)
+        if not self._visible(qr):
+            raise _not_found(qr.name)
+        return self._qr_json(qr)
 
     def _list_queued_resources(self, call: _Call) -> dict[str, Any]:
         project, zone = call.params["projectsId"], call.params["locationsId"]
@@ -1390,7 +1491,7 @@ class FakeTpuApi(LoopbackHttpServer):
         items = [
             self._qr_json(qr)
             for qr in self._qrs.values()
-            if (qr.project, qr.zone) == (project, zone)
+            if (qr.project, qr.zone) == (project, zone) and self._visible(qr)
         ]
         try:
             start = int(call.query.get("pageToken") or 0)
@@ -1422,12 +1523,15 @@ class FakeTpuApi(LoopbackHttpServer):
         force = force_raw in ("true", "1")
         if qr.state == DELETING:
             return self._operation_json(self._new_operation("delete", qr))
-        if qr.state == PROVISIONING and self.reject_delete_while_provisioning:
-            raise _failed_precondition(
-                f'Cannot delete queued resource "{qr.name}" in PROVISIONING state; wait until '
-                "it is ACTIVE or FAILED and try again.",
-                qr.name,
+        if qr.state in self.undeletable_states and self.reject_delete_while_provisioning:
+            message = (
+                f'Cannot delete queued resource "{qr.name}" in {qr.state} state; wait until '
+                "it is ACTIVE or FAILED and try again."
             )
+            http_status, status_name = self.delete_refusal
+            if status_name == "FAILED_PRECONDITION":
+                raise _failed_precondition(message, qr.name)
+            raise ApiError(http_status, status_name, message)
         if qr.node_exists and not force:
             raise _failed_precondition(
                 f'Queued resource "{qr.name}" has node "{qr.node_name}"; delete the nodes '

@@ -1,0 +1,65 @@
+"""How tpu-vllm words what it tells an operator, in one place so every message reads alike.
+
+The convention (the config checks, the provider and every script in scripts/ follow it):
+
+- An error or a warning is one line of full sentences and ends with a period (a question mark
+  where it ends on a did-you-mean). It names the key or thing, the value it had and the fix:
+  config problems read ``KEY = VALUE: what is wrong. Fix: what to do.``
+- Scripts prefix their lines with their name, then ``error:`` or ``warning:`` for those
+  (``save_hf_token: error: ...``); progress lines are short fragments without a period.
+- Values are shown as the stack file or API wrote them: strings quoted, everything else as
+  JSON, so an empty value reads ``null`` and never as Python's ``None``; a key that is absent
+  "is not set".
+- A value that is close to a valid one gets a did-you-mean, as an unknown key does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+_ENDINGS = (".", "?", "!")
+
+
+def sentence(text: str) -> str:
+    """``text`` on one line, ending with a period unless it already ends a sentence."""
+    line = " ".join(text.split())
+    return line if not line or line.endswith(_ENDINGS) else f"{line}."
+
+
+def show(value: Any) -> str:
+    """A value as the operator wrote it: strings quoted, the rest as JSON (None is ``null``)."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(str(value))
+
+
+def closest(value: Any, choices: Iterable[str]) -> str | None:
+    """The choice ``value`` most likely misspells (``flex_start`` -> ``flex-start``), if any."""
+    if not isinstance(value, str) or not value:
+        return None
+    options = list(choices)
+    lowered = {c.lower().replace("_", "-"): c for c in options}
+    normalised = value.strip().lower().replace("_", "-")
+    if normalised in lowered:
+        return lowered[normalised]
+    found = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(value: Any, choices: Iterable[str]) -> str:
+    """``did you mean `X`? `` for a near miss, else an empty string."""
+    match = closest(value, choices)
+    return f"did you mean `{match}`? " if match else ""
+
+
+def operator_line(prog: str, message: str) -> str:
+    """A script's stderr line: ``prog: message``; errors and warnings made sentences."""
+    if message.startswith(("error: ", "warning: ")):
+        message = sentence(message)
+    return f"{prog}: {message}"

@@ -1,0 +1,52 @@
+"""What happens when a flex-start run ends, and the command that renews the stack.
+
+For flex-start, expiry is the normal lifecycle: Google deletes the VM at `expires_at` and the
+queued resource goes to SUSPENDED. `scripts/renew.py STACK` notices that and runs
+`pulumi up --refresh`; `.github/workflows/renew.yml` runs it on a schedule. The program tells
+the user both facts (the `renew_command` output and a message at `pulumi up`), so nobody has to
+discover the expiry from a dead endpoint.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+#: The script, relative to the project root.
+RENEW_SCRIPT = "scripts/renew.py"
+#: How often `.github/workflows/renew.yml` runs it (its cron; a test keeps the two equal).
+SCHEDULE_MINUTES = 15
+
+
+def renew_command(stack: str) -> str:
+    """The command that renews `stack`; safe any time: it does nothing while the TPU is live."""
+    return f"python {RENEW_SCRIPT} {shlex.quote(stack)}"
+
+
+def expiry_notice(stack: str, max_run_seconds: int | None, expires_at: str | None) -> str:
+    """One line for the end of `pulumi up`: when the node goes away and what brings it back."""
+    command = renew_command(stack)
+    if max_run_seconds is None:
+        return (
+            f"{stack}: this TPU has no run limit (spot or on-demand): it bills until it is "
+            f"preempted or destroyed. If it is preempted, `{command}` requests a new one."
+        )
+    when = f"at {expires_at}" if expires_at else f"{max_run_seconds // 60} minutes after it started"
+    return (
+        f"{stack}: the flex-start run ends {when}; Google then deletes the VM and the endpoint "
+        f"stops answering until `{command}` requests a new node (.github/workflows/renew.yml "
+        f"runs it every {SCHEDULE_MINUTES} minutes for the stacks in RENEW_STACKS)."
+    )
+
+
+def gke_recycle_notice(stack: str, max_run_seconds: int | None) -> str:
+    """The GKE backend's line for the end of `pulumi up`: nodes end, but nothing needs renewing."""
+    if max_run_seconds is None:
+        return (
+            f"{stack}: the TPU nodes have no run limit (spot or on-demand): they bill until "
+            "preempted or destroyed; GKE replaces a preempted node for its pending pod."
+        )
+    return (
+        f"{stack}: each flex-start TPU node is deleted {max_run_seconds // 60} minutes after it "
+        "started; GKE then requests a new node for the pending pod, and the address stays. "
+        "There is nothing to renew (renew_command is empty on backend gke)."
+    )

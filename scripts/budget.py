@@ -1,0 +1,369 @@
+"""What one `pulumi up` of a stack can cost, in dollars and in time, before you run it.
+
+Why: a TPU bills by the hour and `pulumi up` can block for hours (capacity waits in several
+zones, then boot, then a long XLA compile). The README's "Costs and waits" table is this
+script's output, and a test checks that it still matches, so the figures follow the stack files,
+the catalog and the program's own timeouts. Every figure is read from what the program
+registers under Pulumi mocks (like `scripts/plan.py`): the queued resource's capacity wait and
+timings, the host-key wait, the SSH dial bounds, the secret fetch's deadline and the readiness
+timeout in the rendered remote scripts. GKE stacks (`tpu-vllm:backend: gke`) get a table of
+their own: cluster and node-pool creation, the load balancer, the first TPU node and readiness,
+read from the resources the GKE backend registers and the timeouts it sets.
+
+    python scripts/budget.py [STACK ...]      # default: every Pulumi.<stack>.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from components import gke, k8s_workload  # noqa: E402
+from components.config import parse_duration  # noqa: E402
+from components.queued_resource import Timing  # noqa: E402
+from components.ssh import dial_budget_seconds  # noqa: E402
+from scripts.plan import PLACEHOLDER_PROJECT, after_apply  # noqa: E402
+from scripts.program_runner import ProgramRun, run_program, stack_file_config  # noqa: E402
+
+COMMAND = "command:remote:Command"
+DYNAMIC = "pulumi-python:dynamic:Resource"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One stack's money and time bounds, each figure from the program's registered inputs."""
+
+    stack: str
+    chip: str
+    provisioning: str
+    hourly_usd: float
+    max_run_hours: float | None
+    max_run_usd: float | None
+    zones: int
+    capacity_wait_s: float
+    provisioning_s: float
+    zone_delete_s: float
+    host_key_s: float
+    dial_limit: int
+    dial_timeout_s: float
+    secrets_s: float
+    readiness_s: float
+
+    @property
+    def ssh_s(self) -> float:
+        """pulumi-command's dial retries when every dial times out (components/ssh.py)."""
+        return dial_budget_seconds(self.dial_limit, self.dial_timeout_s)
+
+    @property
+    def after_capacity_s(self) -> float:
+        """From ACTIVE to a verified endpoint: host key, first SSH dial, secrets, readiness."""
+        return self.host_key_s + self.ssh_s + self.secrets_s + self.readiness_s
+
+    @property
+    def worst_case_s(self) -> float:
+        """The longest `pulumi up` can block: every zone waits out its capacity wait and
+        provisioning bound, each refused zone's request is deleted (up to the delete bound,
+        since a PROVISIONING request cannot be deleted), and the last zone succeeds at its
+        bound; or every zone fails, whichever is longer."""
+        per_zone = self.capacity_wait_s + self.provisioning_s
+        success_last = (
+            self.zones * per_zone + (self.zones - 1) * self.zone_delete_s + self.after_capacity_s
+        )
+        all_fail = self.zones * (per_zone + self.zone_delete_s)
+        return max(success_last, all_fail)
+
+
+@dataclass(frozen=True)
+class GkeBudget:
+    """A GKE stack's money and time bounds: N replicas, one cluster, one address."""
+
+    stack: str
+    chip: str
+    provisioning: str
+    replicas: int
+    hourly_usd: float
+    max_run_hours: float | None
+    max_run_usd: float | None
+    zones: int
+    #: 0 when `gke.cluster` names an existing cluster.
+    cluster_s: float
+    node_pool_s: float
+    load_balancer_s: float
+    capacity_wait_s: float
+    readiness_s: float
+    #: The readiness Job's own scheduling and image pull, beyond its deadline.
+    job_margin_s: float
+
+    @property
+    def worst_case_s(self) -> float:
+        """The cluster, then the node pools and the load balancer side by side (the Job waits
+        for both), then the readiness Job: a first TPU node (capacity wait) and the server's
+        start (readiness timeout), plus the Job's margin: its await timeout."""
+        return (
+            self.cluster_s
+            + max(self.node_pool_s, self.load_balancer_s)
+            + self.capacity_wait_s
+            + self.readiness_s
+            + self.job_margin_s
+        )
+
+
+def _one(run: ProgramRun, type_: str, name: str) -> dict[str, Any]:
+    [found] = [r for r in run.resources if r.type == type_ and r.name == name]
+    return found.inputs
+
+
+def _unsecret(value: Any) -> Any:
+    """Inputs that hold a secret arrive wrapped as {sig: ..., value: ...}."""
+    if isinstance(value, dict) and "value" in value and len(value) == 2:
+        return value["value"]
+    return value
+
+
+def _script_number(script: str, pattern: str) -> float:
+    match = re.search(pattern, script)
+    assert match, f"{pattern!r} not found in a rendered remote script"
+    return float(match.group(1))
+
+
+def _run(stack: str, changes: Mapping[str, Any] | None) -> ProgramRun:
+    project = None if stack_file_config(stack).get("gcp:project") else PLACEHOLDER_PROJECT
+    return run_program(stack, changes, project=project, outputs_for=after_apply)
+
+
+def is_gke(stack: str, changes: Mapping[str, Any] | None = None) -> bool:
+    backend = {**stack_file_config(stack), **(changes or {})}.get("tpu-vllm:backend")
+    return str(backend or "").strip().lower() == "gke"
+
+
+def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudget:
+    """Read a GKE stack's figures from what its program registers (with config `changes`)."""
+    run = _run(stack, changes)
+    pool = _one(run, "gcp:container/nodePool:NodePool", "gke-tpu-pool")
+    job = _one(run, "kubernetes:batch/v1:Job", "vllm-ready")
+    [server] = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in server["env"]}
+    deadline = float(env["DEADLINE_SECONDS"])
+    capacity_wait = float(deadline - _readiness_seconds(run))
+    node = pool["nodeConfig"]
+    max_run = parse_duration(node["maxRunDuration"]) if node.get("maxRunDuration") else None
+    max_run_usd = run.outputs.get("max_run_cost_usd")
+    creates_cluster = any(r.type == "gcp:container/cluster:Cluster" for r in run.resources)
+    provisioning = (
+        "flex-start" if node.get("flexStart") else "spot" if node.get("spot") else "on-demand"
+    )
+    return GkeBudget(
+        stack=stack,
+        chip=str(run.outputs["chip"]),
+        provisioning=provisioning,
+        replicas=int(pool["autoscaling"]["totalMaxNodeCount"]),
+        hourly_usd=float(run.outputs["hourly_cost_usd"]),
+        max_run_hours=max_run / 3600 if max_run else None,
+        max_run_usd=float(max_run_usd) if max_run_usd is not None else None,
+        zones=len(pool["nodeLocations"]),
+        cluster_s=float(parse_duration(gke.CLUSTER_TIMEOUT)) if creates_cluster else 0.0,
+        node_pool_s=float(parse_duration(gke.NODE_POOL_TIMEOUT)),
+        load_balancer_s=float(parse_duration(k8s_workload.LOAD_BALANCER_TIMEOUT)),
+        capacity_wait_s=capacity_wait,
+        readiness_s=_readiness_seconds(run),
+        job_margin_s=float(k8s_workload.AWAIT_MARGIN_SECONDS),
+    )
+
+
+def _readiness_seconds(run: ProgramRun) -> float:
+    """The startup probe's allowance: failureThreshold x periodSeconds = vllm.readinessTimeout."""
+    deployment = _one(run, "kubernetes:apps/v1:Deployment", "vllm-deployment")
+    [server] = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"
+    ]
+    probe = server["startupProbe"]
+    return float(probe["failureThreshold"]) * float(probe["periodSeconds"])
+
+
+def budget(stack: str, changes: Mapping[str, Any] | None = None) -> Budget:
+    """Read the figures from what the program registers for `stack` (with config `changes`)."""
+    run = _run(stack, changes)
+    qr = _one(run, DYNAMIC, "tpu-qr")
+    host_key = _one(run, DYNAMIC, "node-host-key")
+    fetch = _one(run, COMMAND, "secrets-fetch")
+    ready = _one(run, COMMAND, "vllm-ready")
+    connection = _unsecret(fetch["connection"])
+    timing = Timing.from_props(qr.get("timing"))
+    max_run = qr.get("max_run_seconds")
+    max_run_usd = run.outputs.get("max_run_cost_usd")  # optional output: absent without a bound
+    return Budget(
+        stack=stack,
+        chip=str(run.outputs["chip"]),
+        provisioning=str(qr["provisioning"]),
+        hourly_usd=float(run.outputs["hourly_cost_usd"]),
+        max_run_hours=float(max_run) / 3600 if max_run else None,
+        max_run_usd=float(max_run_usd) if max_run_usd is not None else None,
+        zones=len(qr["zones"]),
+        capacity_wait_s=float(qr["capacity_wait_seconds"]),
+        provisioning_s=timing.provisioning_timeout_seconds,
+        zone_delete_s=timing.delete_timeout_seconds,
+        host_key_s=float(host_key["timeout_seconds"]),
+        dial_limit=int(connection["dialErrorLimit"]),
+        dial_timeout_s=float(connection["perDialTimeout"]),
+        secrets_s=_script_number(str(fetch["create"]), r"deadline_seconds=(\d+)"),
+        readiness_s=_script_number(str(ready["create"]), r"--timeout (\d+)"),
+    )
+
+
+def duration(seconds: float) -> str:
+    """`1 h 53 min 20 s`, `30 min`, `40 s`: whole units only."""
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
+    parts.append(f"{secs} s" if secs or not total else "")
+    return " ".join(p for p in parts if p)
+
+
+def _usd(value: float) -> str:
+    return f"${value:.3f}".rstrip("0").rstrip(".") if value < 1 else f"${value:.2f}"
+
+
+def render_table(stacks: list[str]) -> str:
+    """The README's "Costs and waits" tables: one column per stack, VM stacks then GKE ones."""
+    vm = [s for s in stacks if not is_gke(s)]
+    on_gke = [s for s in stacks if is_gke(s)]
+    tables = [_vm_table(vm)] if vm else []
+    if on_gke:
+        tables.append(_gke_table(on_gke))
+    return "\n".join(tables)
+
+
+def _columns(names: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    lines = [
+        "| | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _max_run(usd: float | None, hours: float | None, note: str = "") -> str:
+    if usd is None or hours is None:
+        return "no bound: bills until `pulumi destroy`"
+    return f"{_usd(usd)} ({hours:g} h `maxRunDuration`{note})"
+
+
+def _gke_table(stacks: list[str]) -> str:
+    """GKE stacks: N replicas; no queued resource, SSH or secret fetch, but a cluster, node
+    pools, a load balancer and a readiness Job."""
+    budgets = [gke_budget(s) for s in stacks]
+    rows: list[tuple[str, list[str]]] = [
+        (
+            "backend gke: TPU x replicas, provisioning",
+            [f"`{b.chip}` x {b.replicas}, {b.provisioning}" for b in budgets],
+        ),
+        (
+            "price per hour (`hourly_cost_usd`)",
+            [
+                f"{_usd(b.hourly_usd)} ({b.replicas} x {_usd(b.hourly_usd / b.replicas)})"
+                for b in budgets
+            ],
+        ),
+        (
+            "the most one run of every node can cost (`max_run_cost_usd`)",
+            [
+                _max_run(b.max_run_usd, b.max_run_hours, "; GKE then replaces the node")
+                for b in budgets
+            ],
+        ),
+        ("zones the node pool may use (`tpu.zones`)", [str(b.zones) for b in budgets]),
+        (
+            "creating the cluster (none with `gke.cluster`)",
+            [duration(b.cluster_s) for b in budgets],
+        ),
+        (
+            "creating the node pools, alongside the load balancer",
+            [f"{duration(b.node_pool_s)} / {duration(b.load_balancer_s)}" for b in budgets],
+        ),
+        ("a first TPU node (`tpu.capacityWait`)", [duration(b.capacity_wait_s) for b in budgets]),
+        ("readiness (`vllm.readinessTimeout`)", [duration(b.readiness_s) for b in budgets]),
+        ("readiness Job: scheduling, image pull", [duration(b.job_margin_s) for b in budgets]),
+        ("**worst case `pulumi up` blocks**", [f"**{duration(b.worst_case_s)}**" for b in budgets]),
+    ]
+    return _columns([b.stack for b in budgets], rows)
+
+
+def _vm_table(stacks: list[str]) -> str:
+    budgets = [budget(s) for s in stacks]
+    rows: list[tuple[str, list[str]]] = [
+        ("TPU, provisioning", [f"`{b.chip}`, {b.provisioning}" for b in budgets]),
+        ("price per hour (`hourly_cost_usd`)", [_usd(b.hourly_usd) for b in budgets]),
+        (
+            "the most one run can cost (`max_run_cost_usd`)",
+            [_max_run(b.max_run_usd, b.max_run_hours) for b in budgets],
+        ),
+        ("zones tried (`tpu.zones`)", [str(b.zones) for b in budgets]),
+        (
+            "capacity wait per zone (`tpu.capacityWait`)",
+            [duration(b.capacity_wait_s) for b in budgets],
+        ),
+        ("provisioning bound per zone", [duration(b.provisioning_s) for b in budgets]),
+        (
+            "deleting a refused zone's request, at most",
+            [duration(b.zone_delete_s) for b in budgets],
+        ),
+        ("SSH host key (guest attributes)", [duration(b.host_key_s) for b in budgets]),
+        (
+            "first SSH connection, every dial timing out",
+            [
+                f"{b.dial_limit + 1} dials x {b.dial_timeout_s:g} s + backoff = {duration(b.ssh_s)}"
+                for b in budgets
+            ],
+        ),
+        ("secret fetch (IAM propagation)", [duration(b.secrets_s) for b in budgets]),
+        ("readiness (`vllm.readinessTimeout`)", [duration(b.readiness_s) for b in budgets]),
+        ("**worst case `pulumi up` blocks**", [f"**{duration(b.worst_case_s)}**" for b in budgets]),
+    ]
+    return _columns([b.stack for b in budgets], rows)
+
+
+def all_stacks() -> list[str]:
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+README = ROOT / "README.md"
+BEGIN = "<!-- budget: generated by `.venv/bin/python scripts/budget.py --update-readme` -->\n"
+END = "<!-- budget: end -->\n"
+
+
+def readme_table(text: str) -> str:
+    """The generated table as it stands in the README."""
+    start = text.index(BEGIN) + len(BEGIN)
+    return text[start : text.index(END, start)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("stacks", nargs="*", help="stack names (default: every stack file)")
+    parser.add_argument(
+        "--update-readme",
+        action="store_true",
+        help="replace the table in README.md (for every stack) instead of printing it",
+    )
+    args = parser.parse_args(argv)
+    if args.update_readme:
+        text = README.read_text()
+        table = render_table(all_stacks())
+        README.write_text(text.replace(BEGIN + readme_table(text) + END, BEGIN + table + END))
+        return 0
+    sys.stdout.write(render_table(args.stacks or all_stacks()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Renew a tpu-vllm stack whose flex-start run has ended: `python scripts/renew.py STACK`.
+
+Why this exists: a flex-start TPU lives at most `maxRunDuration`; then Google deletes the VM,
+the queued resource goes to SUSPENDED, and the endpoint is dead until someone runs
+`pulumi up --refresh`. This script is that someone. It is safe to run at any time (from cron, by
+hand, or from `.github/workflows/renew.yml` every 15 minutes), because it changes something only
+when there is something to renew:
+
+1. read `queued_resource` from `pulumi stack output --json -s STACK`;
+2. ask the TPU API for that queued resource's state, with the provider's own client
+   (`components/tpu_api.py`: the same credentials, retries and `TPU_API_ENDPOINT` override);
+3. ended (SUSPENDED, FAILED) or gone (404, or no `queued_resource` output at all): run
+   `pulumi up --refresh --yes -s STACK`, whose refresh sees the ended request and replaces it.
+   Anything else (ACTIVE, or still on its way up: WAITING_FOR_RESOURCES, PROVISIONING, ...):
+   do nothing. Nothing to do costs one API read: no TPU time, no stack change, no lock.
+
+A GKE stack (a non-empty `cluster` output) is never renewed: GKE replaces each ended node
+itself, so the script only says so.
+
+Exit status: 0 renewed, or nothing to do now; 1 `pulumi up` failed; 2 the state could not be
+found out (no pulumi CLI, `pulumi stack output` failed, the TPU API refused), so nothing was
+done. Progress goes to stdout, one line per step, prefixed `renew STACK:`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# `python scripts/renew.py` puts scripts/ first on sys.path; the program's packages live at the
+# project root.
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from components.tpu_api import ApiError, TpuApi  # noqa: E402
+from scripts import pulumi_cli  # noqa: E402
+
+#: States in which the run is over and a new request is needed (the issue's "ended").
+ENDED_STATES = frozenset({"SUSPENDED", "FAILED"})
+#: States on the way to (or at) a serving node: renewing now would throw away a live request.
+LIVE_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"})
+EXIT_RENEW_FAILED = 1
+EXIT_UNKNOWN_STATE = 2
+_STACK_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
+
+
+class RenewError(Exception):
+    """Something stopped the renewal; the message names the reason. Carries the exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_UNKNOWN_STATE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Decision:
+    renew: bool
+    #: Why, for the log: `SUSPENDED: its run ended`, `ACTIVE: serving`, ...
+    reason: str
+
+
+def decide(state: str | None) -> Decision:
+    """Renew only when the queued resource has ended or is gone; otherwise leave it alone."""
+    if state is None:
+        return Decision(True, "gone: there is no queued resource, so a new one is requested")
+    if state in ENDED_STATES:
+        what = "its run ended and the VM was deleted" if state == "SUSPENDED" else "it failed"
+        return Decision(True, f"{state}: {what}; it is replaced by a new request")
+    if state == "ACTIVE":
+        return Decision(False, "ACTIVE: the node is serving; nothing to do")
+    if state in LIVE_STATES:
+        return Decision(
+            False, f"{state}: the node is on its way up; nothing to do now (not renewing)"
+        )
+    # SUSPENDING, DELETING, unknown: on its way out; the next run renews once it has ended.
+    return Decision(False, f"{state}: not ended yet; nothing to do now, the next run checks again")
+
+
+class Pulumi:
+    """The pulumi CLI for one stack, run from the project root with stdin closed."""
+
+    def __init__(self, stack: str) -> None:
+        self.stack = stack
+        try:
+            self.executable = pulumi_cli.executable()
+        except pulumi_cli.PulumiCliError as error:
+            raise RenewError(f"{error}, and log in to the stack's backend") from None
+
+    def outputs(self) -> Mapping[str, Any]:
+        """`pulumi stack output --json -s STACK`, without --show-secrets: secrets stay hidden."""
+        try:
+            return pulumi_cli.stack_outputs(self.stack)
+        except pulumi_cli.PulumiCliError as error:
+            raise RenewError(
+                f"{error}. Fix: run it from the project directory, logged in to the stack's "
+                "backend (`pulumi stack ls`)"
+            ) from None
+
+    def up(self) -> None:
+        """`pulumi up --refresh --yes -s STACK`, its output passed on as it comes (a cold start
+        takes ~15 minutes: the log must show progress, not one block at the end)."""
+        args = ["up", "--refresh", "--yes", "-s", self.stack]
+        tail: deque[str] = deque(maxlen=50)
+        try:
+            with subprocess.Popen(
+                [self.executable, *args],
+                cwd=pulumi_cli.PROJECT_ROOT,
+                env=pulumi_cli.environment(),
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ) as proc:
+                assert proc.stderr is not None
+                for line in proc.stderr:  # stdout is ours already; stderr is kept for the reason
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                    tail.append(line)
+                status = proc.wait()
+        except OSError as error:
+            raise RenewError(f"cannot run pulumi: {error}", EXIT_RENEW_FAILED) from None
+        if status != 0:
+            raise RenewError(
+                f"`pulumi {' '.join(args)}` failed (exit status {status}): "
+                f"{pulumi_cli.error_reason(''.join(tail), status)}",
+                EXIT_RENEW_FAILED,
+            )
+
+
+def queued_resource_state(name: str) -> str | None:
+    """The queued resource's state from the TPU API; None when it is gone (404)."""
+    try:
+        queued = TpuApi().get_queued_resource(name)
+    except ApiError as error:
+        if error.http_status == 404:
+            return None
+        raise RenewError(f"the TPU API did not tell the state of {name}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - credentials or transport: name it and stop
+        raise RenewError(
+            f"the TPU API could not be asked about {name}: {type(error).__name__}: {error}. "
+            "Fix: `gcloud auth application-default login` (or GOOGLE_OAUTH_ACCESS_TOKEN)"
+        ) from None
+    return str(queued.get("state", {}).get("state") or "STATE_UNSPECIFIED")
+
+
+def renew(stack: str, say: Callable[[str], None] = print) -> int:
+    """Renew `stack` if its queued resource has ended or is gone; the process's exit status."""
+
+    def log(message: str) -> None:
+        say(f"renew {stack}: {message}")
+
+    try:
+        pulumi = Pulumi(stack)
+        log(f"reading the stack's outputs (`pulumi stack output --json -s {stack}`)")
+        outputs = pulumi.outputs()
+        if outputs.get("cluster"):
+            # Backend gke: an ended flex-start node is replaced by the node pool's autoscaler.
+            log(
+                f"a GKE stack (cluster {outputs['cluster']}): GKE replaces each ended TPU node "
+                "for its pending pod; nothing to renew"
+            )
+            return 0
+        name = str(outputs.get("queued_resource") or "")
+        if name:
+            log(f"asking the TPU API for the state of {name}")
+            state = queued_resource_state(name)
+        else:
+            log("the stack has no queued_resource output (never deployed, or its TPU is gone)")
+            state = None
+        decision = decide(state)
+        log(decision.reason)
+        if not decision.renew:
+            return 0
+        log(f"renewing: `pulumi up --refresh --yes -s {stack}` (a cold start takes ~15 minutes)")
+        pulumi.up()
+        log("renewed: `pulumi up` succeeded; its Outputs above show the endpoint and expires_at")
+    except RenewError as error:
+        print(f"renew {stack}: FAILED: {error}", file=sys.stderr, flush=True)
+        return error.status
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=(
+            "Renew a tpu-vllm stack when its queued resource has ended (SUSPENDED, FAILED) or is "
+            "gone: runs `pulumi up --refresh --yes -s STACK` then, and nothing otherwise."
+        ),
+    )
+    parser.add_argument("stack", help="the Pulumi stack to renew, e.g. v5e1")
+    args = parser.parse_args(argv)
+    if not _STACK_NAME.match(args.stack):
+        parser.error(f"{args.stack!r} is not a stack name")
+    return renew(args.stack, lambda line: print(line, flush=True))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

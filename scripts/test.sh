@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The test command (README "Tests"; .ci/run calls it too): install what the tests need into the
+# project's virtualenv, then run the suite. Works on a plain clone: nothing outside the checkout
+# is read (seed 000's facts are kept in tests/fixtures/seed_facts/).
+#
+#   scripts/test.sh [PYTEST ARGS...]     VENV=DIR picks another virtualenv (default .venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "test: creating the virtualenv $VENV"
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/pip" install -q --disable-pip-version-check -r requirements-dev.txt
+
+# Programs the tests run for real: an OpenSSH server and client on 127.0.0.1, and the curl the
+# node-side scripts call. Named here so a missing one is one clear line, not 40 test errors.
+missing=()
+for program in sshd ssh ssh-keygen curl; do
+  command -v "$program" >/dev/null || [ -x "/usr/sbin/$program" ] || missing+=("$program")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "test: missing ${missing[*]}. Fix (Debian/Ubuntu): sudo apt-get install openssh-server openssh-client curl" >&2
+  exit 2
+fi
+
+exec "$VENV/bin/python" -m pytest -q "$@"

@@ -1,0 +1,146 @@
+"""Loopback fake of the Cloud Storage JSON API, over the same local store as the fake gcloud.
+
+The node's compile-cache tool falls back to this API when the VM has no gcloud. It serves what
+that tool calls, as documented in https://cloud.google.com/storage/docs/json_api/v1/objects:
+- ``GET    /storage/v1/b/B/o?prefix=P[&pageToken=T]``   objects.list (``items``, ``nextPageToken``)
+- ``GET    /storage/v1/b/B/o/NAME?alt=media``           objects.get, the bytes (404 if absent)
+- ``POST   /upload/storage/v1/b/B/o?uploadType=multipart``  objects.insert: a multipart/related
+  body, JSON metadata (``name``, ``customTime``) then the bytes
+- ``PATCH  /storage/v1/b/B/o/NAME``                     objects.patch (``customTime`` only moves
+  forward: 400 otherwise, as on the real service)
+Every call needs ``Authorization: Bearer <token>`` (401 otherwise). Faults set on the store
+(``list``, ``read``, ``write``, ``touch``) apply here too. ``requests`` records each call.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import json
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tests.fakes.gcs_store import GcsStore, StoreError
+from tests.fakes.loopback import LoopbackHttpServer
+
+PAGE_SIZE = 1000
+
+
+class FakeGcsApi(LoopbackHttpServer):
+    thread_name = "fake-gcs-api"
+
+    def __init__(self, root: Path, token: str = "test-token") -> None:
+        super().__init__()
+        self.store = GcsStore(str(root))
+        self.token = token
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _body(self) -> bytes:
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _answer(self, status: int, body: Any, raw: bytes | None = None) -> None:
+                data = raw if raw is not None else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json" if raw is None else
+                                 "application/octet-stream")  # fmt: skip
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _error(self, status: int, message: str) -> None:
+                self._answer(status, {"error": {"code": status, "message": message}})
+
+            def _handle(self, method: str) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                query = dict(urllib.parse.parse_qsl(url.query))
+                body = self._body() if method in ("POST", "PATCH") else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with fake._lock:
+                    fake.requests.append(
+                        {"method": method, "path": self.path, "headers": headers, "body": body}
+                    )
+                if headers.get("authorization") != f"Bearer {fake.token}":
+                    self._error(401, "Invalid Credentials")
+                    return
+                parts = url.path.split("/")
+                try:
+                    self._route(method, parts, query, body, headers)
+                except StoreError as error:
+                    self._error(error.status, str(error))
+
+            def _route(
+                self,
+                method: str,
+                parts: list[str],
+                query: dict[str, str],
+                body: bytes,
+                headers: dict[str, str],
+            ) -> None:
+                store = fake.store
+                if parts[1:3] == ["upload", "storage"] and method == "POST":
+                    store.apply_fault("write")
+                    bucket = parts[5]
+                    meta, data = _multipart(headers.get("content-type", ""), body)
+                    store.put(bucket, meta["name"], data, custom_time=meta.get("customTime"))
+                    self._answer(200, store.meta(bucket, meta["name"]))
+                    return
+                if parts[1:3] != ["storage", "v1"] or len(parts) < 6 or parts[5] != "o":
+                    self._error(404, "Not Found")
+                    return
+                bucket = parts[4]
+                if len(parts) == 6 and method == "GET":
+                    store.apply_fault("list")
+                    names = store.names(bucket, query.get("prefix", ""))
+                    start = int(query.get("pageToken") or 0)
+                    page = names[start : start + PAGE_SIZE]
+                    answer: dict[str, Any] = {"items": [store.meta(bucket, n) for n in page]}
+                    if start + PAGE_SIZE < len(names):
+                        answer["nextPageToken"] = str(start + PAGE_SIZE)
+                    self._answer(200, answer)
+                    return
+                name = urllib.parse.unquote("/".join(parts[6:]))
+                if method == "GET" and query.get("alt") == "media":
+                    store.apply_fault("read")
+                    self._answer(200, None, store.get(bucket, name))
+                elif method == "PATCH":
+                    store.apply_fault("touch")
+                    store.set_custom_time(bucket, name, json.loads(body)["customTime"])
+                    self._answer(200, store.meta(bucket, name))
+                else:
+                    self._error(405, f"{method} is not served here")
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+            def do_PATCH(self) -> None:
+                self._handle("PATCH")
+
+            def log_message(self, *_args: object) -> None:
+                return
+
+        self._handler = Handler
+
+    def start(self) -> FakeGcsApi:
+        return self._serve(ThreadingHTTPServer(("127.0.0.1", 0), self._handler))
+
+
+def _multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], bytes]:
+    """The JSON metadata part and the media part of a multipart/related upload."""
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + body
+    )
+    parts = [p.get_payload(decode=True) for p in message.iter_parts()]
+    if len(parts) != 2 or not all(isinstance(p, bytes) for p in parts):
+        raise StoreError(400, "a multipart upload needs a metadata part and a media part")
+    meta, data = parts
+    assert isinstance(meta, bytes) and isinstance(data, bytes)
+    return dict(json.loads(meta)), data

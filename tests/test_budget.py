@@ -1,0 +1,89 @@
+"""README "Costs and waits": the table is what the program's own figures give, per stack."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import catalog
+from scripts import budget
+from tests.pulumi_program import ROOT
+
+
+def test_readme_table_matches_the_stack_files_catalog_and_timeouts() -> None:
+    expected = budget.render_table(budget.all_stacks())
+    found = budget.readme_table((ROOT / "README.md").read_text())
+    assert found == expected, "run `.venv/bin/python scripts/budget.py --update-readme`"
+
+
+def test_v5e1_worst_case_adds_up_from_its_parts() -> None:
+    b = budget.budget("v5e1")
+    # One zone: 30 min capacity wait + 20 min provisioning; then a 10 min host-key wait, the
+    # dial retries with every dial timing out (components/ssh.py: 611.3 s of backoff plus
+    # 131 x 10 s), a 10 min secret fetch and the 30 min readiness timeout.
+    assert (b.zones, b.capacity_wait_s, b.provisioning_s) == (1, 1800, 1200)
+    assert (b.dial_limit, b.dial_timeout_s) == (130, 10)
+    assert b.ssh_s == pytest.approx(611.3 + 131 * 10, abs=0.1)
+    assert (b.host_key_s, b.secrets_s, b.readiness_s) == (600, 600, 1800)
+    assert b.worst_case_s == pytest.approx(1800 + 1200 + 600 + b.ssh_s + 600 + 1800)
+    assert budget.duration(b.worst_case_s) == "2 h 12 min 1 s"
+
+
+def test_v6e4_worst_case_counts_every_zone_and_the_deletes_between() -> None:
+    b = budget.budget("v6e4")
+    assert b.zones == 3 and b.zone_delete_s == 1800 and b.readiness_s == 3600
+    expected = 3 * (1800 + 1200) + 2 * 1800 + 600 + b.ssh_s + 600 + 3600
+    assert b.worst_case_s == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+def test_prices_come_from_the_catalog(stack: str) -> None:
+    b = budget.budget(stack)
+    chip = catalog.CHIPS["v5e-1" if stack == "v5e1" else "v6e-4"]
+    assert b.hourly_usd == pytest.approx(chip.hourly_usd("flex-start"))
+    assert b.max_run_usd == pytest.approx(round(b.hourly_usd * 4, 2))
+
+
+def test_figures_follow_the_config() -> None:
+    b = budget.budget(
+        "v5e1",
+        {"tpu-vllm:tpu.capacityWait": "10m", "tpu-vllm:vllm.readinessTimeout": "45m"},
+    )
+    assert (b.capacity_wait_s, b.readiness_s) == (600, 2700)
+
+
+def test_spot_has_no_bound_on_cost() -> None:
+    b = budget.budget(
+        "v5e1", {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
+    )
+    assert b.max_run_usd is None and b.max_run_hours is None
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0 s"), (40, "40 s"), (1800, "30 min"), (3600, "1 h"), (6800, "1 h 53 min 20 s")],
+)
+def test_duration_text(seconds: float, text: str) -> None:
+    assert budget.duration(seconds) == text
+
+
+def test_gke_stack_has_its_own_table_with_replicas_and_its_worst_case() -> None:
+    """GKE: price x replicas; cluster, then node pools beside the load balancer, then the
+    readiness Job's first node and start, plus its margin."""
+    b = budget.gke_budget("v6e4-gke")
+    one = catalog.CHIPS["v6e-4"].hourly_usd("flex-start")
+    assert b.replicas == 2 and b.zones == 2
+    assert b.hourly_usd == pytest.approx(2 * one)
+    assert b.max_run_usd == pytest.approx(round(2 * one * 4, 2))
+    assert (b.cluster_s, b.node_pool_s, b.load_balancer_s) == (2400, 1800, 1200)
+    assert (b.capacity_wait_s, b.readiness_s, b.job_margin_s) == (1800, 3600, 300)
+    assert b.worst_case_s == pytest.approx(2400 + 1800 + 1800 + 3600 + 300)
+    table = budget.render_table(["v5e1", "v6e4-gke"])
+    assert "| `v6e4-gke` |" in table and "$10.80 (2 x $5.40)" in table
+    assert "**2 h 45 min**" in table
+
+
+def test_gke_with_an_existing_cluster_does_not_wait_for_one() -> None:
+    changes = {"tpu-vllm:gke.cluster": "projects/p-1234/locations/us-east5/clusters/shared"}
+    b = budget.gke_budget("v6e4-gke", changes)
+    assert b.cluster_s == 0
+    assert b.worst_case_s == pytest.approx(1800 + 1800 + 3600 + 300)

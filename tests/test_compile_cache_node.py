@@ -1,0 +1,452 @@
+"""The compile cache over real SSH: cold node saves, next fresh node restores before `docker run`.
+
+Each "node" is a fresh SshHost (empty home, its own fake docker) that shares one fake Cloud
+Storage bucket, a local directory behind the fake `gcloud storage` (tests/fakes/fake_gcloud.py)
+and the fake JSON API (tests/fakes/gcs_api.py). The fake container models JAX's cache in its
+`~/.cache/vllm` mount: a cold boot writes one entry per compiled subgraph, and a boot that finds
+all of them intact replays the warm log (fake_docker.Boot). The commands are the program's own
+text, as `remote.Command` would send them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.compile_cache import generation_name
+from components.vllm import parse_ready
+from tests.fakes.gcs_api import FakeGcsApi
+from tests.fakes.gcs_store import GcsStore
+from tests.fakes.metadata_server import FakeMetadataServer
+from tests.fakes.secret_manager import FakeSecretManager
+from tests.fakes.ssh_host import SshHost, SshHostFactory
+from tests.remote_stack import FETCH, IMAGE, READY, START, commands, container_log, rfc3339
+
+HF_SENTINEL = "hf_CACHEsentinelNEVERinCACHE0123456789"
+API_SENTINEL = "APIKEYcacheSENTINELneverINcache0123456789ab"
+COLD = "v5e1_ready.log"
+WARM = "v5e1_ready_cached.log"
+SPEED = 400  # 857 s of cold boot in ~2 s
+COMPILED = 60  # "Compilation of ..." lines in the cold log: one cache entry each
+
+
+@dataclass
+class Start:
+    node: SshHost
+    container: str
+    stdout: str
+    start_stderr: str
+    code: int
+    ready_at: float
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return parse_ready(self.stdout)
+
+    @property
+    def work(self) -> Path:
+        return self.node.home / ".tpu-vllm" / "xla-cache"
+
+    def wait_saved(self, timeout: float = 30) -> dict[str, Any]:
+        path = self.work / "save.json"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if path.exists():
+                return dict(json.loads(path.read_text()))
+            time.sleep(0.1)
+        log = (self.work / "save.log").read_text() if (self.work / "save.log").exists() else ""
+        raise AssertionError(f"no save result after {timeout}s; save.log:\n{log}")
+
+    @property
+    def xla_cache(self) -> str:
+        """How the container's boot found its XLA cache: "warm" or "cold" (fake_docker.Boot)."""
+        container = self.node.docker.container(self.container)
+        assert container is not None
+        return str(container.raw_state().get("XlaCache"))
+
+    def save_log(self) -> str:
+        return (self.work / "save.log").read_text()
+
+
+class Lab:
+    """One shared bucket; fresh nodes on demand."""
+
+    def __init__(
+        self,
+        factory: SshHostFactory,
+        secrets: FakeSecretManager,
+        metadata: FakeMetadataServer,
+        root: Path,
+        api: FakeGcsApi,
+    ) -> None:
+        self.factory = factory
+        self.secrets = secrets
+        self.metadata = metadata
+        self.root = root
+        self.api = api
+        self.store = GcsStore(str(root))
+        self.prefix = self.prefix_for(None)
+        self.bucket = self.prefix[len("gs://") :].split("/", 1)[0]
+        self.store.create_bucket(self.bucket)
+        self.open_up()
+
+    def open_up(self) -> None:
+        """The SSH user (a different uid under root) must read and write the store."""
+        for folder, _dirs, files in os.walk(self.root):
+            os.chmod(folder, 0o777)  # noqa: S103 - a test-only temporary directory
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o666)  # noqa: S103
+
+    @staticmethod
+    def prefix_for(changes: dict[str, Any] | None) -> str:
+        match = re.search(r"^cache_prefix=(gs://\S+/)$", commands("v5e1", changes)[START], re.M)
+        assert match, "the start script names no cache prefix"
+        return match.group(1)
+
+    def node(self, *, via: str = "gcloud", images: tuple[str, ...] = (IMAGE,)) -> SshHost:
+        self.secrets.add_version("test-project", "hf-token", HF_SENTINEL.encode())
+        version = self.secrets.add_version(
+            "test-project", "tpu-vllm-v5e1-api-key", API_SENTINEL.encode()
+        )
+        self.metadata.access_token = self.secrets.token
+        self.api.token = self.secrets.token
+        host = self.factory(
+            env={
+                "GCE_METADATA_HOST": self.metadata.host,
+                "SECRET_MANAGER_API_ENDPOINT": self.secrets.url,
+                "FAKE_GCS_ROOT": str(self.root),
+                "STORAGE_API_ENDPOINT": self.api.url,
+                "TPU_VLLM_CACHE_VIA": via,
+            },
+            images_present=images,
+        )
+        fetched = host.run(commands("v5e1", api_key_version=version)[FETCH])
+        assert fetched.returncode == 0, fetched.stderr.decode()
+        return host
+
+    def start(
+        self,
+        node: SshHost,
+        changes: dict[str, Any] | None = None,
+        *,
+        scenario: dict[str, Any] | None = None,
+    ) -> Start:
+        node.docker.set_scenarios(
+            [scenario or {"log": COLD, "warm_log": WARM, "speed": SPEED}]  # type: ignore[list-item]
+        )
+        # A port of its own (not in the cache key): other suites serve fakes on 8000.
+        changes = {**(changes or {}), "tpu-vllm:vllm.port": free_port()}
+        started = node.run(commands("v5e1", changes)[START], timeout=120)
+        assert started.returncode == 0, started.stderr.decode()
+        container = started.stdout.decode().strip().splitlines()[-1]
+        text = commands("v5e1", changes, start_stdout=container)[READY]
+        ready = node.run(text, timeout=120)
+        self.open_up()
+        stdout = ready.stdout.decode()
+        if ready.returncode != 0:  # show why in the assertion message
+            stdout += "\n--- container log tail ---\n" + node.docker.logs(container)[-1500:]
+        return Start(
+            node,
+            container,
+            stdout,
+            started.stderr.decode(),
+            ready.returncode,
+            time.time(),
+        )
+
+    def objects(self, prefix: str | None = None) -> list[str]:
+        key = (prefix or self.prefix)[len(f"gs://{self.bucket}/") :]
+        return self.store.names(self.bucket, key)
+
+    def gcloud_calls(self, node: SshHost) -> list[dict[str, Any]]:
+        path = node.docker_state / "gcloud_invocations.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def lab(
+    ssh_host_factory: SshHostFactory,
+    fake_secret_manager: FakeSecretManager,
+    fake_metadata: FakeMetadataServer,
+) -> Iterator[Lab]:
+    root = Path(tempfile.mkdtemp(prefix="tpu-vllm-gcs-", dir=os.environ.get("TPU_VLLM_SSH_TMPDIR")))
+    api = FakeGcsApi(root).start()
+    try:
+        yield Lab(ssh_host_factory, fake_secret_manager, fake_metadata, root, api)
+    finally:
+        api.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def cold_then_saved(lab: Lab, **node_args: Any) -> Start:
+    first = lab.start(lab.node(**node_args))
+    assert first.code == 0, first.stdout
+    assert first.wait_saved()["ok"], first.save_log()
+    lab.open_up()
+    # Its node is gone (flex-start expiry): the next node serves on the same loopback port.
+    first.node.docker.kill_all()
+    return first
+
+
+def test_cold_start_writes_the_cache_after_ready(lab: Lab) -> None:
+    first = lab.start(lab.node())
+    assert first.code == 0, first.stdout
+    cache = first.result["cache"]
+    assert cache["restored"] is False
+    assert "no cache" in cache["reason"]
+    assert first.xla_cache == "cold"
+    saved = first.wait_saved()
+    assert saved["ok"] and saved["uploaded"] == COMPILED, first.save_log()
+    lab.open_up()
+    generation = saved["generation"]
+    assert generation == cache["generation"] and generation.startswith(lab.prefix)
+    names = lab.objects()
+    files = [n for n in names if n.endswith("-cache")]
+    assert len(files) == COMPILED
+    assert any(n.endswith("/MANIFEST.json") for n in names)
+    latest = lab.store.get(lab.bucket, lab.prefix[len(f"gs://{lab.bucket}/") :] + "LATEST")
+    assert generation.endswith(latest.decode() + "/")
+    # Saved after `Application startup complete.`, and every object carries the custom time
+    # the lifecycle rule counts from.
+    uploaded = [lab.store.meta(lab.bucket, n) for n in names]
+    ready = next(
+        r for r in container_log(first.node, first.container) if "startup complete" in r["log"]
+    )
+    assert min(float(m["updated"]) for m in uploaded) >= rfc3339(ready["time"])
+    assert all(m.get("customTime") for m in uploaded)
+    assert "compile cache: cold" in first.stdout
+
+
+def test_next_fresh_node_restores_before_docker_run(lab: Lab) -> None:
+    first = cold_then_saved(lab)
+    second_node = lab.node()
+    assert not (second_node.home / ".cache" / "vllm" / "xla_cache").exists()  # empty home
+    second = lab.start(second_node)
+    assert second.code == 0, second.stdout
+    cache = second.result["cache"]
+    assert cache["restored"] is True, (cache, second.start_stderr)
+    assert cache["files"] == COMPILED and cache["bytes"] == COMPILED * 16384
+    assert cache["generation"] == first.result["cache"]["generation"]
+    assert cache["seconds"] >= 0
+    # The container found every entry already there: it replayed the warm boot.
+    assert second.xla_cache == "warm"
+    # The download finished before `docker run` was called.
+    downloads = [
+        c["time"] for c in lab.gcloud_calls(second_node) if c["argv"][1:3] == ["storage", "rsync"]
+    ]
+    [run] = [c for c in second_node.docker.invocations() if c["argv"][1:2] == ["run"]]
+    assert downloads and max(downloads) < rfc3339(run["time"])
+    assert "compile cache: warm" in second.stdout
+    # Nothing new to upload: the save only marks the generation as used.
+    saved = second.wait_saved()
+    assert saved["ok"] and saved["uploaded"] == 0
+
+
+def test_the_restore_runs_alongside_the_image_pull(lab: Lab) -> None:
+    cold_then_saved(lab)
+    node = lab.node(images=())  # the image is not pulled yet
+    second = lab.start(node)
+    assert second.code == 0
+    assert second.result["cache"]["restored"] is True
+    calls = node.docker.invocations()
+    pulls = [c for c in calls if c["argv"][1:2] == ["pull"]]
+    assert len(pulls) == 1
+    text = commands("v5e1")[START]
+    # The fetch is started in the background before the pull and awaited after it.
+    assert text.index("fetch \\") < text.index("docker pull") < text.index('wait "$cache_fetch"')
+    assert text.index("install \\") < text.index("sudo docker run")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"tpu-vllm:vllm.maxModelLen": 16384}, {"tpu-vllm:vllm.maxNumBatchedTokens": 8192}],
+    ids=["max-model-len", "max-num-batched-tokens"],
+)
+def test_a_changed_key_does_not_restore_and_writes_a_new_generation(
+    lab: Lab, changes: dict[str, Any]
+) -> None:
+    cold_then_saved(lab)
+    other = lab.prefix_for(changes)
+    assert other != lab.prefix
+    second = lab.start(lab.node(), changes)
+    assert second.code == 0
+    cache = second.result["cache"]
+    assert cache["restored"] is False and "no cache" in cache["reason"]
+    assert second.xla_cache == "cold"
+    assert second.wait_saved()["ok"]
+    lab.open_up()
+    assert len([n for n in lab.objects(other) if n.endswith("-cache")]) == COMPILED
+
+
+def test_another_image_digest_is_never_restored(lab: Lab) -> None:
+    cold_then_saved(lab)
+    changes = {"tpu-vllm:vllm.image": "vllm/vllm-tpu:2026-11-01"}
+    assert lab.prefix_for(changes) == lab.prefix  # same key: the digest is the generation
+    second = lab.start(lab.node(images=()), changes)
+    assert second.code == 0
+    cache = second.result["cache"]
+    assert cache["restored"] is False
+    assert "made with another image" in second.start_stderr
+    assert cache["generation"] != "" and cache["generation"].startswith(lab.prefix)
+    assert second.xla_cache == "cold"
+
+
+def test_a_corrupt_entry_is_dropped_and_logged_and_the_start_succeeds(lab: Lab) -> None:
+    cold_then_saved(lab)
+    victim = next(n for n in lab.objects() if n.endswith("-cache"))
+    path = lab.root / lab.bucket / victim
+    path.write_bytes(b"garbage" + path.read_bytes()[7:])
+    second = lab.start(lab.node())
+    assert second.code == 0, second.stdout
+    cache = second.result["cache"]
+    assert cache["restored"] is True and cache["files"] == COMPILED - 1
+    assert "1 corrupt or missing entries dropped" in cache["reason"]
+    assert f"dropping {victim.rsplit('/', 1)[-1]}" in second.start_stderr
+    # One entry short: the container compiles (that one) again.
+    assert second.xla_cache == "cold"
+
+
+def test_a_partial_generation_without_manifest_is_not_restored(lab: Lab) -> None:
+    cold_then_saved(lab)
+    manifest = next(n for n in lab.objects() if n.endswith("MANIFEST.json"))
+    lab.store.delete(lab.bucket, manifest)
+    second = lab.start(lab.node())
+    assert second.code == 0
+    cache = second.result["cache"]
+    assert cache["restored"] is False and "no manifest" in cache["reason"]
+    assert "not restored" in second.start_stderr
+
+
+def test_a_failed_restore_is_logged_and_the_start_goes_on_cold(lab: Lab) -> None:
+    cold_then_saved(lab)
+    lab.store.set_fault("download", fail="backendError: the service is unavailable")
+    lab.open_up()
+    second = lab.start(lab.node())
+    assert second.code == 0
+    cache = second.result["cache"]
+    assert cache["restored"] is False
+    assert "backendError" in second.start_stderr
+    assert second.xla_cache == "cold"
+
+
+def test_a_slow_restore_is_cut_off_at_the_bound(lab: Lab) -> None:
+    cold_then_saved(lab)
+    lab.store.set_fault("download", delay=60)
+    lab.open_up()
+    changes = {"tpu-vllm:cache.restoreTimeout": "2s"}
+    node = lab.node()
+    began = time.monotonic()
+    second = lab.start(node, changes)
+    assert second.code == 0
+    assert time.monotonic() - began < 45  # not the 60 s stall: the restore was stopped
+    assert second.result["cache"]["restored"] is False
+    assert "stopped" in second.start_stderr or "out of time" in second.start_stderr
+
+
+def test_a_failed_upload_is_logged_and_does_not_fail_the_deployment(lab: Lab) -> None:
+    lab.store.set_fault("upload", fail="backendError: upload refused")
+    lab.open_up()
+    first = lab.start(lab.node())
+    assert first.code == 0
+    saved = first.wait_saved()
+    assert saved["ok"] is False and "upload refused" in saved["error"]
+    assert "save FAILED" in first.save_log()
+    assert not [n for n in lab.objects() if n.endswith("MANIFEST.json")]
+
+
+def test_a_slow_upload_does_not_delay_the_readiness_line(lab: Lab) -> None:
+    lab.store.set_fault("upload", delay=8)
+    lab.open_up()
+    first = lab.start(lab.node())
+    assert first.code == 0
+    assert "TPU_VLLM_READY" in first.stdout
+    # The readiness command has returned while the upload still stalls.
+    assert not (first.work / "save.json").exists()
+    assert not [n for n in lab.objects() if n.endswith("-cache")]
+    saved = first.wait_saved(timeout=40)
+    assert saved["ok"] and saved["uploaded"] == COMPILED
+
+
+def test_the_json_api_fallback_saves_and_restores_without_gcloud(lab: Lab) -> None:
+    first = cold_then_saved(lab, via="api")
+    assert not [c for c in lab.gcloud_calls(first.node) if c["argv"][1:2] == ["storage"]]
+    second = lab.start(lab.node(via="api"))
+    cache = second.result["cache"]
+    assert cache["restored"] is True and cache["files"] == COMPILED
+    assert second.xla_cache == "warm"
+    methods = {(r["method"], r["path"].split("?")[0].split("/o/")[0]) for r in lab.api.requests}
+    assert ("POST", f"/upload/storage/v1/b/{lab.bucket}/o") in methods
+
+
+def test_no_secret_crosses_into_the_cache_commands(lab: Lab) -> None:
+    first = cold_then_saved(lab)
+    second = lab.start(lab.node())
+    assert second.result["cache"]["restored"] is True
+    api_first = cold_then_saved(lab, via="api")
+    sentinels = (HF_SENTINEL, API_SENTINEL)
+    for start in (first, second, api_first):
+        for call in lab.gcloud_calls(start.node):
+            if call["argv"][1:2] != ["storage"]:
+                continue
+            text = json.dumps(call)
+            assert not any(s in text for s in sentinels), call["argv"]
+    for request in lab.api.requests:
+        blob = json.dumps({k: v for k, v in request.items() if k != "body"}) + repr(request["body"])
+        assert not any(s in blob for s in sentinels)
+    for folder, _dirs, files in os.walk(lab.root):
+        for name in files:
+            data = Path(folder, name).read_bytes()
+            assert not any(s.encode() in data for s in sentinels), name
+    for start in (first, second):
+        tool = (start.node.home / ".tpu-vllm" / "xla_cache.py").read_text()
+        assert not any(s in tool for s in sentinels)
+
+
+def test_the_node_and_the_program_name_generations_alike() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "xla_cache_tool",
+        Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py",
+    )
+    assert spec and spec.loader
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    for digest in (
+        "vllm/vllm-tpu@sha256:" + "ab" * 32,
+        "sha256:" + "0f" * 32,
+        "not-a-digest",
+    ):
+        assert tool.generation_name(digest) == generation_name(digest)
+    assert generation_name("vllm/vllm-tpu@sha256:" + "ab" * 32) == "img-abababababababab"
+
+
+def test_a_disabled_cache_touches_no_bucket(lab: Lab) -> None:
+    changes = {"tpu-vllm:cache.enabled": False}
+    node = lab.node()
+    first = lab.start(node, changes)
+    assert first.code == 0
+    cache = first.result["cache"]
+    assert cache == {**cache, "restored": False, "generation": ""}
+    assert "disabled" in cache["reason"]
+    assert not [c for c in lab.gcloud_calls(node) if c["argv"][1:2] == ["storage"]]
+    time.sleep(1)
+    assert not lab.objects()
