@@ -54,3 +54,18 @@ def test_plan_runs_for_every_pr_with_no_credentials() -> None:
     assert "scripts/plan.py" in text
     assert "diff -u" in text
     assert job["strategy"]["matrix"]["stack"] == STACKS
+
+
+def test_preview_can_reach_a_gke_stacks_cluster() -> None:
+    """The GKE backend's Kubernetes provider authenticates with gke-gcloud-auth-plugin."""
+    job = load()["jobs"]["preview"]
+    setup = [
+        s
+        for s in job["steps"]
+        if s.get("uses", "").startswith("google-github-actions/setup-gcloud@")
+    ]
+    assert setup and "gke-gcloud-auth-plugin" in setup[0]["with"]["install_components"]
+    steps = [s.get("uses", "") or s.get("name", "") for s in job["steps"]]
+    assert steps.index(setup[0]["uses"]) < next(
+        i for i, s in enumerate(job["steps"]) if s.get("with", {}).get("command") == "preview"
+    )
