@@ -299,6 +299,36 @@ def test_no_secret_in_any_manifest_input_or_plain_output(run: ProgramRun) -> Non
     assert "ssh_private_key" in run.secret_outputs
 
 
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # how the SDK wraps a secret value on the wire
+
+
+def test_api_key_reaches_state_only_as_a_pulumi_secret_and_the_hf_token_never(
+    run: ProgramRun,
+) -> None:
+    """The VM path's sentinel checks (tests/test_secrets_program.py), on this backend: the one
+    input holding the key is secret-wrapped, and the HF token is looked up, never read."""
+    [version] = run.of_type("gcp:secretmanager/secretVersion:SecretVersion")
+    data = version.inputs["secretData"]
+    assert SECRET_SIG in data.values() and data["value"] == API_KEY_SENTINEL
+    assert "api_key" in run.secret_outputs
+    tokens = [token for token, _ in run.calls]
+    assert "gcp:secretmanager/getSecret:getSecret" in tokens
+    assert not any("getSecretVersion" in token for token in tokens)  # would read the token
+
+
+def test_missing_hf_token_secret_fails_before_any_gke_resource() -> None:
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        if args.token == "gcp:secretmanager/getSecret:getSecret":
+            raise InvokeFailure("googleapi: Error 404: Secret [hf-token] not found")
+        return dict(args.args)
+
+    result = run_program(STACK, call=call, expect_error=True)
+    message = str(result.error)
+    assert "tpu-vllm:access.hfTokenSecret" in message
+    assert f"python scripts/save_hf_token.py --stack {STACK}" in message
+    assert result.resources == []
+
+
 def test_kubernetes_provider_uses_the_cluster_and_the_gcloud_auth_plugin(run: ProgramRun) -> None:
     [provider] = run.of_type("pulumi:providers:kubernetes")
     config = yaml.safe_load(provider.inputs["kubeconfig"])
