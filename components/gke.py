@@ -12,7 +12,8 @@ when the Deployment's pods ask for them (scale from zero) and go when a run ends
 A created cluster has no default node pool (`remove_default_node_pool` with the one node the
 API insists on), one small CPU node for system pods and the readiness Job, Workload Identity,
 and GKE's Secret Manager add-on; it is zonal for one zone in `tpu.zones`, else regional.
-An existing cluster (`gke.cluster`) is checked for the same before anything is created.
+An existing cluster (`gke.cluster`) is checked for the same before anything is created, and
+a created one's version (the channel's default in its location) against the flex-start floor.
 """
 
 from __future__ import annotations
@@ -142,6 +143,46 @@ def lookup_existing_cluster(config: StackConfig) -> Any:
         ) from None
 
 
+def check_channel_version(config: StackConfig, versions: Any) -> None:
+    """Stop before anything is created if the cluster this stack would create could not carry
+    flex-start TPUs: its version is the release channel's default in `location`.
+
+    `versions` is the `getEngineVersions` result; a default that did not come back (a mocked
+    lookup) is not judged, as for an existing cluster.
+    """
+    assert config.gke is not None
+    defaults = getattr(versions, "release_channel_default_version", None) or {}
+    version = defaults.get(RELEASE_CHANNEL)
+    if version and not supports_flex_start_tpus(str(version)):
+        raise ConfigError(
+            [
+                f"tpu-vllm:gke.cluster is unset, so the stack would create a cluster in "
+                f"{config.gke.location} on the {RELEASE_CHANNEL} channel, whose default GKE "
+                f"{version} is older than {catalog.GKE_MIN_FLEX_START_VERSION}, which flex-start "
+                "TPU node pools need. Fix: name a cluster on that version or later in "
+                "tpu-vllm:gke.cluster, or wait for the channel to move"
+            ]
+        )
+
+
+def lookup_channel_versions(config: StackConfig) -> Any:
+    """`getEngineVersions` for the created cluster's location, at preview too."""
+    assert config.gke is not None
+    settings = config.gke
+    try:
+        return gcp.container.get_engine_versions(
+            location=settings.location, project=settings.cluster_project
+        )
+    except Exception as error:  # noqa: BLE001 - the SDK raises a plain Exception for invokes
+        raise ConfigError(
+            [
+                f"tpu-vllm:tpu.zones: GKE versions in {settings.location} (project "
+                f"{settings.cluster_project}) cannot be read ({error}). Fix: enable the API "
+                "(`gcloud services enable container.googleapis.com`) and check your access to it"
+            ]
+        ) from None
+
+
 @dataclass
 class GkeTpuClusterArgs:
     config: StackConfig
@@ -166,6 +207,8 @@ class GkeTpuCluster(pulumi.ComponentResource):
         found = lookup_existing_cluster(config) if not settings.creates_cluster else None
         if found is not None:
             check_existing_cluster(config, found)
+        else:
+            check_channel_version(config, lookup_channel_versions(config))
         super().__init__("tpu-vllm:index:GkeTpuCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.system_pool: gcp.container.NodePool | None = None
@@ -250,7 +293,8 @@ class GkeTpuCluster(pulumi.ComponentResource):
             remove_default_node_pool=True,
             initial_node_count=1,
             # A release channel keeps the control plane current: flex-start TPUs need
-            # catalog.GKE_MIN_FLEX_START_VERSION, which every channel's default is past.
+            # catalog.GKE_MIN_FLEX_START_VERSION; the channel's default is checked against it
+            # before anything is created (`check_channel_version`).
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=RELEASE_CHANNEL),
             # `access.network`, as for the VM path's node (auto-mode: the region's subnet).
             network=config.access.network,

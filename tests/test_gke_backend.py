@@ -430,6 +430,47 @@ def test_missing_existing_cluster_is_a_clear_error() -> None:
     assert run.resources == []
 
 
+ENGINE_VERSIONS = "gcp:container/getEngineVersions:getEngineVersions"
+
+
+def channel_default(version: str) -> Any:
+    """A `getEngineVersions` answer whose REGULAR channel defaults to `version`."""
+
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        if args.token == ENGINE_VERSIONS:
+            return {**args.args, "releaseChannelDefaultVersion": {"REGULAR": version}}
+        return dict(args.args)
+
+    return call
+
+
+def test_created_cluster_version_is_checked_against_the_flex_start_floor() -> None:
+    """GKE flex-start TPUs need 1.33.0-gke.1712000 or later: the cluster the stack would create
+    takes its channel's default, which is read (at preview too) before anything is created."""
+    fit = run_program(STACK, call=channel_default("1.34.1-gke.1829001"))
+    lookups = [a for t, a in fit.calls if t == ENGINE_VERSIONS]
+    assert lookups == [{"location": "us-east5", "project": "test-project"}]
+    assert len(fit.of_type(CLUSTER)) == 1
+    old = run_program(STACK, call=channel_default("1.33.0-gke.1700000"), expect_error=True)
+    assert isinstance(old.error, ConfigError), old.error
+    assert "tpu-vllm:gke.cluster" in str(old.error)
+    assert "1.33.0-gke.1700000" in str(old.error)
+    assert catalog.GKE_MIN_FLEX_START_VERSION in str(old.error)
+    assert old.resources == []
+
+
+def test_unreadable_gke_versions_stop_before_any_resource() -> None:
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        if args.token == ENGINE_VERSIONS:
+            raise InvokeFailure("googleapi: Error 403: Kubernetes Engine API has not been used")
+        return dict(args.args)
+
+    run = run_program(STACK, call=call, expect_error=True)
+    assert "container.googleapis.com" in str(run.error)
+    assert "us-east5" in str(run.error)
+    assert run.resources == []
+
+
 # --- the compile cache ----------------------------------------------------------------------
 
 
