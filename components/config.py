@@ -22,6 +22,7 @@ import pulumi
 from components import catalog
 from components.catalog import Chip, Provisioning
 from components.messages import closest, sentence, show
+from components.ssh import PER_DIAL_TIMEOUT_SECONDS, dial_budget_seconds
 
 NAMESPACE = "tpu-vllm"
 
@@ -1004,6 +1005,12 @@ def _check_extra_args(r: _Reader, extra: Sequence[str]) -> None:
             )
 
 
+def _blocked_dial_minutes() -> int:
+    """How long remote commands dial a node whose firewall drops the deployer's packets: every
+    dial times out (`per_dial_timeout`) between pulumi-command's backoff waits (~32 min)."""
+    return round(dial_budget_seconds(seconds_per_failed_dial=PER_DIAL_TIMEOUT_SECONDS) / 60)
+
+
 def _parse_access(
     r: _Reader, warnings: list[str], backend: Backend | None = DEFAULT_BACKEND
 ) -> AccessSettings | None:
@@ -1045,12 +1052,14 @@ def _parse_access(
                 "SSH: it is ignored. Fix: remove it from the stack file."
             )
     elif ssh is None:
-        # The deployer dials port 22: outside these ranges, `up` fails after ~10 minutes of a
-        # billing TPU. Kept short: the plan shows warnings one per line.
+        # The deployer dials port 22: outside these ranges the node's deny rule drops its
+        # packets (a VPC firewall sends no reset), so every dial waits out per_dial_timeout
+        # and `up` fails after ssh.dial_budget_seconds of a billing TPU. Kept short: the plan
+        # shows warnings one per line.
         warnings.append(
             f"{NAMESPACE}:access.sshCidrs is not set, so SSH admits only allowedCidrs "
-            f"({', '.join(allowed)}); from outside, `pulumi up` fails after ~10 min. "
-            f"Fix: set {NAMESPACE}:access.sshCidrs to YOUR.IP/32."
+            f"({', '.join(allowed)}); from outside, `pulumi up` fails after "
+            f"~{_blocked_dial_minutes()} min. Fix: set {NAMESPACE}:access.sshCidrs to YOUR.IP/32."
         )
     return AccessSettings(
         allowed_cidrs=allowed,

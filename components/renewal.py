@@ -13,13 +13,18 @@ import shlex
 
 #: The script, relative to the project root.
 RENEW_SCRIPT = "scripts/renew.py"
+#: The interpreter convention of the README (Quickstart) and of .github/workflows/renew.yml.
+VENV_PYTHON = ".venv/bin/python"
 #: How often `.github/workflows/renew.yml` runs it (its cron; a test keeps the two equal).
 SCHEDULE_MINUTES = 15
 
 
 def renew_command(stack: str) -> str:
-    """The command that renews `stack`; safe any time: it does nothing while the TPU is live."""
-    return f"python {RENEW_SCRIPT} {shlex.quote(stack)}"
+    """The command that renews `stack`; safe any time: it does nothing while the TPU is live.
+
+    With the project's virtualenv, as the README's commands and the renew workflow run Python:
+    a bare `python` on a fresh machine has none of the program's packages."""
+    return f"{VENV_PYTHON} {RENEW_SCRIPT} {shlex.quote(stack)}"
 
 
 def expiry_notice(stack: str, max_run_seconds: int | None, expires_at: str | None) -> str:

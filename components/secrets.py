@@ -37,8 +37,8 @@ def require_hf_token_secret(config: StackConfig) -> None:
             f"tpu-vllm:access.hfTokenSecret = {secret_id!r}: Secret Manager secret "
             f"projects/{config.project}/secrets/{secret_id} was not found or cannot be read "
             f"({error}). Fix: store your Hugging Face token once with "
-            f"`python scripts/save_hf_token.py --stack {config.stack}` (it reads the token "
-            "from stdin or a hidden prompt), then run pulumi again."
+            f"`.venv/bin/python scripts/save_hf_token.py --stack {config.stack}` (it reads the "
+            "token from stdin or a hidden prompt), then run pulumi again."
         ) from None
 
 

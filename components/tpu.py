@@ -19,10 +19,13 @@ SSH_PORT = 22
 # VPC firewall rules apply in priority order, lowest number first, and at equal priority a deny
 # wins over an allow (https://cloud.google.com/firewall/docs/firewalls, "Priority"). An auto-mode
 # `default` network lets tcp:22 in from 0.0.0.0/0 (`default-allow-ssh`, 65534), and a rule added
-# without a priority gets 1000. So the node's tag gets a deny from everywhere at 1000, which beats
-# every allow at 1000 or a larger number, and the configured ranges an allow at 900, before it.
-ALLOW_PRIORITY = 900
-DENY_PRIORITY = 1000
+# without a priority gets 1000, but a neighbour's allow-all may sit at any priority. So the
+# node's tag gets a deny from everywhere at 2, which beats every allow at 2 or a larger number,
+# and the configured ranges an allow at 1, before it: only a rule at 0 or 1 could still let
+# someone else in. Not 0 itself: the Terraform provider under pulumi-gcp has treated an explicit
+# priority 0 as unset and sent the default 1000 (hashicorp/terraform-provider-google#3696).
+ALLOW_PRIORITY = 1
+DENY_PRIORITY = 2
 EVERYWHERE = "0.0.0.0/0"
 
 

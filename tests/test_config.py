@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components import catalog
+from components import catalog, ssh
 from components.config import ConfigError, parse_duration
 from tests import seed_facts
 from tests.pulumi_program import run_program
@@ -455,6 +455,11 @@ def test_ssh_cidrs_left_to_default_warns_naming_the_key(preview: bool) -> None:
     assert "tpu-vllm:access.sshCidrs is not set" in warning
     assert "203.0.113.0/24" in warning  # what port 22 admits instead
     assert "Fix: set tpu-vllm:access.sshCidrs to YOUR.IP/32." in warning
+    # Outside sshCidrs the node's deny rule drops the packets, so every dial times out: the
+    # wait is the timed-out dial budget (~32 min), not the ~10 min of refused dials.
+    timed_out = ssh.dial_budget_seconds(seconds_per_failed_dial=ssh.PER_DIAL_TIMEOUT_SECONDS)
+    assert f"fails after ~{round(timed_out / 60)} min." in warning
+    assert round(timed_out / 60) == 32
 
 
 def test_ssh_cidrs_set_gives_no_default_warning() -> None:

@@ -82,6 +82,9 @@ def default_network_rules() -> list[Rule]:
             {"tcp": ("0-65535",), "udp": ("0-65535",), "icmp": ()},
         ),
         Rule("allow-all", "allow", DEFAULT_PRIORITY, ("0.0.0.0/0",), {"all": ()}),
+        # Someone's allow-all placed ahead of most rules on purpose: it must not open the node.
+        Rule("allow-all-early", "allow", 100, ("0.0.0.0/0",), {"all": ()}),
+        Rule("allow-ssh-early", "allow", 2, ("0.0.0.0/0",), {"tcp": ("22",)}),
     ]
 
 
@@ -160,6 +163,8 @@ def test_deny_rules_apply_to_the_node_tag_only_and_lose_to_the_allows(
         assert deny.ports == {"tcp": (port,)} and allow.ports == {"tcp": (port,)}
         assert deny.target_tags == allow.target_tags == (NODE_TAG,)
         assert allow.priority < deny.priority <= DEFAULT_PRIORITY < 65534
+        # Not 0: the Terraform provider has sent an explicit 0 as its default 1000 (#3696).
+        assert allow.priority > 0 and deny.priority <= 2
     # Another VM on the network keeps what the network gives it.
     assert admitted(all_rules, {"other-vm"}, "203.0.113.9", "tcp", 22)
 

@@ -262,7 +262,7 @@ def test_output_values_have_their_documented_shapes(stack: str) -> None:
     assert set(restored) == {"restored", "files", "bytes", "seconds", "generation", "reason"}
     assert restored["generation"].startswith(run.outputs["compile_cache"])
     assert run.outputs["replicas"] == 1
-    assert run.outputs["renew_command"] == f"python scripts/renew.py {stack}"
+    assert run.outputs["renew_command"] == f".venv/bin/python scripts/renew.py {stack}"
 
 
 def test_gke_output_values_have_their_documented_shapes() -> None:

@@ -8,12 +8,14 @@ commands it would give the real CLI.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from components.renewal import renew_command
 from tests.pulumi_program import ROOT
 
 QUICKSTART = ROOT / "scripts" / "quickstart.sh"
@@ -175,6 +177,17 @@ def test_readme_tests_section_and_ci_use_the_same_test_command() -> None:
     dev = (ROOT / "requirements-dev.txt").read_text().splitlines()
     assert "-r requirements.txt" in dev
     assert any(line.startswith("pytest==") for line in dev)
+
+
+def test_readme_runs_python_one_way_only() -> None:
+    """One interpreter convention (the Quickstart's `.venv/bin/python`, no activation): a bare
+    `python scripts/...` on a fresh machine runs without the program's packages. The same holds
+    for `renew_command`, which `pulumi up` prints for the reader to copy."""
+    text = (ROOT / "README.md").read_text()
+    bare = re.findall(r"(?<![\w./-])python3? (?:-m (?!venv )|scripts/)\S+", text)
+    assert not bare, bare
+    assert "activate" not in text
+    assert renew_command("v5e1").startswith(".venv/bin/python scripts/renew.py ")
 
 
 def test_gke_stack_offline_plan_and_the_plugin_it_will_need(tmp_path: Path) -> None:

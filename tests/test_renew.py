@@ -306,11 +306,11 @@ def test_the_stack_says_what_will_happen_and_when(stack: str) -> None:
     """`renew_command` is the command to run, and `pulumi up` ends by saying when the run ends
     and what brings the node back."""
     run = run_program(stack)
-    assert run.outputs["renew_command"] == f"python scripts/renew.py {stack}"
+    assert run.outputs["renew_command"] == f".venv/bin/python scripts/renew.py {stack}"
     assert run.outputs["expires_at"] == EXPIRES_AT
     [notice] = [message for _, message in run.log if "flex-start run ends" in message]
     assert f"ends at {EXPIRES_AT}" in notice
-    assert f"`python scripts/renew.py {stack}`" in notice
+    assert f"`.venv/bin/python scripts/renew.py {stack}`" in notice
     assert "every 15 minutes" in notice
 
 
@@ -318,7 +318,7 @@ def test_a_spot_stack_is_told_it_has_no_run_limit() -> None:
     run = run_program(
         "v5e1", {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
     )
-    assert run.outputs["renew_command"] == "python scripts/renew.py v5e1"
+    assert run.outputs["renew_command"] == ".venv/bin/python scripts/renew.py v5e1"
     assert any("no run limit" in message for _, message in run.log)
 
 

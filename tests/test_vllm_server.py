@@ -176,6 +176,12 @@ def test_a_health_check_that_never_answers_200_fails_the_check(node: SshHost) ->
     assert readiness.wait(timeout=90) != 0, readiness.stdout
     assert "ready: Application startup complete." in readiness.stdout
     assert "/health did not answer 200" in readiness.stdout
+    # The 30 s of /health retries are not silent: a heartbeat with the phase and last log line.
+    assert re.search(
+        r"still waiting, phase: startup complete, /health not 200 yet; last log line: .*"
+        r"Application startup complete\.",
+        readiness.stdout,
+    ), readiness.stdout
     assert "/health: 200" not in readiness.stdout
     assert "/v1/models" not in readiness.stdout
     assert "TPU_VLLM_READY" not in readiness.stdout

@@ -38,6 +38,8 @@ TAIL_LINES = 50
 HEARTBEAT_SECONDS = 20.0
 #: Where a heartbeat is before any phase has passed.
 FIRST_PHASE = "container started"
+#: Where a heartbeat is after `Application startup complete.`, while /health is not yet 200.
+HEALTH_PHASE = "startup complete, /health not 200 yet"
 # (phase, pattern) in the order a healthy boot shows them; each is reported once. Every pattern
 # matches a line that vLLM, tpu-inference or uvicorn really logs; the comments name the file.
 PHASES = (
@@ -205,7 +207,7 @@ def verify_endpoint(
     while not healthy and time.monotonic() < deadline:
         time.sleep(min(1.0, beat))
         if time.monotonic() - CLOCK.last_line >= beat:
-            say(start, "still waiting for /health to answer 200")
+            heartbeat(start, HEALTH_PHASE, tail)
         healthy, _ = http_get(f"{base}/health")
     if not healthy:
         fail(start, "/health did not answer 200 after startup complete", tail)
