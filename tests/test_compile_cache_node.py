@@ -275,6 +275,25 @@ def test_the_restore_runs_alongside_the_image_pull(lab: Lab) -> None:
     assert text.index("install \\") < text.index("sudo docker run")
 
 
+def test_the_restore_reports_and_bounds_its_own_time_not_the_pull(lab: Lab) -> None:
+    """`cache.seconds` is the restore's overhead, and `cache.restoreTimeout` bounds the
+    restore: the image pull it runs alongside counts toward neither. A pull longer than the
+    bound still gets a warm start from the generation fetched meanwhile."""
+    cold_then_saved(lab)
+    node = lab.node(images=())  # the image is not pulled yet
+    pull_seconds = 6.0
+    node.docker.set_pull_seconds(pull_seconds)
+    second = lab.start(node, {"tpu-vllm:cache.restoreTimeout": "4s"})
+    assert second.code == 0, second.stdout
+    pulls = [c for c in node.docker.invocations() if c["argv"][1:2] == ["pull"]]
+    assert len(pulls) == 1  # the pull really ran, alongside the fetch
+    cache = second.result["cache"]
+    assert cache["restored"] is True, (cache, second.start_stderr)
+    assert second.xla_cache == "warm"
+    # Within its own bound (4 s), so certainly not the 6 s pull it overlapped.
+    assert cache["seconds"] <= 4.0, cache
+
+
 @pytest.mark.parametrize(
     "changes",
     [{"tpu-vllm:vllm.maxModelLen": 16384}, {"tpu-vllm:vllm.maxNumBatchedTokens": 8192}],
