@@ -439,7 +439,8 @@ def test_no_secret_crosses_into_the_cache_commands(lab: Lab) -> None:
         assert not any(s in tool for s in sentinels)
 
 
-def test_the_node_and_the_program_name_generations_alike() -> None:
+def load_tool() -> Any:
+    """scripts/remote/xla_cache.py as a module (it is a file the node runs, not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -449,6 +450,11 @@ def test_the_node_and_the_program_name_generations_alike() -> None:
     assert spec and spec.loader
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_node_and_the_program_name_generations_alike() -> None:
+    tool = load_tool()
     for digest in (
         "vllm/vllm-tpu@sha256:" + "ab" * 32,
         "sha256:" + "0f" * 32,
@@ -456,6 +462,29 @@ def test_the_node_and_the_program_name_generations_alike() -> None:
     ):
         assert tool.generation_name(digest) == generation_name(digest)
     assert generation_name("vllm/vllm-tpu@sha256:" + "ab" * 32) == "img-abababababababab"
+
+
+def test_a_restore_that_never_learns_the_digest_leaves_nothing_for_the_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart on the same VM with another key, whose image digest cannot be resolved: the
+    save after ready must not upload this start's cache under the previous start's key."""
+    tool = load_tool()
+    work, cache_dir = tmp_path / "work", tmp_path / "xla_cache"
+    cache_dir.mkdir()
+    (cache_dir / "jit_new-cache").write_bytes(b"compiled for the new key")
+    old = {"prefix": "gs://b/xla-cache/OLDKEY/", "generation": "img-old", "dir": str(cache_dir)}
+    tool.write_json(str(work / "state.json"), old)  # left by the previous start on this VM
+
+    def no_bucket() -> None:
+        raise AssertionError("the bucket was used")
+
+    monkeypatch.setattr(tool, "resolve_digest", lambda image: "")  # docker inspect failed
+    monkeypatch.setattr(tool, "transport", no_bucket)
+    install = ["install", "--work", str(work), "--prefix", "gs://b/xla-cache/NEWKEY/"]
+    assert tool.main([*install, "--timeout", "5", "--dir", str(cache_dir), "--image", "i:t"]) == 0
+    assert "cannot resolve the digest" in tool.read_json(str(work / "result.json"))["reason"]
+    assert tool.main(["save", "--work", str(work)]) == 0  # nothing to save, bucket untouched
 
 
 def test_a_disabled_cache_touches_no_bucket(lab: Lab) -> None:

@@ -540,6 +540,9 @@ def cmd_install(args: argparse.Namespace) -> int:
     deadline = Deadline(max(args.timeout - fetch_seconds, 0.0), began)
     result: dict[str, Any] = {"restored": False, "files": 0, "bytes": 0, "generation": ""}
     target = os.path.expanduser(args.dir)
+    # What the save uploads, and where, is this start's only: a previous start's state on the
+    # same VM (another key or image) must not survive a failure below to misdirect the save.
+    write_json(p["state"], {})
     try:
         digest = resolve_digest(args.image)
         if not digest:
