@@ -44,8 +44,8 @@ def require_managed_zone(config: StackConfig) -> ManagedZone | None:
         f"Fix: use the NAME of a zone listed by `gcloud dns managed-zones list --project "
         f"{config.project}`, create one (`gcloud dns managed-zones create {dns.managed_zone} "
         f"--dns-name=YOUR.DOMAIN. --description='tpu-vllm endpoints' --project "
-        f"{config.project}`), give the deployer roles/dns.reader on it, or remove the key to "
-        "serve on the bare IP."
+        f"{config.project}`), give the deployer roles/dns.admin on the project (it reads the "
+        "zone and writes the record), or remove the key to serve on the bare IP."
     )
     try:
         zone = gcp.dns.get_managed_zone(name=dns.managed_zone, project=config.project)

@@ -275,6 +275,25 @@ def test_the_restore_runs_alongside_the_image_pull(lab: Lab) -> None:
     assert text.index("install \\") < text.index("sudo docker run")
 
 
+def test_the_restore_reports_and_bounds_its_own_time_not_the_pull(lab: Lab) -> None:
+    """`cache.seconds` is the restore's overhead, and `cache.restoreTimeout` bounds the
+    restore: the image pull it runs alongside counts toward neither. A pull longer than the
+    bound still gets a warm start from the generation fetched meanwhile."""
+    cold_then_saved(lab)
+    node = lab.node(images=())  # the image is not pulled yet
+    pull_seconds = 6.0
+    node.docker.set_pull_seconds(pull_seconds)
+    second = lab.start(node, {"tpu-vllm:cache.restoreTimeout": "4s"})
+    assert second.code == 0, second.stdout
+    pulls = [c for c in node.docker.invocations() if c["argv"][1:2] == ["pull"]]
+    assert len(pulls) == 1  # the pull really ran, alongside the fetch
+    cache = second.result["cache"]
+    assert cache["restored"] is True, (cache, second.start_stderr)
+    assert second.xla_cache == "warm"
+    # Within its own bound (4 s), so certainly not the 6 s pull it overlapped.
+    assert cache["seconds"] <= 4.0, cache
+
+
 @pytest.mark.parametrize(
     "changes",
     [{"tpu-vllm:vllm.maxModelLen": 16384}, {"tpu-vllm:vllm.maxNumBatchedTokens": 8192}],
@@ -420,7 +439,8 @@ def test_no_secret_crosses_into_the_cache_commands(lab: Lab) -> None:
         assert not any(s in tool for s in sentinels)
 
 
-def test_the_node_and_the_program_name_generations_alike() -> None:
+def load_tool() -> Any:
+    """scripts/remote/xla_cache.py as a module (it is a file the node runs, not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -430,6 +450,11 @@ def test_the_node_and_the_program_name_generations_alike() -> None:
     assert spec and spec.loader
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_node_and_the_program_name_generations_alike() -> None:
+    tool = load_tool()
     for digest in (
         "vllm/vllm-tpu@sha256:" + "ab" * 32,
         "sha256:" + "0f" * 32,
@@ -437,6 +462,29 @@ def test_the_node_and_the_program_name_generations_alike() -> None:
     ):
         assert tool.generation_name(digest) == generation_name(digest)
     assert generation_name("vllm/vllm-tpu@sha256:" + "ab" * 32) == "img-abababababababab"
+
+
+def test_a_restore_that_never_learns_the_digest_leaves_nothing_for_the_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart on the same VM with another key, whose image digest cannot be resolved: the
+    save after ready must not upload this start's cache under the previous start's key."""
+    tool = load_tool()
+    work, cache_dir = tmp_path / "work", tmp_path / "xla_cache"
+    cache_dir.mkdir()
+    (cache_dir / "jit_new-cache").write_bytes(b"compiled for the new key")
+    old = {"prefix": "gs://b/xla-cache/OLDKEY/", "generation": "img-old", "dir": str(cache_dir)}
+    tool.write_json(str(work / "state.json"), old)  # left by the previous start on this VM
+
+    def no_bucket() -> None:
+        raise AssertionError("the bucket was used")
+
+    monkeypatch.setattr(tool, "resolve_digest", lambda image: "")  # docker inspect failed
+    monkeypatch.setattr(tool, "transport", no_bucket)
+    install = ["install", "--work", str(work), "--prefix", "gs://b/xla-cache/NEWKEY/"]
+    assert tool.main([*install, "--timeout", "5", "--dir", str(cache_dir), "--image", "i:t"]) == 0
+    assert "cannot resolve the digest" in tool.read_json(str(work / "result.json"))["reason"]
+    assert tool.main(["save", "--work", str(work)]) == 0  # nothing to save, bucket untouched
 
 
 def test_a_disabled_cache_touches_no_bucket(lab: Lab) -> None:

@@ -109,6 +109,10 @@ def test_a_zone_the_deployer_may_not_read_names_the_key_and_the_error() -> None:
     run = run_program("v6e4", WITH_DNS, call=call, expect_error=True)
     assert "tpu-vllm:dns.managedZone" in str(run.error)
     assert "Error 403" in str(run.error)
+    # The role that also lets the deployer write the record (README "Prerequisites"), not a
+    # read-only one that would fail one step later at the record.
+    assert "roles/dns.admin" in str(run.error)
+    assert "roles/dns.reader" not in str(run.error)
     assert run.resources == []
 
 

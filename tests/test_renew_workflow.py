@@ -74,3 +74,47 @@ def test_actions_are_pinned_to_a_major_version() -> None:
     for step in job()["steps"]:
         if "uses" in step:
             assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), step["uses"]
+
+
+#: The role the deployer needs for each kind of resource the program creates (and a renewal's
+#: `pulumi up --refresh` reads and changes). Keyed by the Pulumi type's provider module.
+ROLE_FOR = {
+    "gcp:storage/": "roles/storage.admin",  # the compile-cache bucket and its IAM member
+    "gcp:dns/": "roles/dns.admin",
+    "gcp:serviceaccount/": "roles/iam.serviceAccountAdmin",
+    "gcp:compute/firewall": "roles/compute.securityAdmin",
+    "gcp:secretmanager/": "roles/secretmanager.admin",
+    "pulumi-python:dynamic:Resource": "roles/tpu.admin",  # the queued resource
+}
+
+
+def readme_section(heading: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end]
+
+
+def test_readme_lists_a_role_for_everything_a_renewal_deploys() -> None:
+    """The workflow's deployer account runs `pulumi up --refresh` on the whole stack: a role
+    missing from the README is a renewal that fails at 3 a.m. on the first resource it cannot
+    read. The resources come from the program itself (dns and the compile cache on)."""
+    from tests.mock_outputs import MANAGED_ZONE
+    from tests.pulumi_program import run_program
+
+    run = run_program("v5e1", {"tpu-vllm:dns.managedZone": MANAGED_ZONE})
+    types = {r.type for r in run.resources}
+    needed = {role for prefix, role in ROLE_FOR.items() if any(t.startswith(prefix) for t in types)}
+    assert "roles/storage.admin" in needed and "roles/dns.admin" in needed
+    for heading in ("Renew", "Prerequisites"):
+        section = readme_section(heading)
+        missing = sorted(role for role in needed if f"`{role}`" not in section)
+        assert not missing, f'README "{heading}" does not name {missing}'
+
+
+def test_readme_gap_table_says_when_a_renewed_node_is_warm() -> None:
+    """The compile cache is carried across nodes (issue 11): the README must not say a fresh
+    node always starts cold, and must say how to tell which row of the gap table applied."""
+    section = readme_section("Renew")
+    assert "starts cold today" not in section
+    assert "`cache_restored`" in section

@@ -444,6 +444,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     except Exception as error:  # noqa: BLE001 - any failure means a cold start, never a failure
         record["error"] = str(error)
         log(f"fetch failed ({error}); the start goes on")
+    # The fetch's own time: the restore's share of the budget (the pull runs alongside).
+    record["seconds"] = round(time.time() - started, 3)
     write_json(p["fetch"], record)
     return 0
 
@@ -522,13 +524,25 @@ def install(staging: str, good: dict[str, int], target: str) -> tuple[int, int]:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    """After the pull: keep the fetched generation only if it matches the image; install it."""
+    """After the pull: keep the fetched generation only if it matches the image; install it.
+
+    The restore's time (its bound and the result's `seconds`) is the fetch's own time plus this
+    step's, not the image pull the fetch ran alongside: a slow pull neither eats the restore's
+    budget nor shows up as restore overhead.
+    """
     p = paths(args.work)
     fetched = read_json(p["fetch"])
-    started = float(fetched.get("started") or time.time())
-    deadline = Deadline(args.timeout, started)
+    began = time.time()
+    if "seconds" in fetched:
+        fetch_seconds = float(fetched["seconds"])
+    else:  # no fetch ran, or it died: count from its start, if any, to stay bounded
+        fetch_seconds = began - float(fetched.get("started") or began)
+    deadline = Deadline(max(args.timeout - fetch_seconds, 0.0), began)
     result: dict[str, Any] = {"restored": False, "files": 0, "bytes": 0, "generation": ""}
     target = os.path.expanduser(args.dir)
+    # What the save uploads, and where, is this start's only: a previous start's state on the
+    # same VM (another key or image) must not survive a failure below to misdirect the save.
+    write_json(p["state"], {})
     try:
         digest = resolve_digest(args.image)
         if not digest:
@@ -570,7 +584,7 @@ def cmd_install(args: argparse.Namespace) -> int:
                     result["reason"] = f"{dropped} corrupt or missing entries dropped"
     except Exception as error:  # noqa: BLE001 - any failure means a cold start, never a failure
         result["reason"] = f"restore failed: {error}"
-    result["seconds"] = round(time.time() - started, 1)
+    result["seconds"] = round(fetch_seconds + time.time() - began, 1)
     if result["restored"]:
         log(
             f"restored {result['files']} files ({result['bytes']} bytes) from "

@@ -23,7 +23,8 @@ State directory layout (tests normally use ``tests.fakes.ssh_host.FakeDocker`` i
 
     invocations.jsonl      one JSON object per docker/sudo call: tool, argv, env, cwd, uid, time
     images.json            {"images": [...]} present images (``docker pull`` adds)
-    daemon.json            knobs: {"require_sudo": true, "pull_errors": {"img:tag": "message"}}
+    daemon.json            knobs: {"require_sudo": true, "pull_errors": {"img:tag": "message"},
+                           "pull_seconds": how long `docker pull` of a missing image takes}
     scenario.json          scenario for the next ``docker run`` (object), or a list: the Nth run
                            uses item N, the last item repeats. Keys: log, speed, exit_at,
                            exit_code, restart_log, health_status (see ``Scenario`` in
@@ -2243,6 +2244,11 @@ def cmd_pull(daemon: Daemon, args: list[str]) -> int:
     if error:
         raise CliError(f"Error response from daemon: {error}", 1)
     fresh = not daemon.has_image(name)
+    if fresh:
+        # A real pull blocks until every layer is downloaded and extracted (docker/cli
+        # cli/command/image/pull.go streams the daemon's progress until the end): minutes for
+        # vllm/vllm-tpu. `pull_seconds` models that wait.
+        time.sleep(float(daemon.knobs().get("pull_seconds", 0)))
     daemon.add_image(name)
     lines = pull_lines(name, fresh)
     if flag_last(flags, "quiet", False):

@@ -165,6 +165,12 @@ class FakeDocker:
         knobs.setdefault("pull_errors", {})[fake_docker.normalize_image(image)] = message
         self._write("daemon.json", knobs)
 
+    def set_pull_seconds(self, seconds: float) -> None:
+        """Make ``docker pull`` of a missing image take ``seconds`` (a multi-GiB download)."""
+        knobs = self._daemon.knobs()
+        knobs["pull_seconds"] = seconds
+        self._write("daemon.json", knobs)
+
     def add_image(self, image: str) -> None:
         """Mark ``image`` as already pulled."""
         images = self.images()
