@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components.config import ConfigError
 from scripts import program_runner
 from scripts.program_runner import (
     ROOT,
@@ -24,6 +25,7 @@ __all__ = [
     "InvokeFailure",
     "ProgramRun",
     "Registered",
+    "rejection",
     "run_program",
     "stack_file_config",
     "with_changes",
@@ -60,3 +62,12 @@ def run_program(
         expect_error=expect_error,
         managed_zones=managed_zones,
     )
+
+
+def rejection(stack: str, changes: Mapping[str, Any]) -> ConfigError:
+    """The error of a config the program refuses, after checking it created nothing."""
+    run = run_program(stack, changes, expect_error=True)
+    assert isinstance(run.error, ConfigError), run.error
+    assert run.resources == []
+    assert run.outputs == {}
+    return run.error

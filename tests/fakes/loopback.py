@@ -7,11 +7,32 @@ so no fake can leave a listening socket behind or bind anything but loopback.
 
 from __future__ import annotations
 
+import json
 import threading
-from http.server import ThreadingHTTPServer
-from typing import Self
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
 
 HOST = "127.0.0.1"
+
+
+def send_json(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    body: Any,
+    *,
+    content_type: str = "application/json",
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer a request with a JSON body, as the Google APIs the fakes stand in for do."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 class LoopbackHttpServer:

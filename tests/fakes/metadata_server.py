@@ -7,13 +7,12 @@ server refuses requests without `Metadata-Flavor: Google` (a guard against SSRF)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.fakes.loopback import LoopbackHttpServer
+from tests.fakes.loopback import LoopbackHttpServer, send_json
 
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 
@@ -42,13 +41,7 @@ class FakeMetadataServer(LoopbackHttpServer):
                     self._answer(200, {**body, "token_type": "Bearer"})
 
             def _answer(self, status: int, body: dict[str, object]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Metadata-Flavor", "Google")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body, headers={"Metadata-Flavor": "Google"})
 
             def log_message(self, *_args: object) -> None:
                 return

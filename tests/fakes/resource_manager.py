@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.loopback import LoopbackHttpServer
+from tests.fakes.loopback import LoopbackHttpServer, send_json
 
 PATH_RE = re.compile(r"^/v1/projects/(?P<project>[^/:]+):getEffectiveOrgPolicy$")
 
@@ -87,12 +87,7 @@ class FakeResourceManager(LoopbackHttpServer):
                 )
 
             def _answer(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body, content_type="application/json; charset=UTF-8")
 
             def log_message(self, *_args: object) -> None:
                 return
