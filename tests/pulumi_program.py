@@ -25,6 +25,7 @@ __all__ = [
     "InvokeFailure",
     "ProgramRun",
     "Registered",
+    "refused",
     "rejection",
     "run_program",
     "stack_file_config",
@@ -71,3 +72,14 @@ def rejection(stack: str, changes: Mapping[str, Any]) -> ConfigError:
     assert run.resources == []
     assert run.outputs == {}
     return run.error
+
+
+def refused(stack: str, changes: Mapping[str, Any], key: str, texts: list[str]) -> ConfigError:
+    """A `rejection` whose message names the key, carries each text and says how to fix it."""
+    error = rejection(stack, changes)
+    message = str(error)
+    assert key in message
+    for text in texts:
+        assert text in message
+    assert "Fix" in message or "did you mean" in message or "set it to" in message
+    return error

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError
-from tests.pulumi_program import rejection, run_program
+from tests.pulumi_program import refused, run_program
 
 # (case id, stack, changes, key the error must name, texts it must contain)
 BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
@@ -112,11 +112,7 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
 def test_bad_gke_input_is_rejected_before_any_resource(
     stack: str, changes: dict[str, Any], key: str, texts: list[str]
 ) -> None:
-    error = rejection(stack, changes)
-    message = str(error)
-    assert key in message
-    for text in texts:
-        assert text in message
+    message = str(refused(stack, changes, key, texts))
     assert "Fix" in message or "did you mean" in message
     assert "None" not in message
 
