@@ -17,6 +17,37 @@ RENEW_SCRIPT = "scripts/renew.py"
 VENV_PYTHON = ".venv/bin/python"
 #: How often `.github/workflows/renew.yml` runs it (its cron; a test keeps the two equal).
 SCHEDULE_MINUTES = 15
+#: The minute past the hour of its first run. Never 0: GitHub delays scheduled runs at high
+#: load, "High load times include the start of every hour", and may drop queued ones (GitHub
+#: docs, "Events that trigger workflows", `schedule`).
+SCHEDULE_OFFSET_MINUTES = 7
+#: Scheduled runs that may be lost in a row before one notices an expiry. GitHub may drop a
+#: run at high load, so the estimate allows for one; GitHub's start delay comes on top.
+DROPPED_RUNS_ALLOWED = 1
+
+
+def schedule_minutes() -> tuple[int, ...]:
+    """The minutes past each hour at which the renew workflow runs: every `SCHEDULE_MINUTES`
+    from `SCHEDULE_OFFSET_MINUTES`, none at minute 0. The period must divide the hour, or the
+    runs would not be evenly spaced across the hour boundary."""
+    if 60 % SCHEDULE_MINUTES or SCHEDULE_OFFSET_MINUTES % SCHEDULE_MINUTES == 0:
+        raise ValueError(
+            f"SCHEDULE_MINUTES={SCHEDULE_MINUTES} must divide 60 and SCHEDULE_OFFSET_MINUTES="
+            f"{SCHEDULE_OFFSET_MINUTES} must not be a multiple of it (no run at minute 0)"
+        )
+    first = SCHEDULE_OFFSET_MINUTES % SCHEDULE_MINUTES
+    return tuple(range(first, 60, SCHEDULE_MINUTES))
+
+
+def schedule_cron() -> str:
+    """The renew workflow's cron expression, e.g. `7,22,37,52 * * * *`."""
+    return f"{','.join(str(m) for m in schedule_minutes())} * * * *"
+
+
+def detection_seconds() -> int:
+    """The longest time from an expiry until a scheduled run sees it, GitHub's start delay
+    aside: one period, plus one more for each dropped run allowed for."""
+    return (1 + DROPPED_RUNS_ALLOWED) * SCHEDULE_MINUTES * 60
 
 
 def renew_command(stack: str) -> str:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.pulumi_program import ROOT
@@ -69,3 +75,114 @@ def test_preview_can_reach_a_gke_stacks_cluster() -> None:
     assert steps.index(setup[0]["uses"]) < next(
         i for i, s in enumerate(job["steps"]) if s.get("with", {}).get("command") == "preview"
     )
+
+
+# -- Both workflows: supply chain, script injection, setup ---------------------------------
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+#: `owner/repo@<40 hex> # vX.Y.Z`: a full commit SHA with the tag it was read from.
+PINNED = re.compile(r"uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40}) # (v\d+\.\d+\.\d+)\s*$")
+
+
+def steps_of(path: Path) -> list[dict[str, Any]]:
+    data = yaml.safe_load(path.read_text())
+    return [step for job in data["jobs"].values() for step in job["steps"]]
+
+
+def test_both_workflows_are_checked() -> None:
+    assert [p.name for p in WORKFLOWS] == ["preview.yml", "renew.yml"]
+
+
+def test_every_action_is_pinned_to_a_commit_with_its_version() -> None:
+    """A tag can be moved to other code; these jobs hold `id-token: write` and deploy to GCP.
+    Each `uses:` names a full commit SHA and, in a comment, the version it was read from; one
+    action is pinned to one commit in every workflow."""
+    pins: dict[str, set[tuple[str, str]]] = {}
+    for path in WORKFLOWS:
+        lines = [line for line in path.read_text().splitlines() if "uses:" in line]
+        assert len(lines) == sum("uses" in step for step in steps_of(path)), path.name
+        for line in lines:
+            match = PINNED.search(line)
+            assert match, f"{path.name}: {line.strip()} is not pinned to a commit SHA"
+            pins.setdefault(match[1], set()).add((match[2], match[3]))
+    assert {"actions/checkout", "google-github-actions/auth", "pulumi/actions"} <= set(pins)
+    for action, versions in pins.items():
+        assert len(versions) == 1, f"{action} is pinned to different commits: {versions}"
+
+
+def test_run_scripts_take_expressions_only_through_env() -> None:
+    """A `${{ }}` inside a `run:` script is pasted into the script text before the shell sees
+    it (script injection); through `env:` it is a variable's value."""
+    for path in WORKFLOWS:
+        for step in steps_of(path):
+            if "run" in step:
+                assert "${{" not in step["run"], f"{path.name}: {step.get('name')}"
+
+
+def test_checkouts_keep_no_credentials() -> None:
+    for path in WORKFLOWS:
+        for step in steps_of(path):
+            if str(step.get("uses", "")).startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False, path.name
+
+
+#: What `.ci/run` passes: no GitHub API calls, and fail on any medium or high finding.
+ZIZMOR_ARGS = ["--offline", "--no-progress", "--min-severity", "medium"]
+
+
+def zizmor() -> str | None:
+    """The zizmor executable of the running virtualenv (`.ci/run` installs it), else PATH's."""
+    beside = Path(sys.executable).parent / "zizmor"
+    return str(beside) if beside.exists() else shutil.which("zizmor")
+
+
+def test_zizmor_finds_nothing_medium_or_high() -> None:
+    """The check `.ci/run` makes, run here too when zizmor is installed."""
+    executable = zizmor()
+    if executable is None:
+        pytest.skip("zizmor is not installed (`.ci/run` installs it)")
+    result = subprocess.run(
+        [executable, *ZIZMOR_ARGS, ".github/workflows"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ci_runs_a_pinned_zizmor_offline_on_the_workflows() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^\s+zizmor==\d+\.\d+\.\d+$", ci, re.MULTILINE), "zizmor is not pinned"
+    assert f"zizmor {' '.join(ZIZMOR_ARGS)} .github/workflows" in ci
+
+
+def readme_setup(start: str, end: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    begin = text.index(start)
+    return text[begin : text.index(end, begin)]
+
+
+@pytest.mark.parametrize(
+    ("workflow", "start", "end"),
+    [
+        ("preview", "One-time setup for `preview`:", "**Smoke test.**"),
+        ("renew", 'One-time setup (after "Preview in pull requests"', "To retire a stack"),
+    ],
+)
+def test_readme_setup_enables_the_iam_credentials_api(workflow: str, start: str, end: str) -> None:
+    """Workload Identity Federation through a service account calls the IAM Service Account
+    Credentials API (google-github-actions/auth README "Setup"; `generateAccessToken` in its
+    `src/client/workload_identity_federation.ts`): each workflow's setup must enable it."""
+    setup = readme_setup(start, end)
+    blocks = re.findall(r"```bash\n(.*?)```", setup, re.DOTALL)
+    commands = [" ".join(b.replace("\\\n", " ").split()) for b in blocks]
+    enables = [
+        line
+        for block in commands
+        for line in block.split("gcloud ")
+        if line.startswith("services enable ")
+    ]
+    assert any("iamcredentials.googleapis.com" in line.split() for line in enables), workflow
+    assert "workloadIdentityUser" in setup, workflow  # the same section binds the account
