@@ -383,14 +383,29 @@ def test_flex_start_expiry_suspends_and_deletes_node(fast_fake: FakeTpuApi) -> N
     assert (status, error["status"]) == (404, "NOT_FOUND")
 
 
-def test_expire_now(manual: FakeTpuApi) -> None:
+def test_expire_now_deletes_the_node_at_once(manual: FakeTpuApi) -> None:
+    """Cloud TPU flex-start docs: when the run duration elapses the TPU VM is deleted and the
+    queued resource moves to SUSPENDED. The node is gone (404), not DELETING, from the moment
+    the run ends, through SUSPENDING and after."""
     create(manual)
     manual.advance(1.0)
+    assert get_node(manual)["state"] == "READY"
     manual.expire(QR_ID)
-    assert get_qr(manual)["state"]["state"] == "SUSPENDING"
-    assert get_node(manual)["state"] == "DELETING"
+    assert get_qr(manual)["state"] == {"state": "SUSPENDING", "stateInitiator": "SERVICE"}
+    status, error = error_of(lambda: get_node(manual))
+    assert (status, error["status"]) == (404, "NOT_FOUND")
+    assert NODE_NAME in error["message"]
+    attributes = (
+        api(manual)
+        .projects()
+        .locations()
+        .nodes()
+        .getGuestAttributes(name=NODE_NAME, body={"queryPath": "hostkeys/"})
+    )
+    assert error_of(attributes.execute)[0] == 404
     manual.advance(0.2)
     assert get_qr(manual)["state"]["state"] == "SUSPENDED"
+    assert error_of(lambda: get_node(manual))[0] == 404
 
 
 def test_force_delete_while_active(manual: FakeTpuApi) -> None:

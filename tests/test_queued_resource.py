@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from googleapiclient.errors import HttpError
 
 from components import config as config_module
 from components.queued_resource import QueuedResourceProvider, Spec
@@ -268,6 +269,30 @@ def test_refresh_after_expiry_reports_suspended_and_diff_replaces(tpu_env: FakeT
     assert diff.delete_before_replace
     # Deleting the suspended request (it still counts against quota) works too.
     provider.delete(created.id, outs_of(refreshed))
+    assert tpu_env.state(created.id) is None
+
+
+def test_refresh_right_after_the_run_ends_sees_no_node_and_replaces(tpu_env: FakeTpuApi) -> None:
+    """The run has just ended: the queued resource is SUSPENDING and its node is already gone
+    (404; Cloud TPU flex-start docs, modelled by the fake). A refresh in that window must not
+    fail on the missing node, must not report the dead node's addresses, and must replace."""
+    provider = QueuedResourceProvider()
+    props = props_for("v5e1")
+    created = provider.create(props)
+    tpu_env.durations.suspending = 60.0  # hold the request in SUSPENDING for this test
+    tpu_env.expire(created.id)
+    assert tpu_env.state(created.id) == "SUSPENDING"
+    node = tpu_env.discovery_client().projects().locations().nodes()
+    with pytest.raises(HttpError) as gone:
+        node.get(name=outs_of(created)["node_name"]).execute()
+    assert gone.value.resp.status == 404
+    refreshed = outs_of(provider.read(created.id, {**props, **outs_of(created)}))
+    assert refreshed["state"] == "SUSPENDING"
+    assert refreshed["external_ip"] is None and refreshed["internal_ip"] is None
+    assert refreshed["termination_time"] == outs_of(created)["termination_time"]
+    diff = provider.diff(created.id, refreshed, props)
+    assert diff.changes and "state" in (diff.replaces or [])
+    provider.delete(created.id, refreshed)  # the replacement deletes it first
     assert tpu_env.state(created.id) is None
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from googleapiclient.errors import HttpError
 
 from components.queued_resource import Spec
 from components.renewal import renew_command
@@ -80,9 +81,9 @@ def in_state(fake: FakeTpuApi, state: str) -> str:
         fake.advance(0.65)
     else:
         fake.advance(1.0)
-    if state == "SUSPENDED":
-        fake.expire(name)
-        fake.advance(0.5)
+    if state in ("SUSPENDING", "SUSPENDED"):
+        fake.expire(name)  # the run ends: the node is gone (404) from now on
+        fake.advance(0.5 if state == "SUSPENDED" else 0.0)
     assert fake.state(name) == state
     return name
 
@@ -162,6 +163,28 @@ def test_an_ended_queued_resource_is_renewed(
     assert RENEWED["expires_at"] in out
     assert fake_pulumi.argvs() == [STACK_OUTPUT, UP]  # `up` is the last thing it does
     assert "Updating (v5e1)" in out  # pulumi's own progress reached the log
+
+
+def test_a_run_that_is_ending_is_renewed_once_it_has_ended(
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Right after the run ends the node is already gone (404) while the queued resource is
+    still SUSPENDING: the script waits (a `pulumi up` now would race the service's own
+    suspension), and the next run, once it is SUSPENDED, renews."""
+    name, out = renew_in_state("SUSPENDING", tpu, fake_pulumi, capfd)
+    node = f"projects/test-project/locations/{ZONE}/nodes/tpu-vllm-{STACK}-node"
+    nodes = tpu.discovery_client().projects().locations().nodes()
+    with pytest.raises(HttpError) as gone:
+        nodes.get(name=node).execute()
+    assert gone.value.resp.status == 404
+    assert fake_pulumi.argvs() == [STACK_OUTPUT]
+    assert "SUSPENDING: not ended yet; nothing to do now" in out
+    tpu.advance(0.5)
+    assert tpu.state(name) == "SUSPENDED"
+    status, out, _ = run_renew(capfd)
+    assert status == 0
+    assert fake_pulumi.argvs() == [STACK_OUTPUT, STACK_OUTPUT, UP]
+    assert "SUSPENDED: its run ended and the VM was deleted" in out
 
 
 def test_a_queued_resource_that_is_gone_is_renewed(

@@ -49,6 +49,15 @@ Behaviour choices, where the real API is not precisely known or a test needs som
   midl-dev/tezos-on-gke#45), as an HTTP 400 or as the operation's error.
 * ``delete_refusal``/``undeletable_states``: seed 000 says a PROVISIONING queued resource cannot
   be deleted but names no error code, so the code is a knob (default 400 FAILED_PRECONDITION).
+* When a flex-start run ends, the node is gone at once: ``nodes.get`` (and
+  ``getGuestAttributes``) answer 404 NOT_FOUND while the queued resource is SUSPENDING
+  (``stateInitiator: SERVICE``) and then SUSPENDED. Sources: Cloud TPU "Request Cloud TPUs using
+  Flex-start" ("When the requested run duration elapses, the TPU VM is deleted and the queued
+  resource moves to the SUSPENDED state") and the v2alpha1 ``QueuedResourceState.State`` enum
+  (SUSPENDING: "The resources specified in the QueuedResource request are being deleted";
+  SUSPENDED: "... have been deleted"). How long a deleted node stays readable as DELETING is not
+  documented; the fake shows none, so code that reads a node after the run must handle 404.
+  Only a user's force delete of the queued resource shows its node as DELETING until it is gone.
 * ``qr_reports_termination_time=False`` leaves ``runDuration.terminationTime`` empty; the node's
   ``schedulingConfig.terminationTimestamp`` (where Google's flex-start doc says to read the end
   time) is still set.
@@ -1228,7 +1237,10 @@ class FakeTpuApi(LoopbackHttpServer):
             if qr.flex_start and qr.max_run_seconds is not None:
                 qr.expire_at = at + qr.max_run_seconds * self.seconds_per_run_second
         elif state == SUSPENDING:
+            # The run ended: the VM is deleted and the node answers 404 from now on (Cloud TPU
+            # flex-start docs; see the module docstring), not DELETING.
             qr.state_initiator = "SERVICE"
+            qr.node_exists = False
         elif state in (SUSPENDED, FAILED):
             qr.node_exists = False
             qr.failed_error = error
@@ -1300,7 +1312,7 @@ class FakeTpuApi(LoopbackHttpServer):
             return "CREATING"
         if qr.state == ACTIVE:
             return "READY"
-        return "DELETING"
+        return "DELETING"  # only a force delete of the queued resource gets here
 
     def _node_json(self, qr: _QueuedResource) -> dict[str, Any]:
         node_state = self._node_state(qr)
