@@ -2,19 +2,21 @@
 
 Pure functions, so the same dicts are what Pulumi sends (components/k8s_workload.py) and what the
 tests validate against the Kubernetes OpenAPI schema offline. Values that only exist after
-`pulumi up` (the service account's email, the reserved address, the API key's version) are
-passed in as Pulumi inputs and nested as they are.
+`pulumi up` (the service account's email, the reserved address's name, the TPU node pool's name,
+the API key's version) are passed in as Pulumi inputs and nested as they are.
 
 What the server runs is the VM path's, from the same code: the image `vllm.image`, the
 entrypoint scripts/remote/vllm_entrypoint.sh (mounted from a ConfigMap, reads the API key file
 into VLLM_API_KEY), and `vllm serve MODEL` with `VllmSettings.serve_args()`. The differences are
-GKE's: the TPU is a `google.com/tpu` resource on a node chosen by its labels, the secrets are
+GKE's: the TPU is a `google.com/tpu` resource on a node of the stack's own pool, the secrets are
 files mounted by GKE's Secret Manager add-on (a SecretProviderClass read with the pod's Workload
-Identity; no Kubernetes Secret holds them), and readiness is probed over HTTP.
+Identity; no Kubernetes Secret holds them) in their own directory, and readiness is probed over
+HTTP.
 
 Shapes follow GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`
 (`base/deployment.yaml`: `strategy: Recreate`, a `/health` readiness probe, `/dev/shm` as a
-memory emptyDir; `v6e-*` overlays: `google.com/tpu` requests and limits) and the GKE docs for the
+memory emptyDir; `v*-*/patch-resources.yaml`: `google.com/tpu` requests and limits), except
+node selection (it names a ComputeClass; see `catalog.GkeTpu`), and the GKE docs for the
 Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
 """
 

@@ -70,7 +70,7 @@ def _canonical(path: str) -> str:
 
 
 def _at_or_above(directory: str, path: str) -> bool:
-    return directory == "/" or path == directory or path.startswith(directory.rstrip("/") + "/")
+    return directory in ("/", path) or path.startswith(directory.rstrip("/") + "/")
 
 
 def blocks_token_mount(mount_path: str) -> bool:
