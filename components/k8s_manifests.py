@@ -353,10 +353,11 @@ def deployment(
 L4_RBS = {"cloud.google.com/l4-rbs": "enabled"}
 #: The reserved addresses, by NAME: ingress-gce `pkg/l4/annotations/l4_static_address.go`
 #: (StaticL4AddressesAnnotationKey) reads comma-separated address names and looks each up with
-#: `GetRegionAddress(name, cluster region)`; `pkg/l4/address/to_use.go` (`IPv4ToUse`) prefers
-#: it to `spec.loadBalancerIP`, "old field, was deprecated" (since Kubernetes 1.24). An address
-#: that is not found is skipped silently, and the load balancer then takes an ephemeral IP: so
-#: the name comes from the Address resource (an output), which orders the Service after it.
+#: `GetRegionAddress(name, cluster region)`; `pkg/l4/address/to_use.go` (`IPv4ToUse`; it was
+#: `pkg/address/to_use.go`) prefers it to `spec.loadBalancerIP`, "old field, was deprecated"
+#: (since Kubernetes 1.24). An address that is not found is skipped silently, and the load
+#: balancer then takes an ephemeral IP: so the name comes from the Address resource (an
+#: output), which orders the Service after it.
 STATIC_ADDRESSES_ANNOTATION = "networking.gke.io/load-balancer-ip-addresses"
 
 

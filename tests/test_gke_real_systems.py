@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pulumi.runtime import mocks
 
 from tests.pulumi_program import ProgramRun, run_program
+from tests.test_gke_backend import existing_cluster
 
 STACK = "v6e4-gke"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -25,26 +25,15 @@ SERVICE = "kubernetes:core/v1:Service"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 
 
-def existing_cluster(args: mocks.MockCallArgs) -> dict[str, Any]:
-    """`getCluster` for a shared cluster that passes the program's checks."""
-    if args.token == "gcp:container/getCluster:getCluster":
-        return {
-            **args.args,
-            "endpoint": "192.0.2.55",
-            "masterAuths": [{"clusterCaCertificate": "Q0E="}],
-            "masterVersion": "1.34.1-gke.1829001",
-            "workloadIdentityConfigs": [{"workloadPool": "test-project.svc.id.goog"}],
-            "secretManagerConfigs": [{"enabled": True, "rotationConfigs": []}],
-        }
-    return dict(args.args)
-
-
 #: Every shape the program renders pods in: with and without the compile cache's init container
 #: and sidecar, and in a cluster it creates or one it is given.
 VARIANTS: dict[str, dict[str, Any]] = {
     "stack-file": {},
     "cache-off": {"changes": {"tpu-vllm:cache.enabled": False}},
-    "existing-cluster": {"changes": {"tpu-vllm:gke.cluster": "shared"}, "call": existing_cluster},
+    "existing-cluster": {
+        "changes": {"tpu-vllm:gke.cluster": "shared"},
+        "call": existing_cluster(),
+    },
 }
 
 
@@ -188,7 +177,7 @@ def test_workload_identity_binding_is_created_after_the_cluster() -> None:
 
 
 def test_with_an_existing_cluster_the_binding_has_no_cluster_to_wait_for() -> None:
-    run = run_program(STACK, {"tpu-vllm:gke.cluster": "shared"}, call=existing_cluster)
+    run = run_program(STACK, {"tpu-vllm:gke.cluster": "shared"}, call=existing_cluster())
     assert run.of_type("gcp:container/cluster:Cluster") == []
     binding = run.one("gcp:serviceaccount/iAMMember:IAMMember")
     assert binding.inputs["member"].endswith("[tpu-vllm-v6e4-gke/vllm]")
