@@ -150,11 +150,15 @@ MAX_CHIPS_PER_HOST: Mapping[str, int] = MappingProxyType({"v5e": 8, "v6e": 8})
 class GkeTpu:
     """A single-host slice as GKE spells it: the node pool's machine type and the node labels.
 
-    GKE docs "Plan TPUs in GKE" (single-host slice table) and the reference manifests in
-    GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`: v5e nodes carry
+    GKE docs "Plan TPUs in GKE" (single-host slice table): v5e nodes carry
     `cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice`, v6e `tpu-v6e-slice`, and
-    `cloud.google.com/gke-tpu-topology` `1x1` / `2x2` / `2x4` for 1, 4 and 8 chips. The node
-    offers `google.com/tpu` = the chip count, and is tainted `google.com/tpu`.
+    `cloud.google.com/gke-tpu-topology` `1x1` / `2x2` / `2x4` for 1, 4 and 8 chips; pods select
+    them by these two labels (GoogleCloudPlatform/cluster-toolkit `examples/gke-tpu-v6e`). The
+    node offers `google.com/tpu` = the chip count, and is tainted `google.com/tpu`.
+    GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm` selects its nodes
+    differently: through a ComputeClass (`cloud.google.com/compute-class: tpu-v6e-2x2`, whose
+    priorities include `flexStart` with `nodeRecycling`: `platforms/gke/base/core/
+    custom_compute_class/templates/manifests/tpu/v6e/custom-compute-tpu-v6e-2x2.yaml`).
     """
 
     machine_type: str

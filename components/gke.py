@@ -6,8 +6,21 @@ provisioning with flex-start"): `node_config.flex_start` with `max_run_duration`
 autoscaling from `total_min_node_count=0` to `total_max_node_count=N` with
 `location_policy="ANY"`, `management.auto_repair=False`,
 `reservation_affinity.consume_reservation_type="NO_RESERVATION"` and `initial_node_count=0`.
-`queued_provisioning` is never set: the API refuses it together with flex-start. Nodes appear
-when the Deployment's pods ask for them (scale from zero) and go when a run ends or the pods go.
+Nodes appear when the Deployment's pods ask for them (scale from zero) and go when a run ends or
+the pods go.
+
+`queued_provisioning` is left off. Flex-start *with* queued provisioning is a documented
+combination (GKE docs "Run a large-scale workload with flex-start with queued provisioning":
+`--flex-start --enable-queued-provisioning`; GoogleCloudPlatform/cluster-toolkit
+`examples/gke-consumption-options/dws-flex-start-queued-provisioning/gke-tpu-v6e`), but it is
+for batch work: in such a pool "nodes can be only obtained through queuing via the Cluster
+Autoscaler ProvisioningRequest API" (the GKE API's `NodePool.QueuedProvisioning.enabled`). A
+ProvisioningRequest (made by hand or by Kueue for a Job) asks for all of a workload's nodes at
+once, and the autoscaler does not scale such a pool up for an ordinary pending pod. A Deployment
+creates no ProvisioningRequest, so its pods would wait forever, and when a flex-start node's run
+ends nothing would ask for the replacement. GKE recommends queued provisioning for workloads that
+must start on several nodes at the same time, flex-start VMs (this pool) for single-node ones:
+each replica here is one node.
 
 A created cluster has no default node pool (`remove_default_node_pool` with the one node the
 API insists on), one small CPU node for system pods and the readiness Job, Workload Identity,
@@ -195,6 +208,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[str]
     service_account_email: pulumi.Output[str]
     address: pulumi.Output[str]
+    address_name: pulumi.Output[str]
     node_pool_name: pulumi.Output[str]
 
     def __init__(
@@ -222,14 +236,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
             opts=child,
         )
         self.service_account_email = self.service_account.email
-        ns = k8s_manifests.namespace_name(config.stack)
-        self.workload_identity = gcp.serviceaccount.IAMMember(
-            f"{name}-workload-identity",
-            service_account_id=self.service_account.name,
-            role=WORKLOAD_IDENTITY_USER,
-            member=workload_identity_member(settings.cluster_project, ns, k8s_manifests.KSA),
-            opts=child,
-        )
+        created: gcp.container.Cluster | None = None
         if found is None:
             created = self._create_cluster(name, config, settings)
             cluster_name: pulumi.Input[str] = created.name
@@ -244,6 +251,20 @@ class GkeTpuCluster(pulumi.ComponentResource):
             auths = getattr(found, "master_auths", None) or []
             ca = auths[0].cluster_ca_certificate if auths else None
             pool_opts = child
+        ns = k8s_manifests.namespace_name(config.stack)
+        # IAM refuses `PROJECT.svc.id.goog[...]` members ("Error 400: Identity Pool does not
+        # exist") until the project's first Workload Identity cluster exists: a cluster this
+        # stack creates must come first (terraform-google-kubernetes-engine PR #301 fixed the
+        # same race by tying the binding to the cluster). An existing cluster has the pool.
+        self.workload_identity = gcp.serviceaccount.IAMMember(
+            f"{name}-workload-identity",
+            service_account_id=self.service_account.name,
+            role=WORKLOAD_IDENTITY_USER,
+            member=workload_identity_member(settings.cluster_project, ns, k8s_manifests.KSA),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[created] if created else [])
+            ),
+        )
         self.node_pool = self._create_tpu_pool(name, config, settings, cluster_name, pool_opts)
         #: Every node pool this stack made: pods wait for them (and go before them on destroy).
         self.node_pools: list[gcp.container.NodePool] = [
@@ -263,6 +284,8 @@ class GkeTpuCluster(pulumi.ComponentResource):
         )
         # Unknown only under mocks that know no cloud outputs; never None in the outputs.
         self.address = self.reserved_address.address.apply(lambda ip: ip or "")
+        #: What the Service names (GKE looks the address up by name in the cluster's region).
+        self.address_name = self.reserved_address.name
         self.cluster = pulumi.Output.from_input(cluster_name).apply(
             lambda n: cluster_path(settings, n)
         )

@@ -55,6 +55,8 @@ def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendO
             kubeconfig=cluster.kubeconfig,
             service_account_email=cluster.service_account_email,
             address=cluster.address,
+            address_name=cluster.address_name,
+            node_pool_name=cluster.node_pool_name,
             api_key_version=secrets.api_key_version,
             after=[
                 *secrets.grants,

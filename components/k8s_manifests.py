@@ -2,19 +2,21 @@
 
 Pure functions, so the same dicts are what Pulumi sends (components/k8s_workload.py) and what the
 tests validate against the Kubernetes OpenAPI schema offline. Values that only exist after
-`pulumi up` (the service account's email, the reserved address, the API key's version) are
-passed in as Pulumi inputs and nested as they are.
+`pulumi up` (the service account's email, the reserved address's name, the TPU node pool's name,
+the API key's version) are passed in as Pulumi inputs and nested as they are.
 
 What the server runs is the VM path's, from the same code: the image `vllm.image`, the
 entrypoint scripts/remote/vllm_entrypoint.sh (mounted from a ConfigMap, reads the API key file
 into VLLM_API_KEY), and `vllm serve MODEL` with `VllmSettings.serve_args()`. The differences are
-GKE's: the TPU is a `google.com/tpu` resource on a node chosen by its labels, the secrets are
+GKE's: the TPU is a `google.com/tpu` resource on a node of the stack's own pool, the secrets are
 files mounted by GKE's Secret Manager add-on (a SecretProviderClass read with the pod's Workload
-Identity; no Kubernetes Secret holds them), and readiness is probed over HTTP.
+Identity; no Kubernetes Secret holds them) in their own directory, and readiness is probed over
+HTTP.
 
 Shapes follow GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`
 (`base/deployment.yaml`: `strategy: Recreate`, a `/health` readiness probe, `/dev/shm` as a
-memory emptyDir; `v6e-*` overlays: `google.com/tpu` requests and limits) and the GKE docs for the
+memory emptyDir; `v*-*/patch-resources.yaml`: `google.com/tpu` requests and limits), except
+node selection (it names a ComputeClass; see `catalog.GkeTpu`), and the GKE docs for the
 Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
 """
 
@@ -47,10 +49,20 @@ CONTAINER = "vllm"
 SECRETS_DRIVER = "secrets-store-gke.csi.k8s.io"
 SECRETS_PROVIDER = "gke"
 SPC_API_VERSION = "secrets-store.csi.x-k8s.io/v1"
-#: Where the container sees things: the same paths as the VM path's `docker run`.
+#: Where the container sees things: the same paths as the VM path's `docker run`, except the
+#: secrets (below).
 SCRIPTS_DIR = "/tpu-vllm"
 ENTRYPOINT = f"{SCRIPTS_DIR}/entrypoint.sh"
-SECRETS_DIR = remote_scripts.CONTAINER_SECRETS
+#: Where the Secret Manager add-on mounts the HF token and the API key: a directory of its own,
+#: not the VM path's `/run/secrets`. The kubelet mounts every pod's service-account token at
+#: `/var/run/secrets/kubernetes.io/serviceaccount`, and `/var/run` is a symlink to `/run` in
+#: Debian and Alpine images. containerd sorts a container's mounts by path depth before the
+#: runtime mounts them (containerd `internal/cri/opts/spec_linux_opts.go`, `withMounts`: "Sort
+#: mounts in number of parts"), so a read-only volume at `/run/secrets`, or at any directory
+#: above the token's, is mounted first, and the token's mount point then cannot be created
+#: ("mkdir .../run/secrets/kubernetes.io: read-only file system"): the container never starts
+#: (kubernetes/kubernetes#65835, #72261). Not under SCRIPTS_DIR either, a read-only mount.
+SECRETS_DIR = "/etc/tpu-vllm/secrets"
 VLLM_CACHE_DIR = "/root/.cache/vllm"
 SHM_DIR = "/dev/shm"  # noqa: S108 - the VM path's HF_HOME, in memory
 #: A small image with curl for the readiness Job (Alpine; /bin/sh is busybox ash).
@@ -176,11 +188,21 @@ def secrets_volume(name: str, provider_class: str) -> dict[str, Any]:
     }
 
 
-def node_selector(config: StackConfig) -> dict[str, str]:
-    """The TPU node this replica needs: GKE labels every TPU node with these two."""
+#: GKE labels every node with the name of its node pool (GKE docs "Node pools").
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+
+
+def node_selector(config: StackConfig, node_pool: pulumi.Input[str]) -> dict[str, Any]:
+    """The stack's own TPU node pool, and the TPU node a replica needs.
+
+    The pool label pins the pods to the nodes this stack pays for: in a shared cluster
+    (`gke.cluster`) the two TPU labels alone match any pool of the same slice, another team's
+    or one without flex-start. The TPU labels stay: GKE's TPU docs select TPU nodes by them.
+    """
     gke = config.tpu.chip.gke
     assert gke is not None  # validated: backend gke needs a GKE machine type
     return {
+        NODE_POOL_LABEL: node_pool,
         catalog.GKE_TPU_ACCELERATOR_LABEL: gke.accelerator,
         catalog.GKE_TPU_TOPOLOGY_LABEL: gke.topology,
     }
@@ -241,6 +263,7 @@ def deployment(
     config: StackConfig,
     *,
     api_key_version: pulumi.Input[str],
+    node_pool: pulumi.Input[str],
     scripts_digest: str,
     extras: PodExtras | None = None,
 ) -> dict[str, Any]:
@@ -287,7 +310,7 @@ def deployment(
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": KSA,
-        "nodeSelector": node_selector(config),
+        "nodeSelector": node_selector(config, node_pool),
         "tolerations": [TPU_TOLERATION],
         "terminationGracePeriodSeconds": 30,
         "containers": [container, *extras.sidecars],
@@ -324,17 +347,43 @@ def deployment(
     }
 
 
-def service(config: StackConfig, address: pulumi.Input[str]) -> dict[str, Any]:
-    """The one stable address: a LoadBalancer on the reserved regional IP, open only to
-    `access.allowedCidrs` (GKE turns loadBalancerSourceRanges into firewall rules)."""
+#: GKE's backend-service-based external passthrough Network Load Balancer (ingress-gce
+#: `pkg/l4/annotations/service.go`: RBSAnnotationKey = "cloud.google.com/l4-rbs", value
+#: "enabled"), the one GKE recommends for new LoadBalancer Services.
+L4_RBS = {"cloud.google.com/l4-rbs": "enabled"}
+#: The reserved addresses, by NAME: ingress-gce `pkg/l4/annotations/l4_static_address.go`
+#: (StaticL4AddressesAnnotationKey) reads comma-separated address names and looks each up with
+#: `GetRegionAddress(name, cluster region)`; `pkg/l4/address/to_use.go` (`IPv4ToUse`; it was
+#: `pkg/address/to_use.go`) prefers it to `spec.loadBalancerIP`, "old field, was deprecated"
+#: (since Kubernetes 1.24). An address that is not found is skipped silently, and the load
+#: balancer then takes an ephemeral IP: so the name comes from the Address resource (an
+#: output), which orders the Service after it.
+STATIC_ADDRESSES_ANNOTATION = "networking.gke.io/load-balancer-ip-addresses"
+
+
+def service(config: StackConfig, address_name: pulumi.Input[str]) -> dict[str, Any]:
+    """The one stable address: a backend-service-based passthrough Network Load Balancer on
+    the reserved regional address (named, not given as an IP), open only to
+    `access.allowedCidrs` (GKE turns loadBalancerSourceRanges into the load balancer's firewall
+    rule: ingress-gce `pkg/l4/resources/l4netlb.go`)."""
+    annotations: dict[str, Any] = {
+        **L4_RBS,
+        STATIC_ADDRESSES_ANNOTATION: address_name,
+        # pulumi-kubernetes' own Service await (provider/pkg/await/service.go) is ready only with
+        # a load-balancer address *and* no not-ready endpoint, on create, update and refresh
+        # (await.go: `Read` skips it only for skipAwait; `pulumi.com/waitFor` replaces it on
+        # create and update, not on refresh). A starting replica, normal after every flex-start
+        # node recycle, is a not-ready endpoint: an update would wait out its timeout and a
+        # refresh fail. So the Service is not awaited; the readiness Job, which reaches the pods
+        # through it, is what `pulumi up` waits on.
+        **SKIP_AWAIT,
+    }
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(SERVICE, namespace_name(config.stack), config),
+        "metadata": _meta(SERVICE, namespace_name(config.stack), config, annotations=annotations),
         "spec": {
             "type": "LoadBalancer",
-            # GKE docs ("Configuring a static external IP"): the reserved regional address.
-            "loadBalancerIP": address,
             "loadBalancerSourceRanges": list(config.access.allowed_cidrs),
             "selector": selector(config),
             "ports": [

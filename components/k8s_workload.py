@@ -4,7 +4,9 @@ the cluster, and the wait that makes `pulumi up` end only once a replica serves.
 Readiness, deliberately: pulumi-kubernetes would wait on the Deployment until it is Available,
 and a `Recreate` Deployment is Available only when *every* replica is (its maxUnavailable is 0),
 which with flex-start means N TPU nodes found at once. So the Deployment is applied with
-`pulumi.com/skipAwait`, and a Job (`k8s_manifests.readiness_job`) is what `pulumi up` waits on:
+`pulumi.com/skipAwait`, and so is the Service (its own await also demands that no endpoint be
+not-ready, which a starting replica is), and a Job (`k8s_manifests.readiness_job`) is what
+`pulumi up` waits on:
 pulumi-kubernetes awaits a Job until it completes, and this one completes when one replica
 answers /health and /v1/models through the Service (which sends traffic only to Ready pods).
 Its await timeout is `tpu.capacityWait + vllm.readinessTimeout` plus a margin; the pods' startup
@@ -27,8 +29,6 @@ from components.config import StackConfig
 from components.outputs import endpoint_urls
 from components.tpu import resource_id
 
-#: Time for GKE to provision the load balancer on the reserved address.
-LOAD_BALANCER_TIMEOUT = "20m"
 #: Beyond the Job's own deadline, for the Job to be scheduled and its image pulled.
 AWAIT_MARGIN_SECONDS = 300
 
@@ -38,7 +38,11 @@ class GkeWorkloadArgs:
     config: StackConfig
     kubeconfig: pulumi.Input[str]
     service_account_email: pulumi.Input[str]
+    #: The reserved address: its IP names the endpoint, its NAME goes on the Service.
     address: pulumi.Input[str]
+    address_name: pulumi.Input[str]
+    #: The stack's own TPU node pool: the pods run only on its nodes.
+    node_pool_name: pulumi.Input[str]
     #: `projects/P/secrets/S/versions/N` of the API key the pods mount.
     api_key_version: pulumi.Input[str]
     #: Resources the pods need first: secret grants, the Workload Identity binding, node pools.
@@ -121,6 +125,7 @@ class GkeWorkload(pulumi.ComponentResource):
         deployment = m.deployment(
             config,
             api_key_version=key_version,
+            node_pool=args.node_pool_name,
             scripts_digest=m.digest(sorted(files.items())),
             extras=extras,
         )
@@ -140,19 +145,14 @@ class GkeWorkload(pulumi.ComponentResource):
                 ),
             ),
         )
-        service = m.service(config, args.address)
+        # Not awaited (`pulumi.com/skipAwait`, see `k8s_manifests.service`): GKE programs the
+        # load balancer while the first TPU node is found and the server starts.
+        service = m.service(config, args.address_name)
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             metadata=_k8s(service["metadata"]),
             spec=_k8s(service["spec"]),
-            opts=pulumi.ResourceOptions.merge(
-                in_ns,
-                pulumi.ResourceOptions(
-                    custom_timeouts=pulumi.CustomTimeouts(
-                        create=LOAD_BALANCER_TIMEOUT, update=LOAD_BALANCER_TIMEOUT
-                    )
-                ),
-            ),
+            opts=in_ns,
         )
         revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
         job = m.readiness_job(config, revision)
@@ -164,6 +164,8 @@ class GkeWorkload(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(
                 in_ns,
                 pulumi.ResourceOptions(
+                    # The Deployment first: on an update, a Job created before the new pod
+                    # template is applied would pass against the old pods.
                     depends_on=[self.deployment, self.service, self.probe_secrets],
                     custom_timeouts=pulumi.CustomTimeouts(create=wait, update=wait),
                     # The Job's name is fixed: the old one goes before a new one runs.

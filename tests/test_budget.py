@@ -67,14 +67,14 @@ def test_duration_text(seconds: float, text: str) -> None:
 
 
 def test_gke_stack_has_its_own_table_with_replicas_and_its_worst_case() -> None:
-    """GKE: price x replicas; cluster, then node pools beside the load balancer, then the
-    readiness Job's first node and start, plus its margin."""
+    """GKE: price x replicas; cluster, then node pools, then the readiness Job's first node and
+    start, plus its margin. The load balancer is not awaited (`pulumi.com/skipAwait`)."""
     b = budget.gke_budget("v6e4-gke")
     one = catalog.CHIPS["v6e-4"].hourly_usd("flex-start")
     assert b.replicas == 2 and b.zones == 2
     assert b.hourly_usd == pytest.approx(2 * one)
     assert b.max_run_usd == pytest.approx(round(2 * one * 4, 2))
-    assert (b.cluster_s, b.node_pool_s, b.load_balancer_s) == (2400, 1800, 1200)
+    assert (b.cluster_s, b.node_pool_s, b.load_balancer_awaited) == (2400, 1800, False)
     assert (b.capacity_wait_s, b.readiness_s, b.job_margin_s) == (1800, 3600, 300)
     assert b.worst_case_s == pytest.approx(2400 + 1800 + 1800 + 3600 + 300)
     table = budget.render_table(["v5e1", "v6e4-gke"])

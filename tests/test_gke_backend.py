@@ -68,7 +68,9 @@ def test_endpoint_is_the_reserved_regional_address(run: ProgramRun) -> None:
     assert run.outputs["external_ip"] == LB_ADDRESS
     service = run.one("kubernetes:core/v1:Service").inputs["spec"]
     assert service["type"] == "LoadBalancer"
-    assert service["loadBalancerIP"] == LB_ADDRESS
+    # The address by name (tests/test_gke_real_systems.py): GKE's own annotation, not the IP.
+    annotations = run.one("kubernetes:core/v1:Service").inputs["metadata"]["annotations"]
+    assert annotations["networking.gke.io/load-balancer-ip-addresses"] == address["name"]
     assert service["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
     assert service["ports"] == [
         {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}
@@ -92,7 +94,8 @@ def test_tpu_node_pool_is_flex_start_and_scales_from_zero_to_replicas(run: Progr
     }
     assert pool["initialNodeCount"] == 0
     assert pool["management"]["autoRepair"] is False
-    assert "queuedProvisioning" not in pool  # the API refuses it with flex-start
+    # Queued provisioning would get nodes only through a ProvisioningRequest (components/gke.py).
+    assert "queuedProvisioning" not in pool
     assert pool["nodeLocations"] == ["us-east5-a", "us-east5-b"]
     assert pool["location"] == "us-east5"
     assert pool["cluster"] == NS
@@ -154,6 +157,7 @@ def test_pods_ask_for_the_whole_slice_on_a_matching_tpu_node(run: ProgramRun) ->
     assert tp == "4"
     pod = server_pod(run)
     assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-nodepool": f"{NS}-tpu",
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": "2x2",
     }
@@ -176,6 +180,7 @@ def test_v5e1_on_gke_uses_the_v5e_machine_type_and_labels() -> None:
     )
     assert tpu_pool(run)["nodeConfig"]["machineType"] == "ct5lp-hightpu-1t"
     assert server_pod(run)["nodeSelector"] == {
+        "cloud.google.com/gke-nodepool": f"{NS}-tpu",
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
         "cloud.google.com/gke-tpu-topology": "1x1",
     }
@@ -198,7 +203,8 @@ def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
     assert scripts["entrypoint.sh"] == (ROOT / "scripts/remote/vllm_entrypoint.sh").read_text()
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["HF_HOME"] == "/dev/shm"  # the VM path's HF cache in memory
-    assert env["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
+    # Not the VM path's /run/secrets: above the service-account token (components/k8s_manifests.py).
+    assert env["HF_TOKEN_PATH"] == "/etc/tpu-vllm/secrets/hf_token"
     volumes = {v["name"]: v for v in server_pod(run)["volumes"]}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
     mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}

@@ -189,7 +189,7 @@ def test_plan_covers_the_gke_stack() -> None:
     assert "gke-tpu-pool  (gcp:container/nodePool:NodePool)" in done.stdout
     assert "vllm-deployment  (kubernetes:apps/v1:Deployment)" in done.stdout
     assert "flexStart: true" in done.stdout
-    assert 'loadBalancerIP: "<gke-address.address>"' in done.stdout
+    assert 'networking.gke.io/load-balancer-ip-addresses: "tpu-vllm-v6e4-gke-lb"' in done.stdout
     assert 'endpoint: "http://<gke-address.address>:8000"' in done.stdout
     assert "replicas: 2" in done.stdout
     # The summary says what is different about GKE: replicas, the cluster, and that it bills on.

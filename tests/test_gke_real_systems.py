@@ -1,0 +1,271 @@
+"""The GKE manifests against what the real systems do with them (each test names its source).
+
+The schema tests (tests/test_k8s_schema.py) prove the objects are *valid*; these prove they
+*work* where the Kubernetes schema cannot tell: the kubelet's service-account token mount under
+containerd, IAM's Workload Identity pool, pulumi-kubernetes' await logic, GKE's load-balancer
+controller (ingress-gce) and node pools shared with other workloads. Each check is written from
+the named source, under Pulumi mocks, over every pod spec and variant the program renders.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.pulumi_program import ProgramRun, run_program
+from tests.test_gke_backend import existing_cluster
+
+STACK = "v6e4-gke"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+JOB = "kubernetes:batch/v1:Job"
+SERVICE = "kubernetes:core/v1:Service"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+
+
+#: Every shape the program renders pods in: with and without the compile cache's init container
+#: and sidecar, and in a cluster it creates or one it is given.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "stack-file": {},
+    "cache-off": {"changes": {"tpu-vllm:cache.enabled": False}},
+    "existing-cluster": {
+        "changes": {"tpu-vllm:gke.cluster": "shared"},
+        "call": existing_cluster(),
+    },
+}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def run(request: pytest.FixtureRequest) -> ProgramRun:
+    variant = VARIANTS[request.param]
+    return run_program(STACK, variant.get("changes"), call=variant.get("call"))
+
+
+# --- 1. secrets mounted where the service-account token can still be mounted ----------------
+
+#: Where the kubelet mounts every pod's service-account token (the pods automount it: none of
+#: them sets `automountServiceAccountToken: false`).
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def _canonical(path: str) -> str:
+    """`/var/run` is a symlink to `/run` in Debian and Alpine images: one directory."""
+    path = posixpath.normpath(path)
+    if path == "/var/run" or path.startswith("/var/run/"):
+        path = "/run" + path[len("/var/run") :]
+    return path
+
+
+def _at_or_above(directory: str, path: str) -> bool:
+    return directory in ("/", path) or path.startswith(directory.rstrip("/") + "/")
+
+
+def blocks_token_mount(mount_path: str) -> bool:
+    """True if a volume at `mount_path` keeps the kubelet from mounting the token.
+
+    containerd sorts a container's mounts by path depth (`internal/cri/opts/spec_linux_opts.go`,
+    `withMounts`: "Sort mounts in number of parts"), so a volume at the token's directory or
+    above it is mounted first; the token's mount point must then be created inside that
+    read-only volume, which fails ("mkdir .../run/secrets/kubernetes.io: read-only file
+    system", kubernetes/kubernetes#65835 and #72261). Both spellings count: a volume at `/var`
+    hides the `/var/run` symlink, one at `/run/secrets` is where that symlink leads.
+    """
+    raw = posixpath.normpath(mount_path)
+    return _at_or_above(raw, TOKEN_DIR) or _at_or_above(_canonical(raw), _canonical(TOKEN_DIR))
+
+
+@pytest.mark.parametrize(
+    ("mount_path", "blocks"),
+    [
+        ("/run/secrets", True),
+        ("/var/run/secrets", True),
+        ("/run/secrets/", True),
+        ("/run", True),
+        ("/var/run", True),
+        ("/var", True),
+        ("/", True),
+        ("/run/secrets/kubernetes.io", True),
+        ("/var/run/secrets/kubernetes.io/serviceaccount", True),
+        ("/run/secrets/kubernetes.io/serviceaccount", True),
+        ("/run/secrets/tpu-vllm", False),  # a sibling of kubernetes.io: kubernetes#65835's fix
+        ("/var/run/tpu-vllm", False),
+        ("/etc/tpu-vllm/secrets", False),
+        ("/var/secrets", False),
+        ("/root/.cache/vllm", False),
+    ],
+)
+def test_the_token_mount_check_knows_both_spellings(mount_path: str, blocks: bool) -> None:
+    assert blocks_token_mount(mount_path) is blocks
+
+
+def pod_specs(value: Any) -> Iterator[dict[str, Any]]:
+    """Every pod spec in a manifest, wherever it sits (a dict with a `containers` list)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("containers"), list):
+            yield value
+        for child in value.values():
+            yield from pod_specs(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from pod_specs(child)
+
+
+def all_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        *pod.get("initContainers", []),
+        *pod["containers"],
+        *pod.get("ephemeralContainers", []),
+    ]
+
+
+def test_no_volume_in_any_pod_blocks_the_service_account_token(run: ProgramRun) -> None:
+    """The server, its init container and sidecar, and the readiness Job's container."""
+    checked: list[tuple[str, str, str]] = []
+    kinds: set[str] = set()
+    for resource in run.resources:
+        if not resource.type.startswith("kubernetes:"):
+            continue
+        for pod in pod_specs(resource.inputs):
+            kinds.add(resource.type)
+            assert pod.get("automountServiceAccountToken", True) is True
+            for container in all_containers(pod):
+                for mount in container.get("volumeMounts", []):
+                    where = (resource.name, container["name"], mount["mountPath"])
+                    assert not blocks_token_mount(mount["mountPath"]), where
+                    checked.append(where)
+    assert kinds == {DEPLOYMENT, JOB}
+    assert any(container == "wait-ready" for _, container, _ in checked)
+    assert any(container == "vllm" for _, container, _ in checked)
+
+
+def _secrets_dir(container: dict[str, Any], pod: dict[str, Any]) -> str:
+    """The mount path of the container's Secret Manager (CSI) volume."""
+    csi = {v["name"] for v in pod["volumes"] if "csi" in v}
+    [path] = [m["mountPath"] for m in container["volumeMounts"] if m["name"] in csi]
+    return str(path)
+
+
+def test_every_secret_file_the_containers_read_lies_in_the_mounted_directory(
+    run: ProgramRun,
+) -> None:
+    [server_pod] = pod_specs(run.one(DEPLOYMENT).inputs)
+    [server] = [c for c in server_pod["containers"] if c["name"] == "vllm"]
+    env = {e["name"]: e.get("value") for e in server["env"]}
+    directory = _secrets_dir(server, server_pod)
+    for variable, file in (("HF_TOKEN_PATH", "hf_token"), ("VLLM_API_KEY_FILE", "vllm_api_key")):
+        assert env[variable] == f"{directory}/{file}", variable
+    [job_pod] = pod_specs(run.one(JOB).inputs)
+    [probe] = job_pod["containers"]
+    env = {e["name"]: e.get("value") for e in probe["env"]}
+    assert env["API_KEY_FILE"] == f"{_secrets_dir(probe, job_pod)}/vllm_api_key"
+
+
+# --- 2. the Workload Identity binding waits for a cluster the stack creates ------------------
+
+
+def test_workload_identity_binding_is_created_after_the_cluster() -> None:
+    """IAM answers `Error 400: Identity Pool does not exist (PROJECT.svc.id.goog)` until the
+    project's first Workload Identity cluster exists; terraform-google-kubernetes-engine PR #301
+    fixed this race by tying the binding to the cluster. The engine creates a resource only
+    after everything it depends on."""
+    run = run_program(STACK)
+    binding = run.one("gcp:serviceaccount/iAMMember:IAMMember")
+    assert binding.inputs["role"] == "roles/iam.workloadIdentityUser"
+    assert "gke-cluster" in run.dependencies[binding.name]
+
+
+def test_with_an_existing_cluster_the_binding_has_no_cluster_to_wait_for() -> None:
+    run = run_program(STACK, {"tpu-vllm:gke.cluster": "shared"}, call=existing_cluster())
+    assert run.of_type("gcp:container/cluster:Cluster") == []
+    binding = run.one("gcp:serviceaccount/iAMMember:IAMMember")
+    assert binding.inputs["member"].endswith("[tpu-vllm-v6e4-gke/vllm]")
+
+
+# --- 3. what pulumi-kubernetes awaits ---------------------------------------------------------
+
+
+def builtin_await_runs(annotations: dict[str, Any], operation: str) -> bool:
+    """Whether pulumi-kubernetes runs its own await for a kind that has one.
+
+    pulumi/pulumi-kubernetes `provider/pkg/await/await.go`: `Creation` and `Update` use the
+    built-in awaiter only when `metadata.ReadyCondition` reports no custom condition, i.e.
+    neither `pulumi.com/skipAwait: "true"` nor a `pulumi.com/waitFor` annotation
+    (`provider/pkg/metadata/overrides.go`); `Read` (a refresh) runs the built-in `awaitRead`
+    unless `SkipAwaitLogic`, whatever `waitFor` says. `IsAnnotationTrue` wants exactly "true".
+    """
+    skip = annotations.get("pulumi.com/skipAwait") == "true"
+    if operation == "refresh":
+        return not skip
+    return not (skip or annotations.get("pulumi.com/waitFor"))
+
+
+def test_the_await_model_follows_the_provider() -> None:
+    waits_for_ip = {"pulumi.com/waitFor": "jsonpath={.status.loadBalancer.ingress[0].ip}"}
+    assert builtin_await_runs({}, "update")
+    assert not builtin_await_runs(waits_for_ip, "update")
+    assert builtin_await_runs(waits_for_ip, "refresh")  # waitFor does not cover a refresh
+    assert not builtin_await_runs({"pulumi.com/skipAwait": "true"}, "refresh")
+    assert builtin_await_runs({"pulumi.com/skipAwait": "True"}, "refresh")
+
+
+@pytest.mark.parametrize("operation", ["create", "update", "refresh"])
+def test_the_service_await_never_runs_and_the_readiness_job_stays_the_gate(
+    run: ProgramRun, operation: str
+) -> None:
+    """The built-in Service await (`provider/pkg/await/service.go`) is ready only when no
+    endpoint is not-ready: a replica starting after a flex-start node recycle would make an
+    update time out and a refresh fail. Only the Job, which completes when a replica serves,
+    is awaited."""
+    service = run.one(SERVICE).inputs["metadata"]
+    assert not builtin_await_runs(service.get("annotations", {}), operation)
+    job = run.one(JOB).inputs["metadata"]
+    assert builtin_await_runs(job.get("annotations", {}), operation)
+
+
+# --- 4. the load balancer GKE recommends, on the reserved address by name ---------------------
+
+
+def test_service_is_an_rbs_network_load_balancer_on_the_reserved_address_by_name(
+    run: ProgramRun,
+) -> None:
+    """ingress-gce `pkg/l4/annotations/service.go` (`cloud.google.com/l4-rbs: "enabled"`) and
+    `pkg/l4/annotations/l4_static_address.go` + `pkg/l4/address/to_use.go`: the annotation
+    holds address NAMES, looked up in the cluster's region; a name not found is skipped and the
+    load balancer takes an ephemeral IP, so the address must exist before the Service."""
+    service = run.one(SERVICE)
+    address = run.one("gcp:compute/address:Address")
+    annotations = service.inputs["metadata"]["annotations"]
+    assert annotations["cloud.google.com/l4-rbs"] == "enabled"
+    assert annotations["networking.gke.io/load-balancer-ip-addresses"] == address.inputs["name"]
+    assert address.inputs["region"] == "us-east5"  # the cluster's region
+    assert "gke-address" in run.dependencies[service.name]
+    spec = service.inputs["spec"]
+    assert "loadBalancerIP" not in spec  # deprecated since Kubernetes 1.24
+    assert spec["type"] == "LoadBalancer"
+    assert spec["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+
+
+# --- 7. the pods run on the stack's own TPU pool ----------------------------------------------
+
+
+def test_pods_are_pinned_to_the_stacks_own_tpu_node_pool(run: ProgramRun) -> None:
+    """In a shared cluster another v6e 2x2 pool matches the TPU labels too; GKE labels every
+    node with its pool's name (`cloud.google.com/gke-nodepool`)."""
+    [pool] = [p for p in run.of_type(NODE_POOL) if p.name == "gke-tpu-pool"]
+    [pod] = pod_specs(run.one(DEPLOYMENT).inputs)
+    assert pod["nodeSelector"]["cloud.google.com/gke-nodepool"] == pool.inputs["name"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2"
+    assert "gke-tpu-pool" in run.dependencies["vllm-deployment"]
+
+
+# --- bug (b): the readiness Job runs only after the Deployment is applied ---------------------
+
+
+def test_readiness_job_is_created_after_the_deployment(run: ProgramRun) -> None:
+    """On an update, a new Job created before the new pod template is applied would find the
+    old pods serving, and `pulumi up` would report success before the new pods serve."""
+    job = run.one(JOB)
+    assert "vllm-deployment" in run.dependencies[job.name]
