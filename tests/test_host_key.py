@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from components.host_key import NodeHostKeyProvider, pick_host_key
-from components.org_policy import DISABLE_GUEST_ATTRIBUTES
+from components.org_policy import DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES
 from components.queued_resource import Spec
 from components.tpu_api import ApiError, TpuApi
 from tests.fakes.resource_manager import FakeResourceManager
@@ -103,6 +103,19 @@ def test_blocked_guest_attributes_name_the_policy_and_the_way_out(
     assert ("test-project", f"constraints/{DISABLE_GUEST_ATTRIBUTES}") in (
         fake_resource_manager.requests
     )
+
+
+def test_blocked_guest_attributes_by_the_managed_constraint_are_named_too(
+    fake_tpu: FakeTpuApi, active_node: str, fake_resource_manager: FakeResourceManager
+) -> None:
+    """compute.managed.disableGuestAttributesAccess (Org Policy v2) blocks them the same way."""
+    fake_tpu.host_key_mode = "absent"
+    fake_resource_manager.enforced = {MANAGED_DISABLE_GUEST_ATTRIBUTES}
+    with pytest.raises(
+        Exception, match=r"compute\.managed\.disableGuestAttributesAccess is enforced"
+    ) as err:
+        NodeHostKeyProvider().create(props(active_node, timeout_seconds=0.3))
+    assert "tpu-vllm:access.allowUnverifiedHostKey" in str(err.value)
 
 
 def test_a_refused_guest_attributes_read_stops_waiting_and_explains(
