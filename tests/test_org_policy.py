@@ -213,13 +213,15 @@ def test_the_tpu_request_waits_for_the_gate() -> None:
     assert "tpu-vllm:index:FlexStartTpu$" in run.urn_of("tpu-org-policy")
 
 
+@pytest.mark.parametrize("constraint", [REQUIRE_OS_LOGIN, MANAGED_REQUIRE_OS_LOGIN])
 def test_gate_check_runs_as_the_provider_host_runs_it(
-    fake_resource_manager: FakeResourceManager,
+    fake_resource_manager: FakeResourceManager, constraint: str
 ) -> None:
     """Pickled under mocks, unpickled in a fresh interpreter in the project root (as Pulumi's
-    dynamic provider host does), its check still reaches the endpoint it is given."""
+    dynamic provider host does), its check still reaches the endpoint it is given. With only
+    the Resource Manager endpoint set, the v2 reads follow it, never the public endpoint."""
     blob = provider_blob(run_program("v5e1"), "tpu-org-policy")
-    fake_resource_manager.enforced = {REQUIRE_OS_LOGIN}
+    fake_resource_manager.enforced = {constraint}
     done = run_provider(
         blob,
         "provider.check({}, {'project': 'test-project', 'allow_unverified_host_key': False})\n",
@@ -229,30 +231,12 @@ def test_gate_check_runs_as_the_provider_host_runs_it(
         },
     )
     assert done.returncode != 0
-    assert REQUIRE_OS_LOGIN in done.stderr
+    assert f"constraint {constraint} is enforced" in done.stderr
     assert fake_resource_manager.requests  # it asked the fake, nobody else
-
-
-def test_managed_constraints_are_read_where_the_provider_host_is_pointed(
-    fake_resource_manager: FakeResourceManager,
-) -> None:
-    """In the provider host's fresh interpreter, with only the Resource Manager endpoint set,
-    the v2 reads follow it (never the public endpoint) and find the managed constraint."""
-    blob = provider_blob(run_program("v5e1"), "tpu-org-policy")
-    fake_resource_manager.enforced = {MANAGED_REQUIRE_OS_LOGIN}
-    done = run_provider(
-        blob,
-        "provider.check({}, {'project': 'test-project', 'allow_unverified_host_key': False})\n",
-        env={
-            "RESOURCE_MANAGER_API_ENDPOINT": os.environ["RESOURCE_MANAGER_API_ENDPOINT"],
-            "GOOGLE_OAUTH_ACCESS_TOKEN": fake_resource_manager.token,
-        },
-    )
-    assert done.returncode != 0
-    assert MANAGED_REQUIRE_OS_LOGIN in done.stderr
-    assert fake_resource_manager.v2_requests == [
-        f"projects/{TEST_PROJECT}/policies/{MANAGED_REQUIRE_OS_LOGIN}"
-    ]
+    if constraint == MANAGED_REQUIRE_OS_LOGIN:
+        assert fake_resource_manager.v2_requests == [
+            f"projects/{TEST_PROJECT}/policies/{MANAGED_REQUIRE_OS_LOGIN}"
+        ]
 
 
 def test_org_policy_api_endpoint_overrides_where_v2_is_asked(

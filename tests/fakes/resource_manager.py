@@ -127,13 +127,7 @@ class FakeResourceManager(LoopbackHttpServer):
                     )
                     return
                 if fake.forbidden:
-                    self._error(
-                        403,
-                        "PERMISSION_DENIED",
-                        f"Permission 'orgpolicy.policy.get' denied on resource "
-                        f"'//cloudresourcemanager.googleapis.com/projects/{project}' "
-                        "(or it may not exist).",
-                    )
+                    self._forbidden(project)
                     return
                 answer = fake.v2_answers.get(constraint)
                 if answer is None:
@@ -155,17 +149,20 @@ class FakeResourceManager(LoopbackHttpServer):
                     return
                 fake.requests.append((project, constraint))
                 if fake.forbidden:
-                    self._error(
-                        403,
-                        "PERMISSION_DENIED",
-                        f"Permission 'orgpolicy.policy.get' denied on resource "
-                        f"'//cloudresourcemanager.googleapis.com/projects/{project}' "
-                        "(or it may not exist).",
-                    )
+                    self._forbidden(project)
                     return
                 enforced = constraint.removeprefix("constraints/") in fake.enforced
                 boolean = {"enforced": True} if enforced else {}
                 self._answer(200, {"constraint": constraint, "booleanPolicy": boolean})
+
+            def _forbidden(self, project: str) -> None:
+                self._error(
+                    403,
+                    "PERMISSION_DENIED",
+                    f"Permission 'orgpolicy.policy.get' denied on resource "
+                    f"'//cloudresourcemanager.googleapis.com/projects/{project}' "
+                    "(or it may not exist).",
+                )
 
             def _error(
                 self,
