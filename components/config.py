@@ -134,6 +134,16 @@ FLAG_KEYS: Mapping[str, str] = {
     "--limit-mm-per-prompt": "vllm.limitMmPerPrompt",
     "--port": "vllm.port",
 }
+# Flags `extraArgs` may carry whose value vLLM declares `ge=1` (vllm/config/scheduler.py,
+# SchedulerConfig: `Field(..., ge=1)`): 0 or below passes the program, then vLLM refuses to boot
+# while the TPU bills. The keyed ones (maxModelLen, maxNumBatchedTokens, tensorParallelSize)
+# are checked where they are read.
+POSITIVE_INT_FLAGS: tuple[str, ...] = (
+    "--max-num-seqs",
+    "--max-num-partial-prefills",
+    "--max-long-partial-prefills",
+    "--stream-interval",
+)
 # Flags that would put a secret on the command line, where `ps` and `docker inspect` show it.
 FORBIDDEN_FLAGS: Mapping[str, str] = {
     "--api-key": "the API key is generated per stack and handed to vLLM from a file",
@@ -881,11 +891,26 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
     max_model_len = r.get("maxModelLen", _as_int, None, "a token count, e.g. 32768")
     if max_model_len is not None and max_model_len <= 0:
         r.fail("maxModelLen", max_model_len, "must be positive. Fix: a token count, e.g. 32768")
+    # vLLM's SchedulerConfig declares it `ge=1` (vllm/config/scheduler.py): 0 or below would
+    # only fail at boot, with the TPU already billing.
     batched = r.get("maxNumBatchedTokens", _as_int, None, "a token count, e.g. 4096")
     if batched is not None and batched <= 0:
-        r.fail("maxNumBatchedTokens", batched, "must be positive. Fix: a token count, e.g. 4096")
+        r.fail(
+            "maxNumBatchedTokens",
+            batched,
+            "must be positive (vLLM refuses to boot otherwise). Fix: a token count, e.g. 4096 "
+            "(seed 003), or remove the key for vLLM's default",
+        )
     tp = r.get("tensorParallelSize", _as_int, chip.chips if chip else 1, "an integer")
-    if chip is not None and tp != chip.chips:
+    if tp < 1:
+        r.fail(
+            "tensorParallelSize",
+            tp,
+            "must be positive. Fix: "
+            + (f"set it to {chip.chips} (the chip count)" if chip else "the chip count")
+            + " or remove the key",
+        )
+    elif chip is not None and tp != chip.chips:
         r.fail(
             "tensorParallelSize",
             tp,
@@ -1003,6 +1028,34 @@ def _check_extra_args(r: _Reader, extra: Sequence[str]) -> None:
                 list(extra),
                 f"{flag} has a key of its own. Fix: set `{NAMESPACE}:{FLAG_KEYS[flag]}` instead",
             )
+    for flag, value in _flag_values(extra, POSITIVE_INT_FLAGS):
+        try:
+            positive = _as_int(value) >= 1
+        except (TypeError, ValueError):
+            positive = False
+        if not positive:
+            r.fail(
+                "extraArgs",
+                list(extra),
+                f"{flag} takes a positive integer (here "
+                f"{'nothing follows it' if value is None else show(value)}); vLLM refuses to "
+                f"boot otherwise. Fix: a whole number of at least 1 after {flag}, or drop it",
+            )
+
+
+def _flag_values(extra: Sequence[str], flags: Sequence[str]) -> list[tuple[str, str | None]]:
+    """(flag, value) for each of `flags` in `extra`, as `--flag VALUE` or `--flag=VALUE`; the
+    value is None when the flag ends the list."""
+    found: list[tuple[str, str | None]] = []
+    for index, arg in enumerate(extra):
+        flag, equals, value = arg.partition("=")
+        if flag not in flags:
+            continue
+        if equals:
+            found.append((flag, value))
+        else:
+            found.append((flag, extra[index + 1] if index + 1 < len(extra) else None))
+    return found
 
 
 def _blocked_dial_minutes() -> int:

@@ -18,6 +18,7 @@ from components.config import NAMESPACE, DnsSettings, StackConfig
 
 #: Seconds resolvers may cache the address; short, because the address changes every renewal.
 RECORD_TTL_SECONDS = 60
+RECORD_TYPE = "A"
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,53 @@ class EndpointName(pulumi.ComponentResource):
             project=config.project,
             managed_zone=zone.name,
             name=record_name(config.dns, zone.dns_name),
-            type="A",
+            type=RECORD_TYPE,
             ttl=RECORD_TTL_SECONDS,
             # Only the data follows the node: a new IP is an in-place update of the record.
-            rrdatas=pulumi.Output.from_input(address).apply(lambda ip: [ip] if ip else []),
+            rrdatas=pulumi.Output.from_input(address).apply(
+                lambda ip: record_data(ip, config, zone)
+            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
         # The name clients use, without the root dot; it exists once the record does.
         self.hostname = self.record.name.apply(lambda fqdn: fqdn.rstrip("."))
         self.register_outputs({"hostname": self.hostname})
+
+
+def record_data(address: str | None, config: StackConfig, zone: ManagedZone) -> list[str]:
+    """The record's `rrdatas`: the node's address, or, while it has none, the record's data now.
+
+    Never `[]`: terraform-provider-google's `google_dns_record_set` (which pulumi-gcp's
+    `dns.RecordSet` wraps; google/services/dns/resource_dns_record_set.go) declares `rrdatas`
+    and `routing_policy` `ExactlyOneOf`, so an empty list fails the update. A node without an
+    address (not ACTIVE at the last read, or its endpoint not listed yet) is usually a moment
+    between two nodes; the last address is the best one to keep, so the update is a no-op. That
+    data is read from Cloud DNS (`gcp.dns.get_record_set`, only in this case), which Pulumi's
+    program cannot read from its own state. With no record and no address there is nothing to
+    write: the run stops with the reason rather than send an empty record set.
+    """
+    if address:
+        return [address]
+    assert config.dns is not None
+    fqdn = record_name(config.dns, zone.dns_name)
+    try:
+        current = gcp.dns.get_record_set(
+            managed_zone=zone.name, name=fqdn, type=RECORD_TYPE, project=config.project
+        )
+        kept = [str(value) for value in (current.rrdatas or []) if value]
+    except Exception:  # noqa: BLE001 - the data source fails when the record does not exist
+        kept = []
+    if kept:
+        pulumi.log.warn(
+            f"the node has no external address at the moment: the DNS record {fqdn} keeps "
+            f"its last data {kept} instead of being emptied; the next `pulumi up` after the "
+            "node has an address moves it."
+        )
+        return kept
+    raise pulumi.RunError(
+        f"{NAMESPACE}:dns.managedZone = {zone.name!r}: the node has no external address at "
+        f"the moment and {fqdn} has no record yet, so there is nothing to point it at (Cloud "
+        "DNS takes no A record without an address); nothing was written to the zone. Fix: "
+        "run `pulumi refresh`, then `pulumi up` once the node is ACTIVE (its `external_ip` "
+        "output names the address)."
+    )

@@ -35,33 +35,44 @@ def pick_host_key(answer: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _guest_attribute_policies(project: str) -> list[org_policy.PolicyReading]:
+    """Both constraints that block guest attributes (legacy and managed), read or unknown."""
+    readings = []
+    for constraint in org_policy.GUEST_ATTRIBUTE_CONSTRAINTS:
+        try:
+            readings.append(org_policy.read_policy(project, constraint))
+        except Exception as error:  # noqa: BLE001 - only an explanation is at stake here
+            readings.append(org_policy.PolicyReading(constraint, None, str(error)))
+    return readings
+
+
 def _no_host_key_reason(node: str, timeout: float, refused: ApiError | None) -> str:
-    """Why there is no host key, naming the org policy that blocks guest attributes if it is
+    """Why there is no host key, naming the org policy that blocks guest attributes if one is
     enforced: then waiting longer or retrying cannot help."""
     project = node.split("/")[1] if node.startswith("projects/") else node
-    try:
-        policy = org_policy.read_boolean_policy(project, org_policy.DISABLE_GUEST_ATTRIBUTES)
-    except Exception as error:  # noqa: BLE001 - only an explanation is at stake here
-        policy = org_policy.PolicyReading(org_policy.DISABLE_GUEST_ATTRIBUTES, None, str(error))
-    if policy.enforced:
-        return f"{node} has no readable SSH host key: " + org_policy.guest_attributes_error(project)
+    policies = _guest_attribute_policies(project)
+    for policy in policies:
+        if policy.enforced:
+            return f"{node} has no readable SSH host key: " + org_policy.guest_attributes_error(
+                project, policy.constraint
+            )
     what = (
         f"reading its guest attributes was refused ({refused})"
         if refused
         else f"guest attributes `{QUERY_PATH}` stayed empty for {timeout:.0f} s"
     )
-    unknown = (
-        f" Whether the organization policy {org_policy.DISABLE_GUEST_ATTRIBUTES} blocks them "
-        f"could not be read ({policy.reason})."
-        if policy.enforced is None
-        else ""
+    unknown = "".join(
+        f" Whether the organization policy {p.constraint} blocks them could not be read "
+        f"({p.reason})."
+        for p in policies
+        if p.enforced is None
     )
+    names = " / ".join(org_policy.GUEST_ATTRIBUTE_CONSTRAINTS)
     return (
         f"{node} published no SSH host key ({what}), so the node cannot be verified and no "
         f"secret is sent to it.{unknown} Fix: check that the image runs the guest agent and "
-        f"that {org_policy.DISABLE_GUEST_ATTRIBUTES} is not enforced on the project, then retry "
-        f"`pulumi up`; or accept the risk with `pulumi config set --path "
-        f"'{org_policy.UNVERIFIED_KEY}' true`."
+        f"that {names} is not enforced on the project, then retry `pulumi up`; or accept the "
+        f"risk with `pulumi config set --path '{org_policy.UNVERIFIED_KEY}' true`."
     )
 
 

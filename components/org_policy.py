@@ -1,29 +1,42 @@
 """Organization policies that make a TPU node unusable, checked before any TPU is requested.
 
-Two boolean constraints break this program on a node that has already been paid for:
+Two kinds of boolean constraint break this program on a node that has already been paid for,
+each in a legacy and a managed form (managed constraints, `compute.managed.*`, are the Org Policy
+v2 replacements of the legacy `compute.*` ones; Compute Engine docs, "Managed constraints"):
 
-- `compute.requireOsLogin` turns OS Login on for every VM. The guest agent then creates no
-  account from the `ssh-keys` metadata (guest-agent `oslogin.go`, `non_windows_accounts.go`),
-  whatever the node's own `enable-oslogin` says, so every remote command fails to log in.
-- `compute.disableGuestAttributesAccess` blocks reading guest attributes, so the node's SSH host
-  key (published under `hostkeys/`) can never be read and the connection cannot be verified.
+- OS Login forced on: `compute.requireOsLogin` (legacy) makes Compute Engine reject requests that
+  set `enable-oslogin` to false in VM or project metadata (and puts `enable-oslogin=true` in the
+  metadata of new projects); `compute.managed.requireOsLogin` evaluates the same `enable-oslogin`
+  metadata key. The node needs OS Login off (`enable-oslogin: FALSE`, components/ssh.py): with it
+  on, the guest agent creates no account from the `ssh-keys` metadata. The agent itself knows
+  nothing of organization policies: it reads only the project's and the instance's
+  `enable-oslogin` metadata, the instance's winning (guest-agent `google_guest_agent/oslogin.go`,
+  `getOSLoginEnabled`). What the policy changes is which metadata Google Cloud accepts.
+- Guest attributes blocked: `compute.disableGuestAttributesAccess` (legacy) turns off reading
+  guest attributes through the API, and `compute.managed.disableGuestAttributesAccess` evaluates
+  the `enable-guest-attributes` metadata key. Either way the node's SSH host key (published under
+  `hostkeys/`) cannot be read, so the connection cannot be verified.
 
-The effective policy (merged over organization, folders and project) comes from Cloud Resource
-Manager v1 `projects.getEffectiveOrgPolicy`, through google-api-python-client's bundled
-discovery document, like the TPU client. It needs `orgpolicy.policy.get` on the project; a
-deployer without it gets a warning and the program goes on.
+The effective policy (merged over organization, folders and project) of a legacy constraint comes
+from Cloud Resource Manager v1 `projects.getEffectiveOrgPolicy`; that of a managed one from the
+Organization Policy API v2 `projects.policies.getEffectivePolicy`. Both go through
+google-api-python-client's bundled discovery documents, like the TPU client. Both need
+`orgpolicy.policy.get` on the project, and v2 needs `orgpolicy.googleapis.com` enabled; a policy
+that cannot be read gets a warning naming the constraint that was not checked, and the program
+goes on.
 
 `OrgPolicyGate` runs the check in its provider's `check`, which the Pulumi engine calls for every
 registered resource at `pulumi preview` and `pulumi up`, before any create; the queued resource
 depends on the gate, so a refused check means no TPU is requested. Under Pulumi mocks no provider
 runs, so the program's tests never reach Google; the provider itself is tested against a
-loopback fake (`tests/fakes/resource_manager.py`).
+loopback fake of both APIs (`tests/fakes/resource_manager.py`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +52,35 @@ from components.tpu_api import report
 
 #: Override of the Cloud Resource Manager endpoint, for Private Service Connect and for tests.
 ENDPOINT_ENV = "RESOURCE_MANAGER_API_ENDPOINT"
+#: Override of the Organization Policy API (v2) endpoint, for Private Service Connect and tests.
+#: Unset, the v2 reads follow ENDPOINT_ENV when that is set: a deployer (or a test) who routes
+#: org-policy reads elsewhere never has the new ones leave for the public endpoint unnoticed;
+#: an endpoint that does not serve v2 answers 404, which is a warning, not a failure.
+ORG_POLICY_ENDPOINT_ENV = "ORG_POLICY_API_ENDPOINT"
 HTTP_TIMEOUT_SECONDS = 60
 #: google-api-python-client retries 429 and 5xx answers itself, with exponential backoff.
 NUM_RETRIES = 3
 REQUIRE_OS_LOGIN = "compute.requireOsLogin"
 DISABLE_GUEST_ATTRIBUTES = "compute.disableGuestAttributesAccess"
+MANAGED_REQUIRE_OS_LOGIN = "compute.managed.requireOsLogin"
+MANAGED_DISABLE_GUEST_ATTRIBUTES = "compute.managed.disableGuestAttributesAccess"
+#: Each behaviour the node cannot live with, legacy constraint first.
+OS_LOGIN_CONSTRAINTS = (REQUIRE_OS_LOGIN, MANAGED_REQUIRE_OS_LOGIN)
+GUEST_ATTRIBUTE_CONSTRAINTS = (DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES)
 PERMISSION = "orgpolicy.policy.get"
 VIEWER_ROLE = "roles/orgpolicy.policyViewer"
+ORG_POLICY_API = "orgpolicy.googleapis.com"
 UNVERIFIED_KEY = "tpu-vllm:access.allowUnverifiedHostKey"
+#: The metadata key each managed constraint evaluates (Compute Engine, "Managed constraints",
+#: metadata-based constraints).
+MANAGED_METADATA_KEY = {
+    MANAGED_REQUIRE_OS_LOGIN: "enable-oslogin",
+    MANAGED_DISABLE_GUEST_ATTRIBUTES: "enable-guest-attributes",
+}
+#: Answers that mean "this policy cannot be read by this deployer", not "the check is broken":
+#: 403 (no permission, or the API disabled), 404 (a constraint this organization does not
+#: offer), 400 (v2 refusing a constraint name it does not know).
+UNREADABLE_STATUSES = (400, 403, 404)
 
 
 @dataclass(frozen=True)
@@ -58,15 +92,24 @@ class PolicyReading:
     reason: str = ""
 
 
-def _service() -> Any:
-    endpoint = os.environ.get(ENDPOINT_ENV)
-    http = google_auth_httplib2.AuthorizedHttp(
+def is_managed(constraint: str) -> bool:
+    return constraint.startswith("compute.managed.")
+
+
+def _http() -> google_auth_httplib2.AuthorizedHttp:
+    return google_auth_httplib2.AuthorizedHttp(
         google_credentials(), http=httplib2.Http(timeout=HTTP_TIMEOUT_SECONDS)
     )
+
+
+def _service(api: str = "cloudresourcemanager", version: str = "v1") -> Any:
+    endpoint = os.environ.get(ENDPOINT_ENV)
+    if api == "orgpolicy":
+        endpoint = os.environ.get(ORG_POLICY_ENDPOINT_ENV) or endpoint
     return discovery.build(
-        "cloudresourcemanager",
-        "v1",
-        http=http,
+        api,
+        version,
+        http=_http(),
         static_discovery=True,
         cache_discovery=False,
         client_options={"api_endpoint": endpoint} if endpoint else None,
@@ -81,8 +124,15 @@ def _error_text(error: HttpError) -> str:
         return f"HTTP {error.resp.status}"
 
 
+def read_policy(project: str, constraint: str) -> PolicyReading:
+    """Whether `constraint` is enforced on `project`, through the API that serves its kind."""
+    if is_managed(constraint):
+        return read_managed_policy(project, constraint)
+    return read_boolean_policy(project, constraint)
+
+
 def read_boolean_policy(project: str, constraint: str) -> PolicyReading:
-    """Whether `constraint` is enforced on `project`, merged over the resource hierarchy.
+    """Whether the legacy `constraint` is enforced on `project`, merged over the hierarchy.
 
     A 403 (no `orgpolicy.policy.get`, or the API disabled) is an answer too: "unknown".
     """
@@ -108,55 +158,135 @@ def read_boolean_policy(project: str, constraint: str) -> PolicyReading:
     return PolicyReading(constraint, bool((policy.get("booleanPolicy") or {}).get("enforced")))
 
 
+def read_managed_policy(project: str, constraint: str) -> PolicyReading:
+    """Whether the managed `constraint` is enforced on `project`: Org Policy v2
+    `projects.policies.getEffectivePolicy` (GET v2/projects/P/policies/C:getEffectivePolicy).
+    403/404/400 mean "could not be read" (see `UNREADABLE_STATUSES`)."""
+    request = (
+        _service("orgpolicy", "v2")
+        .projects()
+        .policies()
+        .getEffectivePolicy(name=f"projects/{project}/policies/{constraint}")
+    )
+    try:
+        policy = request.execute(num_retries=NUM_RETRIES)
+    except HttpError as error:
+        if int(error.resp.status) in UNREADABLE_STATUSES:
+            return PolicyReading(constraint, None, _error_text(error))
+        raise Exception(
+            f"reading the organization policy {constraint} of project {project} failed: "
+            f"{_error_text(error)}. Fix: check that gcp:project is right and that the "
+            f"Organization Policy API ({ORG_POLICY_API}) is enabled."
+        ) from None
+    return evaluate_v2_policy(constraint, policy)
+
+
+def evaluate_v2_policy(constraint: str, policy: Mapping[str, Any]) -> PolicyReading:
+    """A `GoogleCloudOrgpolicyV2Policy` (orgpolicy.v2 discovery document) as enforced or not.
+
+    `spec.rules[].enforce` carries the state of a boolean or managed constraint; a boolean
+    policy has exactly one rule without a `condition`. No spec, no rules or `spec.reset` leave
+    the constraint's default, which for both managed constraints here is "not enforced" (they
+    are not among the org-policy docs' "automatically enforced constraints"). `dryRunSpec` is
+    audit only and changes nothing. The effective policy has its conditions evaluated; a rule
+    that still carries one (a tag condition on resources below the project) enforces the
+    constraint on some resources only, so whether it applies to the node cannot be told.
+    """
+    spec = policy.get("spec") or {}
+    if spec.get("reset"):
+        return PolicyReading(constraint, False)
+    rules: Sequence[Mapping[str, Any]] = spec.get("rules") or []
+    if any(rule.get("enforce") is True and not rule.get("condition") for rule in rules):
+        return PolicyReading(constraint, True)
+    conditional = [rule for rule in rules if rule.get("enforce") is True and rule.get("condition")]
+    if conditional:
+        expression = (conditional[0].get("condition") or {}).get("expression") or "a condition"
+        return PolicyReading(
+            constraint, None, f"enforced only where `{expression}` holds; the node may match"
+        )
+    return PolicyReading(constraint, False)
+
+
 def unreadable_warning(project: str, reading: PolicyReading) -> str:
+    api = (
+        f"the Organization Policy API ({ORG_POLICY_API}) enabled and "
+        if is_managed(reading.constraint)
+        else ""
+    )
     return (
         f"could not read the organization policy {reading.constraint} of project {project} "
-        f"({reading.reason}); going on as if it were not enforced. To have it checked before "
-        f"a TPU is requested, grant the deployer `{PERMISSION}` (e.g. {VIEWER_ROLE})."
+        f"({reading.reason}): {reading.constraint} was NOT checked; going on as if it were not "
+        f"enforced. To have it checked before a TPU is requested, the deployer needs {api}"
+        f"`{PERMISSION}` (e.g. {VIEWER_ROLE})."
     )
 
 
-def os_login_error(project: str) -> str:
+def _what_the_policy_does(constraint: str) -> str:
+    if constraint == REQUIRE_OS_LOGIN:
+        return (
+            "Google Cloud rejects requests that set `enable-oslogin` to false in VM or project "
+            "metadata"
+        )
+    if constraint == DISABLE_GUEST_ATTRIBUTES:
+        return "guest attributes cannot be read through the API"
     return (
-        f"the organization policy constraint {REQUIRE_OS_LOGIN} is enforced on project "
-        f"{project}: OS Login is forced on for every VM, so the guest agent creates no user "
-        "from the node's `ssh-keys` metadata (its `enable-oslogin: FALSE` cannot override the "
-        "policy) and no remote command could log in. Nothing was requested. Fix: ask your "
-        f"organization admin to exempt the project from {REQUIRE_OS_LOGIN}, or deploy to a "
+        f"this managed constraint evaluates the node's `{MANAGED_METADATA_KEY[constraint]}` "
+        "metadata"
+    )
+
+
+def os_login_error(project: str, constraint: str = REQUIRE_OS_LOGIN) -> str:
+    return (
+        f"the organization policy constraint {constraint} is enforced on project {project}: "
+        f"{_what_the_policy_does(constraint)}, and the node needs `enable-oslogin: FALSE`: with "
+        "OS Login on, the guest agent creates no user from the node's `ssh-keys` metadata (the "
+        "agent follows only that metadata, never the policy), so no remote command could log "
+        "in. Nothing was requested. Fix: ask your organization admin to exempt the project "
+        f"from {constraint} (a project-level policy that does not enforce it), or deploy to a "
         "project where it is not enforced."
     )
 
 
-def guest_attributes_error(project: str) -> str:
+def guest_attributes_error(project: str, constraint: str = DISABLE_GUEST_ATTRIBUTES) -> str:
     return (
-        f"the organization policy constraint {DISABLE_GUEST_ATTRIBUTES} is enforced on project "
-        f"{project}: guest attributes cannot be read, so the node's SSH host key is never "
-        "available and the node cannot be verified before secrets are sent to it. Fix: ask "
-        f"your organization admin to exempt the project from {DISABLE_GUEST_ATTRIBUTES}, or "
-        f"accept the risk with `pulumi config set --path '{UNVERIFIED_KEY}' true`."
+        f"the organization policy constraint {constraint} is enforced on project {project}: "
+        f"{_what_the_policy_does(constraint)}, so the node's SSH host key is never available "
+        "and the node cannot be verified before secrets are sent to it. Fix: ask your "
+        f"organization admin to exempt the project from {constraint}, or accept the risk with "
+        f"`pulumi config set --path '{UNVERIFIED_KEY}' true`."
+    )
+
+
+def unverified_warning(project: str, constraint: str) -> str:
+    refused = (
+        " The node's metadata still asks for guest attributes (`enable-guest-attributes: "
+        "TRUE`): if the TPU API applies this managed constraint to it, the request is refused."
+        if is_managed(constraint)
+        else ""
+    )
+    return (
+        f"the organization policy {constraint} is enforced on project {project}: the node's "
+        f"SSH host key cannot be read, and {UNVERIFIED_KEY} is true, so the node will be used "
+        f"WITHOUT host-key verification.{refused}"
     )
 
 
 def check_node_access(project: str, *, allow_unverified_host_key: bool) -> list[str]:
-    """Raise if a policy makes the node unusable; return warnings for what could not be read."""
+    """Raise at the first policy that makes the node unusable (nothing more is asked then);
+    return warnings, one naming each constraint that could not be read (so was not checked)."""
+    readings: list[PolicyReading] = []
+    for constraint in OS_LOGIN_CONSTRAINTS:
+        readings.append(read_policy(project, constraint))
+        if readings[-1].enforced:
+            raise Exception(os_login_error(project, constraint))
     warnings: list[str] = []
-    os_login = read_boolean_policy(project, REQUIRE_OS_LOGIN)
-    if os_login.enforced:
-        raise Exception(os_login_error(project))
-    if os_login.enforced is None:
-        warnings.append(unreadable_warning(project, os_login))
-    guest = read_boolean_policy(project, DISABLE_GUEST_ATTRIBUTES)
-    if guest.enforced and not allow_unverified_host_key:
-        raise Exception(guest_attributes_error(project))
-    if guest.enforced:
-        warnings.append(
-            f"the organization policy {DISABLE_GUEST_ATTRIBUTES} is enforced on project "
-            f"{project}: the node's SSH host key cannot be read, and {UNVERIFIED_KEY} is true, "
-            "so the node will be used WITHOUT host-key verification."
-        )
-    if guest.enforced is None:
-        warnings.append(unreadable_warning(project, guest))
-    return warnings
+    for constraint in GUEST_ATTRIBUTE_CONSTRAINTS:
+        readings.append(read_policy(project, constraint))
+        if readings[-1].enforced and not allow_unverified_host_key:
+            raise Exception(guest_attributes_error(project, constraint))
+        if readings[-1].enforced:
+            warnings.append(unverified_warning(project, constraint))
+    return warnings + [unreadable_warning(project, r) for r in readings if r.enforced is None]
 
 
 class OrgPolicyGateProvider(dyn.ResourceProvider):

@@ -278,6 +278,20 @@ def run_file(
     )
 
 
+def _forget_failed_program() -> None:
+    """Forget what a failed program left for the SDK to wait on.
+
+    The SDK's `wait_for_rpcs` raises at the first failed RPC (an exception inside an `apply`,
+    say) and leaves the program's other output tasks in the runtime's bookkeeping. A real
+    `pulumi up` ends its process there; these runs share it, so the next run would await those
+    tasks and report the previous program's error as its own.
+    """
+    state = pulumi.runtime.settings.SETTINGS
+    with state.lock:
+        state.outputs.clear()
+    state.rpc_manager.clear()
+
+
 def _run(
     program_file: Path,
     stack: str,
@@ -307,6 +321,7 @@ def _run(
     try:
         _sync_await(run_pulumi_func(program))
     except Exception as error:  # noqa: BLE001 - handed back to the caller to assert on
+        _forget_failed_program()
         return ProgramRun(
             recorder.resources, {}, set(), handler.records, error, calls=recorder.calls
         )

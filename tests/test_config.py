@@ -185,6 +185,45 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
         "tpu-vllm:vllm.maxModelLen",
         ["-5"],
     ),
+    # vLLM declares max_num_batched_tokens `ge=1` (vllm/config/scheduler.py): a value the
+    # program let through would only fail at boot, on a billing TPU.
+    *[
+        (
+            f"maxNumBatchedTokens {value!r} on {stack}",
+            stack,
+            {"tpu-vllm:vllm.maxNumBatchedTokens": value},
+            f"tpu-vllm:vllm.maxNumBatchedTokens = {shown}",
+            ["must be positive", "Fix: a token count"],
+        )
+        for stack, value, shown in [
+            ("v5e1", 0, "0"),
+            ("v6e4", -4096, "-4096"),
+            ("v6e4-gke", 0, "0"),
+            ("v5e1", "0", "0"),
+        ]
+    ],
+    (
+        "tensor parallel zero",
+        "v6e4",
+        {"tpu-vllm:vllm.tensorParallelSize": 0},
+        "tpu-vllm:vllm.tensorParallelSize = 0",
+        ["must be positive", "set it to 4"],
+    ),
+    *[
+        (
+            f"extraArgs {args!r}",
+            "v5e1",
+            {"tpu-vllm:vllm.extraArgs": args},
+            "tpu-vllm:vllm.extraArgs",
+            [texts, "vLLM refuses to boot", "Fix: a whole number of at least 1"],
+        )
+        for args, texts in [
+            (["--max-num-seqs", "0"], "--max-num-seqs takes a positive integer (here '0')"),
+            (["--max-num-seqs=-8"], "--max-num-seqs takes a positive integer (here '-8')"),
+            (["--stream-interval", "x"], "--stream-interval takes a positive integer (here 'x')"),
+            (["--max-num-seqs"], "(here nothing follows it)"),
+        ]
+    ],
     (
         "gpuMemoryUtilization zero",
         "v5e1",
@@ -396,6 +435,14 @@ def test_mm_limits_render_in_a_stable_order() -> None:
     # Pulumi's CLI serialises objects with sorted keys; the flag must not change because of it.
     run = run_program("v5e1", {"tpu-vllm:vllm.limitMmPerPrompt": {"audio": 1, "image": 4}})
     assert '{"image":4,"audio":1}' in run.outputs["vllm_args"]
+
+
+def test_positive_counts_in_extra_args_reach_vllm() -> None:
+    extra = ["--max-num-seqs", "64", "--stream-interval=4"]
+    run = run_program("v5e1", {"tpu-vllm:vllm.extraArgs": extra})
+    args = run.outputs["vllm_args"]
+    start = args.index("--max-num-seqs")
+    assert args[start : start + 3] == extra
 
 
 def test_non_default_port_is_passed_to_vllm() -> None:

@@ -9,8 +9,8 @@ from pulumi.runtime import mocks
 
 from components.config import ConfigError
 from scripts.plan import plan
-from scripts.program_runner import GET_MANAGED_ZONE
-from tests.mock_outputs import EXTERNAL_IP, MANAGED_ZONE, cloud_outputs
+from scripts.program_runner import GET_MANAGED_ZONE, Call, NewResource, managed_zone_lookup
+from tests.mock_outputs import EXTERNAL_IP, MANAGED_ZONE, MANAGED_ZONES, cloud_outputs
 from tests.pulumi_program import InvokeFailure, run_program
 
 RECORD_SET = "gcp:dns/recordSet:RecordSet"
@@ -74,6 +74,92 @@ def test_a_renewed_node_moves_the_record_not_the_name() -> None:
     assert after.one(RECORD_SET).inputs["name"] == before.one(RECORD_SET).inputs["name"]
     assert after.outputs["endpoint"] == before.outputs["endpoint"]
     assert after.outputs["endpoint_ip"] == f"http://{new_ip}:8000"
+
+
+GET_RECORD_SET = "gcp:dns/getRecordSet:getRecordSet"
+LAST_IP = "203.0.113.9"
+
+
+def without_address(stack: str) -> NewResource:
+    """Cloud outputs in which the node (VM) or the reserved address (GKE) has no address."""
+
+    def outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
+        result = cloud_outputs(args)
+        if stack == "v5e1" and "external_ip" in result:
+            result["external_ip"] = None  # the queued resource's outputs while no node is ACTIVE
+        if stack == "v6e4-gke" and args.typ == "gcp:compute/address:Address":
+            result["address"] = ""
+        return result
+
+    return outputs
+
+
+def record_lookup(existing: list[str] | None) -> Call:
+    """Invokes as the provider answers them: the zone exists; the A record holds `existing`,
+    or does not exist (terraform-provider-google's data_source_dns_record_set.go then fails
+    with "Only expected 1 record set, got 0")."""
+    zones = managed_zone_lookup(MANAGED_ZONES)
+
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        if args.token == GET_MANAGED_ZONE:
+            return zones(args)
+        if args.token == GET_RECORD_SET:
+            if existing is None:
+                raise InvokeFailure("Only expected 1 record set, got 0")
+            return {**dict(args.args), "rrdatas": existing, "ttl": 60}
+        return dict(args.args)
+
+    return call
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4-gke"])
+def test_without_an_address_the_record_keeps_its_last_data_never_an_empty_list(
+    stack: str,
+) -> None:
+    """The provider's record set requires exactly one of rrdatas / routing_policy
+    (terraform-provider-google resource_dns_record_set.go, `ExactlyOneOf`): an empty list fails
+    the update. With no address the record keeps what Cloud DNS holds now."""
+    run = run_program(
+        stack, WITH_DNS, outputs_for=without_address(stack), call=record_lookup([LAST_IP])
+    )
+    record = run.one(RECORD_SET)
+    assert record.inputs["rrdatas"] == [LAST_IP]
+    lookups = [args for token, args in run.calls if token == GET_RECORD_SET]
+    assert lookups == [
+        {
+            "managedZone": MANAGED_ZONE,
+            "name": record.inputs["name"],
+            "type": "A",
+            "project": "test-project",
+        }
+    ]
+    assert any("keeps its last data" in w and LAST_IP in w for w in run.warnings), run.warnings
+
+
+@pytest.mark.parametrize("address", [None, ""], ids=["none", "empty"])
+def test_without_an_address_or_a_record_nothing_is_written_and_the_reason_is_named(
+    address: str | None,
+) -> None:
+    def outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
+        result = cloud_outputs(args)
+        if "external_ip" in result:
+            result["external_ip"] = address
+        return result
+
+    run = run_program(
+        "v5e1", WITH_DNS, outputs_for=outputs, call=record_lookup(None), expect_error=True
+    )
+    assert all(r.inputs.get("rrdatas") for r in run.of_type(RECORD_SET))  # never []
+    message = str(run.error)
+    assert "tpu-vllm:dns.managedZone" in message
+    assert "no external address" in message and "v5e1.models.example.com." in message
+    assert "nothing was written" in message and "Fix:" in message
+
+
+def test_with_an_address_the_record_is_not_read_back() -> None:
+    run = run_program("v5e1", WITH_DNS, call=record_lookup([LAST_IP]))
+    assert run.one(RECORD_SET).inputs["rrdatas"] == [EXTERNAL_IP]
+    assert GET_RECORD_SET not in [token for token, _ in run.calls]
 
 
 def test_the_zone_is_looked_up_at_preview_too() -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from components.host_key import NodeHostKeyProvider, pick_host_key
-from components.org_policy import DISABLE_GUEST_ATTRIBUTES
+from components.org_policy import DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES
 from components.queued_resource import Spec
 from components.tpu_api import ApiError, TpuApi
 from tests.fakes.resource_manager import FakeResourceManager
@@ -89,15 +90,22 @@ def test_absent_host_key_is_allowed_only_when_asked(
     assert result.outs["host_key"] is None
 
 
+@pytest.mark.parametrize(
+    "constraint",
+    [DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES],
+    ids=["legacy", "managed"],
+)
 def test_blocked_guest_attributes_name_the_policy_and_the_way_out(
-    fake_tpu: FakeTpuApi, active_node: str, fake_resource_manager: FakeResourceManager
+    fake_tpu: FakeTpuApi,
+    active_node: str,
+    fake_resource_manager: FakeResourceManager,
+    constraint: str,
 ) -> None:
-    """With compute.disableGuestAttributesAccess enforced no key ever appears: say so."""
+    """With either constraint enforced no key ever appears: say so, naming it (the managed one
+    is read through Org Policy v2)."""
     fake_tpu.host_key_mode = "absent"
-    fake_resource_manager.enforced = {DISABLE_GUEST_ATTRIBUTES}
-    with pytest.raises(
-        Exception, match=r"compute\.disableGuestAttributesAccess is enforced"
-    ) as err:
+    fake_resource_manager.enforced = {constraint}
+    with pytest.raises(Exception, match=f"{re.escape(constraint)} is enforced") as err:
         NodeHostKeyProvider().create(props(active_node, timeout_seconds=0.3))
     assert "tpu-vllm:access.allowUnverifiedHostKey" in str(err.value)
     assert ("test-project", f"constraints/{DISABLE_GUEST_ATTRIBUTES}") in (

@@ -18,7 +18,7 @@ from components.vllm import parse_ready
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost, SshHostFactory
-from tests.pulumi_program import run_program
+from tests.pulumi_program import TEST_PROJECT, run_program
 from tests.remote_stack import (
     FETCH,
     READY,
@@ -162,6 +162,32 @@ def test_a_server_that_does_not_list_the_model_fails_the_check(node: SshHost) ->
     assert "/health: 200" in readiness.stdout
     assert "does not list google/gemma-4-E2B-it" in readiness.stdout
     assert "['gemma']" in readiness.stdout  # what the server did list
+    assert "TPU_VLLM_READY" not in readiness.stdout
+    assert "log lines" in readiness.stderr.decode()
+
+
+def test_a_refused_v1_models_request_fails_the_check_and_blames_the_key(
+    node: SshHost, fake_secret_manager: FakeSecretManager
+) -> None:
+    """The server reads its API key once, at start (vLLM's AuthenticationMiddleware then answers
+    401 to any other key). A key rotated after the start (the node fetches a new version while
+    the old container runs) makes /v1/models answer 401. That must fail readiness, naming the
+    key, never be skipped: clients holding the stack's api_key would be refused the same way."""
+    node.docker.set_scenario("v5e1_ready.log", speed=400)
+    container_id = start(node)  # the fake vLLM took key-1 from the mounted file
+    rotated = fake_secret_manager.add_version(TEST_PROJECT, "tpu-vllm-v5e1-api-key", b"key-2")
+    fetched = node.run(commands("v5e1", api_key_version=rotated)[FETCH])
+    assert fetched.returncode == 0, fetched.stderr.decode()
+    readiness = Readiness(node, container_id, None)
+    assert readiness.wait() != 0, readiness.stdout
+    assert "/health: 200" in readiness.stdout
+    assert "FAILED: /v1/models answered HTTP 401: the API key is the likely cause" in (
+        readiness.stdout
+    )
+    assert "wrong or rotated key" in readiness.stdout
+    assert f"sudo docker restart {container_id[:12]}" in readiness.stdout
+    assert "key-1" not in readiness.stdout + readiness.stderr.decode()  # no key in the log
+    assert "key-2" not in readiness.stdout + readiness.stderr.decode()
     assert "TPU_VLLM_READY" not in readiness.stdout
     assert "log lines" in readiness.stderr.decode()
 

@@ -5,7 +5,8 @@ to see phases pass rather than a silent wait; and a crash at boot must fail in s
 the timeout. This follows the log of one container start only (by container id), reports each
 phase with elapsed seconds, succeeds on uvicorn's `Application startup complete.`, then checks
 `/health` and `/v1/models` with curl (the API key read from its file and handed to curl on
-stdin, never in argv or env).
+stdin, never in argv or env). A failed `/v1/models` request fails the check: a 401 says the API
+key is the likely cause.
 
 Usage: python3 - --container ID --model MODEL --port PORT --timeout SECONDS [--poll SECONDS]
 [--heartbeat SECONDS] [--cache-result FILE]. While it waits, a line at least every `--heartbeat`
@@ -183,44 +184,84 @@ def follow(container: str, lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-def http_get(url: str, api_key: str | None = None) -> tuple[bool, str]:
-    """(2xx?, body) from curl on the VM. The key goes in as a header on curl's stdin
-    (`--header @-`), never as an argument, so `ps` cannot show it."""
+def http_get(url: str, api_key: str | None = None) -> tuple[int, str]:
+    """(HTTP status, body) from curl on the VM; status 0 when nothing answered. The key goes in
+    as a header on curl's stdin (`--header @-`), never as an argument, so `ps` cannot show it."""
     header = f"Authorization: Bearer {api_key}\n" if api_key else ""
     done = subprocess.run(
-        ["curl", "--silent", "--fail", "--max-time", "10", "--header", "@-", url],
+        [
+            "curl",
+            "--silent",
+            "--max-time",
+            "10",
+            "--header",
+            "@-",
+            "--write-out",
+            "\n%{http_code}",
+            url,
+        ],
         input=header,
         capture_output=True,
         text=True,
         check=False,
         timeout=30,
     )
-    return done.returncode == 0, done.stdout
+    body, _, code = done.stdout.rpartition("\n")
+    return (int(code) if code.isdigit() else 0), body
+
+
+def models_failure(status: int, container: str) -> str:
+    """Why readiness fails when /v1/models itself fails: never a reason to skip the check.
+
+    vLLM answers 401 to a request without the key it was started with (its
+    AuthenticationMiddleware), so a 401/403 here means the server and this check hold different
+    keys: a wrong key, or one rotated after the server started (the container reads it once).
+    """
+    if status in (401, 403):
+        return (
+            f"/v1/models answered HTTP {status}: the API key is the likely cause. The server "
+            f"was started with another key than {API_KEY_FILE} (a wrong or rotated key), so "
+            "clients with the stack's api_key would be refused too. Fix: restart the server so "
+            f"it reads the current key (`sudo docker restart {container[:12]}` on the node), "
+            "then run `pulumi up` again"
+        )
+    answer = f"HTTP {status}" if status else "nothing (no connection or a timeout)"
+    return (
+        f"/v1/models answered {answer} after /health was 200, so the endpoint cannot be shown "
+        "to list the model (is the API key right?)"
+    )
 
 
 def verify_endpoint(
-    start: float, port: int, model: str, tail: collections.deque[str], beat: float
+    start: float,
+    port: int,
+    model: str,
+    tail: collections.deque[str],
+    beat: float,
+    *,
+    container: str,
 ) -> None:
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
-    healthy, _ = http_get(f"{base}/health")
+    healthy = http_get(f"{base}/health")[0] == 200
     while not healthy and time.monotonic() < deadline:
         time.sleep(min(1.0, beat))
         if time.monotonic() - CLOCK.last_line >= beat:
             heartbeat(start, HEALTH_PHASE, tail)
-        healthy, _ = http_get(f"{base}/health")
+        healthy = http_get(f"{base}/health")[0] == 200
     if not healthy:
         fail(start, "/health did not answer 200 after startup complete", tail)
     say(start, "/health: 200")
     with open(API_KEY_FILE, encoding="utf-8") as handle:
-        ok, body = http_get(f"{base}/v1/models", handle.read().strip())
+        status, body = http_get(f"{base}/v1/models", handle.read().strip())
+    if status != 200:
+        fail(start, models_failure(status, container), tail)
     try:
-        served = [m.get("id") for m in json.loads(body).get("data", [])] if ok else []
+        served = [m.get("id") for m in json.loads(body).get("data", [])]
     except (ValueError, AttributeError):
         served = []
     if model not in served:
-        answer = "an error (is the API key right?)" if not ok else f"{served}"
-        fail(start, f"/v1/models answered {answer} and does not list {model}", tail)
+        fail(start, f"/v1/models answered {served} and does not list {model}", tail)
     say(start, f"/v1/models lists {model}")
 
 
@@ -305,7 +346,7 @@ def main() -> None:
             heartbeat(start, phase, tail)
     began = parse_started(started_at)
     startup = round(time.time() - began, 1) if began else round(time.monotonic() - start, 1)
-    verify_endpoint(start, args.port, args.model, tail, args.heartbeat)
+    verify_endpoint(start, args.port, args.model, tail, args.heartbeat, container=args.container)
     cache = read_cache_result(args.cache_result)
     warm = f"warm: {cache['files']} files from {cache['generation']}" if cache["restored"] else ""
     say(start, f"compile cache: {warm or 'cold (' + str(cache.get('reason') or '') + ')'}")

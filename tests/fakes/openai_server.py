@@ -7,6 +7,9 @@ consumers of the stack's ``openai_base_url`` touch, in the shapes vLLM's OpenAI 
 - ``GET  /v1/models``            ``{"object": "list", "data": [{"id": MODEL, ...}]}``
 - ``POST /v1/chat/completions``  ``chat.completion`` objects; with ``tools`` (and
   ``tool_choice`` other than ``"none"``) a tool call with ``finish_reason: "tool_calls"``
+- ``GET  /health``               200 with an empty body, or ``health_status`` (vLLM's
+  ``vllm/entrypoints/serve/instrumentator/health.py``: 200, or 503 once the engine is dead);
+  outside ``/v1``, so no key is asked for
 - ``POST /v1/completions``       a ``text_completion`` whose ``text`` is ``""``: seed 000 §1.4
   found raw completions return an empty string on ``-it`` models, a trap a smoke test must
   not fall into (so a client that calls it "passes" nothing)
@@ -29,8 +32,8 @@ Knobs (attributes, change them at any time): ``api_key``, ``model``, ``reply`` (
 answer), ``malformed_tool_call`` (one of ``MALFORMED_VARIANTS`` or None), ``empty_content``
 (content ``null``), ``reasoning`` (text for the reasoning fields, or None), ``delay`` (seconds
 to wait before answering any request), ``auto_tool_choice`` (False mimics a server started
-without ``--enable-auto-tool-choice``), ``auth_error_shape``. ``requests`` records every
-request; ``paths()`` lists their paths.
+without ``--enable-auto-tool-choice``), ``auth_error_shape``, ``health_status``. ``requests``
+records every request; ``paths()`` lists their paths.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class FakeOpenAI(LoopbackHttpServer):
         self.delay = 0.0
         self.auto_tool_choice = True
         self.auth_error_shape: AuthErrorShape = "vllm"
+        self.health_status = 200
         self.requests: list[RecordedRequest] = []
         self.created = int(time.time())
         self._lock = threading.Lock()
@@ -129,6 +133,8 @@ class FakeOpenAI(LoopbackHttpServer):
     def handle(self, method: str, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any]:
         if self.delay:
             time.sleep(self.delay)
+        if method == "GET" and path == "/health":
+            return self.health_status, b""
         if path.startswith("/v1") and not self._authorized(headers):
             return 401, self._auth_error()
         if method == "GET" and path == "/v1/models":
@@ -350,7 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, out = self.owner.handle(self.command, path, headers, body)
         with self.owner._lock:
             self.owner.requests.append(RecordedRequest(self.command, path, headers, body, status))
-        data = json.dumps(out).encode()
+        data = out if isinstance(out, bytes) else json.dumps(out).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

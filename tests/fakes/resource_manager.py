@@ -1,24 +1,46 @@
-"""Loopback fake of Cloud Resource Manager v1 `projects.getEffectiveOrgPolicy`.
+"""Loopback fake of the two organization-policy reads the node-access gate makes.
 
-The org-policy check (`components/org_policy.py`) asks it whether a boolean constraint is
-enforced on the project. Modelled on the method's reference page
-(https://cloud.google.com/resource-manager/reference/rest/v1/projects/getEffectiveOrgPolicy) and
-the `OrgPolicy`/`BooleanPolicy` schemas of the discovery document bundled with
+The org-policy check (`components/org_policy.py`) asks whether a boolean constraint is enforced
+on the project: the legacy constraints through Cloud Resource Manager v1, the managed ones
+(`compute.managed.*`) through the Organization Policy API v2. One server answers both; the tests
+point both endpoint variables at it.
+
+Cloud Resource Manager v1 `projects.getEffectiveOrgPolicy`, modelled on the method's reference
+page (https://cloud.google.com/resource-manager/reference/rest/v1/projects/getEffectiveOrgPolicy)
+and the `OrgPolicy`/`BooleanPolicy` schemas of the discovery document bundled with
 google-api-python-client (`cloudresourcemanager.v1.json`):
 
 * `POST /v1/projects/{project}:getEffectiveOrgPolicy` with body `{"constraint": "constraints/X"}`;
   any other body field is 400 INVALID_ARGUMENT, as the JSON->proto front end answers.
 * The answer is an OrgPolicy: `{"constraint": ..., "booleanPolicy": {"enforced": true}}` when
   enforced; `{"constraint": ..., "booleanPolicy": {}}` when not (no etag: it is computed).
-* Without `orgpolicy.policy.get` the API answers 403 PERMISSION_DENIED; the message wording
-  ("Permission 'orgpolicy.policy.get' denied on resource ...") is plausible, not copied.
-* Requests without the bearer token get 401 UNAUTHENTICATED.
+
+Organization Policy API v2 `projects.policies.getEffectivePolicy`, modelled on the discovery
+document google-api-python-client 2.202.0 bundles
+(`googleapiclient/discovery_cache/documents/orgpolicy.v2.json`, revision 20260723):
+
+* `GET /v2/{+name}:getEffectivePolicy`, `name` matching `^projects/[^/]+/policies/[^/]+$`, no
+  body; the only query parameters the client sends are the standard ones (`alt`, `$.xgafv`), so
+  anything else is 400, as is a name outside the pattern.
+* The answer is a `GoogleCloudOrgpolicyV2Policy`: `name` with the project NUMBER ("responses
+  will return the name using the equivalent project number"), and `spec` (a
+  `GoogleCloudOrgpolicyV2PolicySpec`) whose `rules[]` carry `enforce` for boolean and managed
+  constraints; no `etag` and no rule `condition` ("it is an evaluated policy"). Enforced:
+  `spec.rules = [{"enforce": true}]`; not enforced: `[{"enforce": false}]`. `v2_answers`
+  replaces the answer for one constraint (a spec with `reset`, no spec at all, a conditional
+  rule) where the document allows shapes this fake does not produce by itself.
+* With the API disabled (`v2_disabled`) Google's front end answers 403 PERMISSION_DENIED with
+  reason SERVICE_DISABLED; the wording is plausible, not copied.
+
+Both: without `orgpolicy.policy.get` (`forbidden`) 403 PERMISSION_DENIED (wording plausible, not
+copied); requests without the bearer token get 401 UNAUTHENTICATED.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,10 +50,18 @@ import pytest
 from tests.fakes.loopback import LoopbackHttpServer, send_json
 
 PATH_RE = re.compile(r"^/v1/projects/(?P<project>[^/:]+):getEffectiveOrgPolicy$")
+V2_PATH_RE = re.compile(r"^/v2/(?P<name>.+):getEffectivePolicy$")
+#: `parameters.name.pattern` of `orgpolicy.projects.policies.getEffectivePolicy`.
+V2_NAME_RE = re.compile(r"^projects/[^/]+/policies/[^/]+$")
+#: The standard query parameters of the discovery document the client may send.
+V2_QUERY = {"alt", "$.xgafv"}
+PROJECT_NUMBER = "123456789012"
 
 
 class FakeResourceManager(LoopbackHttpServer):
-    """Knobs: `enforced` (constraint names without `constraints/`), `forbidden` (answer 403)."""
+    """Knobs: `enforced` (constraint names without `constraints/`, legacy or managed),
+    `forbidden` (403 on both APIs), `v2_disabled` (403 SERVICE_DISABLED on v2 only),
+    `v2_answers` (constraint -> the v2 answer to send instead)."""
 
     thread_name = "fake-resource-manager"
 
@@ -40,8 +70,12 @@ class FakeResourceManager(LoopbackHttpServer):
         self.token = token
         self.enforced: set[str] = set()
         self.forbidden = False
-        #: (project, constraint) of every answered request.
+        self.v2_disabled = False
+        self.v2_answers: dict[str, dict[str, Any]] = {}
+        #: (project, constraint) of every answered v1 request.
         self.requests: list[tuple[str, str]] = []
+        #: The policy name of every answered v2 request: `projects/P/policies/C`.
+        self.v2_requests: list[str] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -56,6 +90,52 @@ class FakeResourceManager(LoopbackHttpServer):
                 else:
                     self._answer_policy(match.group("project"), raw)
 
+            def do_GET(self) -> None:
+                path, _, query = self.path.partition("?")
+                match = V2_PATH_RE.match(path)
+                params = set(urllib.parse.parse_qs(query, keep_blank_values=True))
+                if self.headers.get("Authorization") != f"Bearer {fake.token}":
+                    self._error(401, "UNAUTHENTICATED", "Request had invalid credentials.")
+                elif match is None:
+                    self._error(404, "NOT_FOUND", f"no route for {self.path}")
+                elif int(self.headers.get("Content-Length") or 0):
+                    self._error(400, "INVALID_ARGUMENT", "getEffectivePolicy takes no body")
+                elif params - V2_QUERY:
+                    self._error(400, "INVALID_ARGUMENT", f"unknown parameters {sorted(params)}")
+                else:
+                    self._answer_v2(urllib.parse.unquote(match.group("name")))
+
+            def _answer_v2(self, name: str) -> None:
+                if not V2_NAME_RE.match(name):
+                    self._error(400, "INVALID_ARGUMENT", f"invalid policy name {name!r}")
+                    return
+                _, project, _, constraint = name.split("/")
+                fake.v2_requests.append(name)
+                if fake.v2_disabled:
+                    info = {
+                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": "SERVICE_DISABLED",
+                        "domain": "googleapis.com",
+                        "metadata": {"service": "orgpolicy.googleapis.com"},
+                    }
+                    self._error(
+                        403,
+                        "PERMISSION_DENIED",
+                        "Organization Policy API has not been used in project "
+                        f"{PROJECT_NUMBER} before or it is disabled.",
+                        details=[info],
+                    )
+                    return
+                if fake.forbidden:
+                    self._forbidden(project)
+                    return
+                answer = fake.v2_answers.get(constraint)
+                if answer is None:
+                    enforce = constraint in fake.enforced
+                    answer = {"spec": {"rules": [{"enforce": enforce}]}}
+                name = f"projects/{PROJECT_NUMBER}/policies/{constraint}"
+                self._answer(200, {"name": name, **answer})
+
             def _answer_policy(self, project: str, raw: bytes) -> None:
                 try:
                     body = json.loads(raw or b"{}")
@@ -69,22 +149,32 @@ class FakeResourceManager(LoopbackHttpServer):
                     return
                 fake.requests.append((project, constraint))
                 if fake.forbidden:
-                    self._error(
-                        403,
-                        "PERMISSION_DENIED",
-                        f"Permission 'orgpolicy.policy.get' denied on resource "
-                        f"'//cloudresourcemanager.googleapis.com/projects/{project}' "
-                        "(or it may not exist).",
-                    )
+                    self._forbidden(project)
                     return
                 enforced = constraint.removeprefix("constraints/") in fake.enforced
                 boolean = {"enforced": True} if enforced else {}
                 self._answer(200, {"constraint": constraint, "booleanPolicy": boolean})
 
-            def _error(self, status: int, code: str, message: str) -> None:
-                self._answer(
-                    status, {"error": {"code": status, "message": message, "status": code}}
+            def _forbidden(self, project: str) -> None:
+                self._error(
+                    403,
+                    "PERMISSION_DENIED",
+                    f"Permission 'orgpolicy.policy.get' denied on resource "
+                    f"'//cloudresourcemanager.googleapis.com/projects/{project}' "
+                    "(or it may not exist).",
                 )
+
+            def _error(
+                self,
+                status: int,
+                code: str,
+                message: str,
+                details: list[dict[str, Any]] | None = None,
+            ) -> None:
+                error: dict[str, Any] = {"code": status, "message": message, "status": code}
+                if details:
+                    error["details"] = details
+                self._answer(status, {"error": error})
 
             def _answer(self, status: int, body: dict[str, Any]) -> None:
                 send_json(self, status, body, content_type="application/json; charset=UTF-8")
@@ -100,9 +190,10 @@ class FakeResourceManager(LoopbackHttpServer):
 
 @pytest.fixture
 def fake_resource_manager(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeResourceManager]:
-    """The fake, with the org-policy client pointed at it (endpoint and token variables)."""
+    """The fake, with both org-policy clients pointed at it (endpoint and token variables)."""
     server = FakeResourceManager().start()
     monkeypatch.setenv("RESOURCE_MANAGER_API_ENDPOINT", server.url)
+    monkeypatch.setenv("ORG_POLICY_API_ENDPOINT", server.url)
     monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", server.token)
     try:
         yield server
