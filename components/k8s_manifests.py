@@ -13,9 +13,10 @@ files mounted by GKE's Secret Manager add-on (a SecretProviderClass read with th
 Identity; no Kubernetes Secret holds them), and readiness is probed over HTTP.
 
 Shapes follow GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`
-(`base/deployment.yaml`: `strategy: Recreate`, a `/health` readiness probe, `/dev/shm` as a
-memory emptyDir; `v6e-*` overlays: `google.com/tpu` requests and limits) and the GKE docs for the
-Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
+(`base/deployment.yaml`: a `/health` readiness probe, `/dev/shm` as a memory emptyDir; `v6e-*`
+overlays: `google.com/tpu` requests and limits, `cloud.google.com/compute-class` node selector)
+and the GKE docs for the Secret Manager add-on (`provider: gke`, driver
+`secrets-store-gke.csi.k8s.io`); `strategy: Recreate` too, for the reasons in `deployment`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import pulumi
 
-from components import catalog, remote_scripts
+from components import catalog, compute_class, remote_scripts
 from components.config import StackConfig
 from components.tpu import resource_id
 
@@ -38,6 +39,7 @@ APP = "tpu-vllm"
 KSA = "vllm"
 DEPLOYMENT = "vllm"
 SERVICE = "vllm"
+DISRUPTION_BUDGET = "vllm"
 SCRIPTS_CONFIG_MAP = "tpu-vllm-scripts"
 SERVER_SECRETS = "vllm-secrets"
 PROBE_SECRETS = "vllm-api-key"
@@ -177,10 +179,14 @@ def secrets_volume(name: str, provider_class: str) -> dict[str, Any]:
 
 
 def node_selector(config: StackConfig) -> dict[str, str]:
-    """The TPU node this replica needs: GKE labels every TPU node with these two."""
+    """The TPU node this replica needs: one of the stack's own ComputeClass (which creates and
+    recycles them, components/compute_class.py), with the slice GKE labels every TPU node with
+    (the class's `tpu` rule; GKE accepts such system labels beside a class from
+    1.32.3-gke.1499000, docs "About custom ComputeClasses")."""
     gke = config.tpu.chip.gke
     assert gke is not None  # validated: backend gke needs a GKE machine type
     return {
+        **compute_class.node_selector(config),
         catalog.GKE_TPU_ACCELERATOR_LABEL: gke.accelerator,
         catalog.GKE_TPU_TOPOLOGY_LABEL: gke.topology,
     }
@@ -244,8 +250,23 @@ def deployment(
     scripts_digest: str,
     extras: PodExtras | None = None,
 ) -> dict[str, Any]:
-    """N replicas of the server, one TPU node each, replaced all at once (`Recreate`: a
-    rolling update would need a spare TPU node)."""
+    """N replicas of the server, one TPU node each, replaced all at once on an update.
+
+    Why `Recreate` and not a rolling update, now that the stack's ComputeClass could give a
+    surge pod a node of its own:
+    - Node recycling does not go through the strategy. A drained node's pod is evicted and its
+      ReplicaSet makes a new one; the PodDisruptionBudget (`pod_disruption_budget`) is what
+      keeps a replica serving then. The strategy only decides how a *new pod template* (a
+      config change, a rotated API key) replaces the old pods.
+    - The readiness Job is `pulumi up`'s gate and asks the Service, which reaches any Ready
+      pod: during a rolling update the old replicas answer, so `up` would report the new
+      template serving before any of its replicas does. `Recreate` leaves only new pods.
+    - A surge (`maxUnavailable: 0`, `maxSurge: 1`) needs one spare flex-start slice per
+      update, with its capacity wait and bill; `maxSurge: 0, maxUnavailable: 1` reuses nodes
+      but serves with one replica fewer (with one replica, with none).
+    So an update takes the endpoint down for a capacity wait (none when the nodes are still
+    there) and a start; README "Scale out on GKE" says so.
+    """
     extras = extras or PodExtras()
     chips = str(config.tpu.chip.chips)
     command, args = server_command(config)
@@ -288,7 +309,7 @@ def deployment(
     pod_spec: dict[str, Any] = {
         "serviceAccountName": KSA,
         "nodeSelector": node_selector(config),
-        "tolerations": [TPU_TOLERATION],
+        "tolerations": [TPU_TOLERATION, compute_class.toleration(config)],
         "terminationGracePeriodSeconds": 30,
         "containers": [container, *extras.sidecars],
         "volumes": [
@@ -320,6 +341,25 @@ def deployment(
                 "metadata": {"labels": selector(config), "annotations": annotations},
                 "spec": pod_spec,
             },
+        },
+    }
+
+
+def pod_disruption_budget(config: StackConfig) -> dict[str, Any]:
+    """At least one replica keeps serving while nodes are drained. Drains go through the
+    eviction API, which honours this budget (GKE docs "About custom ComputeClasses": a migrated
+    or consolidated node is drained respecting PodDisruptionBudgets). How GKE drains a node it
+    recycles is not documented beyond the CRD field, and a VM that reaches its run limit ends
+    whatever the budget says, so `renewal.lead` must leave time to move one replica before
+    the end. A pod that is not Ready may always be evicted (`AlwaysAllow`): it serves nobody."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(DISRUPTION_BUDGET, namespace_name(config.stack), config),
+        "spec": {
+            "minAvailable": 1,
+            "selector": {"matchLabels": selector(config)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }
 

@@ -10,6 +10,10 @@ answers /health and /v1/models through the Service (which sends traffic only to 
 Its await timeout is `tpu.capacityWait + vllm.readinessTimeout` plus a margin; the pods' startup
 probe allows `vllm.readinessTimeout` from container start. The Job runs in the cluster, so the
 API key never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
+
+The TPU nodes come from the stack's own ComputeClass (components/compute_class.py), which GKE
+uses to create node pools and to recycle flex-start nodes ahead of their end; a
+PodDisruptionBudget keeps one replica serving while a node is drained.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import compute_class, remote_scripts
 from components import k8s_manifests as m
-from components import remote_scripts
 from components.config import StackConfig
 from components.outputs import endpoint_urls
 from components.tpu import resource_id
@@ -80,6 +84,16 @@ class GkeWorkload(pulumi.ComponentResource):
         in_ns = pulumi.ResourceOptions.merge(
             base, pulumi.ResourceOptions(depends_on=[self.namespace])
         )
+        # Cluster-scoped: where the TPU nodes come from, before any pod asks for one.
+        node_class = compute_class.compute_class(config, m.labels(config))
+        self.compute_class = k8s.apiextensions.CustomResource(
+            f"{name}-compute-class",
+            api_version=node_class["apiVersion"],
+            kind=node_class["kind"],
+            metadata=_k8s(node_class["metadata"]),
+            spec=node_class["spec"],
+            opts=base,
+        )
         ksa = m.service_account(config, args.service_account_email)
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa", metadata=_k8s(ksa["metadata"]), opts=in_ns
@@ -135,6 +149,7 @@ class GkeWorkload(pulumi.ComponentResource):
                         self.service_account,
                         self.scripts,
                         self.server_secrets,
+                        self.compute_class,
                         *args.after,
                     ]
                 ),
@@ -153,6 +168,13 @@ class GkeWorkload(pulumi.ComponentResource):
                     )
                 ),
             ),
+        )
+        budget = m.pod_disruption_budget(config)
+        self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-disruption-budget",
+            metadata=_k8s(budget["metadata"]),
+            spec=_k8s(budget["spec"]),
+            opts=in_ns,
         )
         revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
         job = m.readiness_job(config, revision)
