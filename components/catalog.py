@@ -192,6 +192,10 @@ GKE_FLEX_START_ZONES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 
 # GKE docs (flex-start for TPUs): node pools with flex-start TPUs need this version or later.
 GKE_MIN_FLEX_START_VERSION = "1.33.0-gke.1712000"
+# GKE docs "About custom ComputeClasses" (Node pool auto-creation and ComputeClasses): from this
+# version a ComputeClass with `nodePoolAutoCreation.enabled` creates its node pools without
+# cluster-level node auto-provisioning; before it, the cluster must have that enabled.
+GKE_MIN_CLASS_AUTO_CREATION_VERSION = "1.33.3-gke.1136000"
 
 
 @dataclass(frozen=True)

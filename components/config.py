@@ -77,6 +77,10 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "cluster": "an existing GKE cluster (NAME or projects/P/locations/L/clusters/NAME); "
         "unset: the stack creates one",
     },
+    "renewal": {
+        "lead": "how long before a flex-start run ends its replacement is sought (on GKE the "
+        "ComputeClass's nodeRecycling.leadTimeSeconds); shorter than tpu.maxRunDuration",
+    },
     "cache": {
         "enabled": "carry the XLA compile cache across TPU lifetimes in Cloud Storage",
         "bucket": "an existing bucket for the cache instead of the per-stack one",
@@ -99,7 +103,9 @@ BACKEND_ALIASES: Mapping[str, Backend] = {
     "tpu": "vm",
     "queued-resource": "vm",
 }
-DEFAULT_GKE_REPLICAS = 1
+#: Two, so that a node being recycled (or a replica starting) never takes the endpoint down: the
+#: PodDisruptionBudget keeps one serving while the other moves (README "Scale out on GKE").
+DEFAULT_GKE_REPLICAS = 2
 
 # vLLM's default port: the flag is rendered only when the stack asks for another one.
 VLLM_DEFAULT_PORT = 8000
@@ -107,6 +113,12 @@ DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
 DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
+# How long before a flex-start run ends its replacement is sought: a capacity wait (30 min,
+# tpu.capacityWait's default) plus a warm start (497 s on v5e-1, seed 000 §1.4; the 31B start on
+# v6e-4 is longer), rounded up to the hour GoogleCloudPlatform/accelerated-platforms' v6e
+# ComputeClass uses (platforms/gke/base/core/custom_compute_class/templates/manifests/tpu/v6e/
+# custom-compute-tpu-v6e-2x2.yaml, leadTimeSeconds: 3600). At most half of a shorter run.
+DEFAULT_RENEWAL_LEAD = "1h"
 DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
 #: The auto-mode network most projects have; some have none, hence `access.network`.
@@ -286,6 +298,14 @@ class GkeSettings:
 
 
 @dataclass(frozen=True)
+class RenewalSettings:
+    """When the next TPU is sought, relative to the end of the current flex-start run."""
+
+    #: Seconds before the run ends (GKE: the ComputeClass's nodeRecycling.leadTimeSeconds).
+    lead_seconds: int = 3600
+
+
+@dataclass(frozen=True)
 class CacheSettings:
     """The XLA compile cache in Cloud Storage (components/compile_cache.py)."""
 
@@ -314,6 +334,7 @@ class StackConfig:
     backend: Backend = DEFAULT_BACKEND
     #: Always present; only the gke backend uses it (a vm stack has one replica).
     gke: GkeSettings | None = None
+    renewal: RenewalSettings = field(default=RenewalSettings())
 
     @property
     def replicas(self) -> int:
@@ -494,6 +515,7 @@ def parse_stack_config(
     dns_r = _Reader("dns", sections.get("dns"), problems)
     gke_r = _Reader("gke", sections.get("gke"), problems)
     cache_r = _Reader("cache", sections.get("cache"), problems)
+    renewal_r = _Reader("renewal", sections.get("renewal"), problems)
 
     backend = _parse_backend(sections.get("backend"), problems)
     chip = _parse_chip(tpu_r)
@@ -516,6 +538,9 @@ def parse_stack_config(
     vllm = _parse_vllm(vllm_r, chip)
     access = _parse_access(access_r, warnings, backend)
     cache = _parse_cache(cache_r)
+    renewal = _parse_renewal(
+        renewal_r, provisioning, max_run_seconds, tpu_r.values.get("maxRunDuration"), warnings
+    )
     hourly_override = cost_r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
     if hourly_override is not None and hourly_override <= 0:
         cost_r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
@@ -558,6 +583,7 @@ def parse_stack_config(
         backend=backend,
         gke=gke,
         cache=cache,
+        renewal=renewal,
     )
 
 
@@ -1140,6 +1166,45 @@ def _parse_cache(r: _Reader) -> CacheSettings:
             bucket = None
     timeout = _parse_positive_duration(r, "restoreTimeout", DEFAULT_CACHE_RESTORE_TIMEOUT)
     return CacheSettings(enabled=enabled, bucket=bucket, restore_timeout_seconds=timeout)
+
+
+def _parse_renewal(
+    r: _Reader,
+    provisioning: Provisioning | None,
+    max_run_seconds: int | None,
+    max_run_text: Any,
+    warnings: list[str],
+) -> RenewalSettings:
+    """`renewal.lead`: a duration shorter than the run it renews (GKE's ComputeClass also caps
+    nodeRecycling.leadTimeSeconds at 604800, which a run of at most 7 days already implies)."""
+    raw = r.values.get("lead")
+    if raw is not None and provisioning is not None and provisioning != "flex-start":
+        warnings.append(
+            f"{r.key('lead')} is set, but {NAMESPACE}:tpu.provisioning = {provisioning!r} has no "
+            "run end to renew ahead of: it is ignored. Fix: remove it from the stack file."
+        )
+    lead = parse_duration(DEFAULT_RENEWAL_LEAD)
+    if raw is None:
+        if max_run_seconds is not None and lead >= max_run_seconds // 2:
+            lead = max_run_seconds // 2
+        return RenewalSettings(lead_seconds=max(lead, 1))
+    try:
+        lead = parse_duration(raw)
+        if lead <= 0:
+            raise ValueError(raw)
+    except ValueError:
+        r.fail("lead", raw, "not a duration. Fix: write it like 30m, 1h or 1h30m")
+        return RenewalSettings()
+    if max_run_seconds is not None and lead >= max_run_seconds:
+        r.fail(
+            "lead",
+            raw,
+            f"must be shorter than {NAMESPACE}:tpu.maxRunDuration = {show(max_run_text)}: the "
+            "replacement is sought this long before the run ends. Fix: a shorter lead, e.g. "
+            f"{DEFAULT_RENEWAL_LEAD}, or a longer run",
+        )
+        return RenewalSettings()
+    return RenewalSettings(lead_seconds=lead)
 
 
 def _parse_cidrs(

@@ -1,15 +1,16 @@
-"""GkeTpuCluster: the cluster (created or existing), its flex-start TPU node pool, the workload
-identity, and the reserved address the Service serves on.
+"""GkeTpuCluster: the cluster (created or existing), the workload identity, and the reserved
+address the Service serves on.
 
-Flex-start on GKE (pulumi-gcp 10.2.0 `container.NodePool`, GKE docs "About GPU and TPU
-provisioning with flex-start"): `node_config.flex_start` with `max_run_duration` ("14400s"),
-autoscaling from `total_min_node_count=0` to `total_max_node_count=N` with
-`location_policy="ANY"`, `management.auto_repair=False`,
-`reservation_affinity.consume_reservation_type="NO_RESERVATION"` and `initial_node_count=0`.
-Nodes appear when the Deployment's pods ask for them (scale from zero) and go when a run ends or
-the pods go.
+The TPU nodes are not a node pool of this component: the stack's ComputeClass
+(components/compute_class.py) asks GKE to create flex-start (or spot / on-demand) TPU node pools
+for the pods that select it, and to recycle a flex-start node `renewal.lead` before its run
+ends, which a node pool the stack made could not get (see that module for why and the sources).
+That needs GKE 1.33.3-gke.1136000 (catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION), or an older
+cluster (down to the flex-start TPU floor) with cluster-level node auto-provisioning enabled
+(GKE docs "About custom ComputeClasses"). No autoscaling profile is required: each pod fills a
+whole TPU node, so there is nothing to pack or consolidate.
 
-`queued_provisioning` is left off. Flex-start *with* queued provisioning is a documented
+Queued provisioning is not asked for. Flex-start *with* queued provisioning is a documented
 combination (GKE docs "Run a large-scale workload with flex-start with queued provisioning":
 `--flex-start --enable-queued-provisioning`; GoogleCloudPlatform/cluster-toolkit
 `examples/gke-consumption-options/dws-flex-start-queued-provisioning/gke-tpu-v6e`), but it is
@@ -19,14 +20,14 @@ ProvisioningRequest (made by hand or by Kueue for a Job) asks for all of a workl
 once, and the autoscaler does not scale such a pool up for an ordinary pending pod. A Deployment
 creates no ProvisioningRequest, so its pods would wait forever, and when a flex-start node's run
 ends nothing would ask for the replacement. GKE recommends queued provisioning for workloads that
-must start on several nodes at the same time, flex-start VMs (this pool) for single-node ones:
-each replica here is one node.
+must start on several nodes at the same time, flex-start VMs (the class's flex-start priority)
+for single-node ones: each replica here is one node.
 
 A created cluster has no default node pool (`remove_default_node_pool` with the one node the
 API insists on), one small CPU node for system pods and the readiness Job, Workload Identity,
 and GKE's Secret Manager add-on; it is zonal for one zone in `tpu.zones`, else regional.
 An existing cluster (`gke.cluster`) is checked for the same before anything is created, and
-a created one's version (the channel's default in its location) against the flex-start floor.
+a created one's version (the channel's default in its location) against the version floor.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ RELEASE_CHANNEL = "REGULAR"
 #: The CPU pool for system pods and the readiness Job; TPU nodes carry only the servers.
 SYSTEM_MACHINE_TYPE = "e2-standard-4"
 WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
-#: How long `pulumi up` may wait for GKE to create the cluster, and each node pool (set, not
-#: left to the provider's defaults, so scripts/budget.py can add them up).
+#: How long `pulumi up` may wait for GKE to create the cluster, and its system node pool (set,
+#: not left to the provider's defaults, so scripts/budget.py can add them up).
 CLUSTER_TIMEOUT = "40m"
 NODE_POOL_TIMEOUT = "30m"
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
@@ -61,8 +62,25 @@ def gke_version_key(version: str) -> tuple[int, ...] | None:
 
 
 def supports_flex_start_tpus(version: str) -> bool:
-    have, need = gke_version_key(version), gke_version_key(catalog.GKE_MIN_FLEX_START_VERSION)
+    return _at_least(version, catalog.GKE_MIN_FLEX_START_VERSION)
+
+
+def class_creates_pools_itself(version: str) -> bool:
+    """Whether a ComputeClass creates node pools without cluster-level auto-provisioning."""
+    return _at_least(version, catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION)
+
+
+def _at_least(version: str, floor: str) -> bool:
+    have, need = gke_version_key(version), gke_version_key(floor)
     return have is not None and need is not None and have >= need
+
+
+def _auto_provisioning(found: Any) -> bool | None:
+    """Cluster-level node auto-provisioning, from `getCluster`; None when not reported."""
+    scalings = getattr(found, "cluster_autoscalings", None)
+    if scalings is None:
+        return None
+    return any(getattr(s, "enabled", False) for s in scalings)
 
 
 def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
@@ -112,11 +130,26 @@ def check_existing_cluster(config: StackConfig, found: Any) -> None:
     where = cluster_path(config.gke, config.gke.existing_cluster)
     problems: list[str] = []
     version = getattr(found, "master_version", None)
+    floor = catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION
     if version and not supports_flex_start_tpus(str(version)):
         problems.append(
             f"{key} = {where!r} runs GKE {version}; flex-start TPU node pools need "
-            f"{catalog.GKE_MIN_FLEX_START_VERSION} or later. Fix: upgrade it "
+            f"{catalog.GKE_MIN_FLEX_START_VERSION} or later, and the stack's ComputeClass "
+            f"creates its node pools itself from {floor}. Fix: upgrade it "
             f"(`gcloud container clusters upgrade --master`) or unset {key} to create one"
+        )
+    elif (
+        version
+        and not class_creates_pools_itself(str(version))
+        and _auto_provisioning(found) is False
+    ):
+        problems.append(
+            f"{key} = {where!r} runs GKE {version}: before {floor} a ComputeClass creates node "
+            "pools (here: the TPU nodes and their recycling) only with cluster-level node "
+            f"auto-provisioning, which is off. Fix: upgrade it to {floor} or later "
+            "(`gcloud container clusters upgrade --master`), or enable it "
+            "(`gcloud container clusters update ... --enable-autoprovisioning` with CPU and "
+            "memory limits)"
         )
     pools = getattr(found, "workload_identity_configs", None)
     if pools is not None and not any(getattr(p, "workload_pool", None) for p in pools):
@@ -158,7 +191,8 @@ def lookup_existing_cluster(config: StackConfig) -> Any:
 
 def check_channel_version(config: StackConfig, versions: Any) -> None:
     """Stop before anything is created if the cluster this stack would create could not carry
-    flex-start TPUs: its version is the release channel's default in `location`.
+    the stack's ComputeClass (flex-start TPU pools it creates itself, without node
+    auto-provisioning): its version is the release channel's default in `location`.
 
     `versions` is the `getEngineVersions` result; a default that did not come back (a mocked
     lookup) is not judged, as for an existing cluster.
@@ -166,14 +200,17 @@ def check_channel_version(config: StackConfig, versions: Any) -> None:
     assert config.gke is not None
     defaults = getattr(versions, "release_channel_default_version", None) or {}
     version = defaults.get(RELEASE_CHANNEL)
-    if version and not supports_flex_start_tpus(str(version)):
+    floor = catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION
+    if version and not class_creates_pools_itself(str(version)):
         raise ConfigError(
             [
                 f"tpu-vllm:gke.cluster is unset, so the stack would create a cluster in "
                 f"{config.gke.location} on the {RELEASE_CHANNEL} channel, whose default GKE "
-                f"{version} is older than {catalog.GKE_MIN_FLEX_START_VERSION}, which flex-start "
-                "TPU node pools need. Fix: name a cluster on that version or later in "
-                "tpu-vllm:gke.cluster, or wait for the channel to move"
+                f"{version} is older than {floor}, from which the stack's ComputeClass creates "
+                "(and recycles) its flex-start TPU node pools without node auto-provisioning "
+                f"(flex-start TPUs alone need {catalog.GKE_MIN_FLEX_START_VERSION}). Fix: name "
+                "a cluster on that version or later in tpu-vllm:gke.cluster, or wait for the "
+                "channel to move"
             ]
         )
 
@@ -209,7 +246,6 @@ class GkeTpuCluster(pulumi.ComponentResource):
     service_account_email: pulumi.Output[str]
     address: pulumi.Output[str]
     address_name: pulumi.Output[str]
-    node_pool_name: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: GkeTpuClusterArgs, opts: pulumi.ResourceOptions | None = None
@@ -244,13 +280,11 @@ class GkeTpuCluster(pulumi.ComponentResource):
             ca: pulumi.Input[str | None] = created.master_auth.apply(
                 lambda auth: getattr(auth, "cluster_ca_certificate", None)
             )
-            pool_opts = child
         else:
             cluster_name = settings.existing_cluster
             endpoint = getattr(found, "endpoint", None)
             auths = getattr(found, "master_auths", None) or []
             ca = auths[0].cluster_ca_certificate if auths else None
-            pool_opts = child
         ns = k8s_manifests.namespace_name(config.stack)
         # IAM refuses `PROJECT.svc.id.goog[...]` members ("Error 400: Identity Pool does not
         # exist") until the project's first Workload Identity cluster exists: a cluster this
@@ -265,12 +299,9 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 child, pulumi.ResourceOptions(depends_on=[created] if created else [])
             ),
         )
-        self.node_pool = self._create_tpu_pool(name, config, settings, cluster_name, pool_opts)
-        #: Every node pool this stack made: pods wait for them (and go before them on destroy).
-        self.node_pools: list[gcp.container.NodePool] = [
-            p for p in (self.system_pool, self.node_pool) if p is not None
-        ]
-        self.node_pool_name = self.node_pool.name
+        #: Every node pool this stack made (the system pool of a cluster it creates): pods wait
+        #: for them (and go before them on destroy). TPU pools are the ComputeClass's.
+        self.node_pools = self._own_pools()
         self.reserved_address = gcp.compute.Address(
             f"{name}-address",
             name=resource_id(config.stack, "-lb"),
@@ -298,9 +329,11 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 "cluster": self.cluster,
                 "service_account_email": self.service_account_email,
                 "address": self.address,
-                "node_pool_name": self.node_pool_name,
             }
         )
+
+    def _own_pools(self) -> list[gcp.container.NodePool]:
+        return [self.system_pool] if self.system_pool is not None else []
 
     def _create_cluster(
         self, name: str, config: StackConfig, settings: GkeSettings
@@ -312,12 +345,13 @@ class GkeTpuCluster(pulumi.ComponentResource):
             location=settings.location,
             description=f"tpu-vllm {config.stack}: flex-start TPU replicas of {config.model.id}",
             # No default node pool: the API needs one node to create the cluster, then the
-            # provider deletes it; the pools below are the only ones.
+            # provider deletes it; the system pool below and the ComputeClass's TPU pools are
+            # the only ones.
             remove_default_node_pool=True,
             initial_node_count=1,
-            # A release channel keeps the control plane current: flex-start TPUs need
-            # catalog.GKE_MIN_FLEX_START_VERSION; the channel's default is checked against it
-            # before anything is created (`check_channel_version`).
+            # A release channel keeps the control plane current: the ComputeClass's TPU pools
+            # need catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION; the channel's default is checked
+            # against it before anything is created (`check_channel_version`).
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=RELEASE_CHANNEL),
             # `access.network`, as for the VM path's node (auto-mode: the region's subnet).
             network=config.access.network,
@@ -359,55 +393,6 @@ class GkeTpuCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, custom_timeouts=_pool_timeouts()),
         )
         return cluster
-
-    def _create_tpu_pool(
-        self,
-        name: str,
-        config: StackConfig,
-        settings: GkeSettings,
-        cluster_name: pulumi.Input[str],
-        opts: pulumi.ResourceOptions,
-    ) -> gcp.container.NodePool:
-        tpu = config.tpu
-        gke_tpu = tpu.chip.gke
-        assert gke_tpu is not None
-        flex = tpu.provisioning == "flex-start"
-        return gcp.container.NodePool(
-            f"{name}-tpu-pool",
-            name=resource_id(config.stack, "-tpu"),
-            project=settings.cluster_project,
-            location=settings.location,
-            cluster=cluster_name,
-            node_locations=list(tpu.zones),
-            initial_node_count=0,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=0,
-                total_max_node_count=config.replicas,
-                location_policy="ANY",
-            ),
-            management=gcp.container.NodePoolManagementArgs(
-                auto_repair=False,
-                # Required on a release channel; flex-start nodes are short-lived anyway.
-                auto_upgrade=True,
-            ),
-            node_config=gcp.container.NodePoolNodeConfigArgs(
-                machine_type=gke_tpu.machine_type,
-                flex_start=True if flex else None,
-                max_run_duration=f"{tpu.max_run_seconds}s" if flex else None,
-                spot=True if tpu.provisioning == "spot" else None,
-                reservation_affinity=gcp.container.NodePoolNodeConfigReservationAffinityArgs(
-                    consume_reservation_type="NO_RESERVATION"
-                ),
-                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
-                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
-                    mode="GKE_METADATA"
-                ),
-                resource_labels=labels(config),
-            ),
-            opts=pulumi.ResourceOptions.merge(
-                opts, pulumi.ResourceOptions(custom_timeouts=_pool_timeouts())
-            ),
-        )
 
 
 def _pool_timeouts() -> pulumi.CustomTimeouts:

@@ -6,9 +6,10 @@ grants the stack's service account the two secrets; here that account is the pod
 Identity. The same `dns.*` record as the VM path's points at the reserved address.
 
 What stays VM-only: the org-policy gate (it checks OS Login and guest attributes, which only the
-SSH path needs), SSH and its host key, and renewal: a flex-start GKE node that reaches its run
-duration is deleted and the node pool's autoscaler requests a new one for the pending pod, so
-there is nothing to renew (`renew_command` is "").
+SSH path needs), SSH and its host key, and renewal: the stack's ComputeClass has GKE seek a
+flex-start node's replacement `renewal.lead` before the node's run ends (node recycling), and
+the PodDisruptionBudget keeps a replica serving while another moves, so there is nothing to
+renew: `renew_command` is "", and `expires_at` is "" (no one moment at which the endpoint ends).
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendO
             service_account_email=cluster.service_account_email,
             address=cluster.address,
             address_name=cluster.address_name,
-            node_pool_name=cluster.node_pool_name,
             api_key_version=secrets.api_key_version,
             after=[
                 *secrets.grants,
@@ -70,7 +70,11 @@ def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendO
         ),
     )
     if not pulumi.runtime.is_dry_run():  # the VM path prints its expiry at `up` too
-        pulumi.log.info(gke_recycle_notice(config.stack, config.tpu.max_run_seconds))
+        pulumi.log.info(
+            gke_recycle_notice(
+                config.stack, config.tpu.max_run_seconds, config.renewal.lead_seconds
+            )
+        )
     # Outputs that name one VM mean nothing here: their documented empty values (README).
     return BackendOutputs(
         endpoint=workload.endpoint,

@@ -8,10 +8,10 @@ the API key's version) are passed in as Pulumi inputs and nested as they are.
 What the server runs is the VM path's, from the same code: the image `vllm.image`, the
 entrypoint scripts/remote/vllm_entrypoint.sh (mounted from a ConfigMap, reads the API key file
 into VLLM_API_KEY), and `vllm serve MODEL` with `VllmSettings.serve_args()`. The differences are
-GKE's: the TPU is a `google.com/tpu` resource on a node of the stack's own pool, the secrets are
-files mounted by GKE's Secret Manager add-on (a SecretProviderClass read with the pod's Workload
-Identity; no Kubernetes Secret holds them) in their own directory, and readiness is probed over
-HTTP.
+GKE's: the TPU is a `google.com/tpu` resource on a node of the stack's own ComputeClass, the
+secrets are files mounted by GKE's Secret Manager add-on (a SecretProviderClass read with the
+pod's Workload Identity; no Kubernetes Secret holds them) in their own directory, and readiness
+is probed over HTTP.
 
 Shapes follow GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`
 (`base/deployment.yaml`: `strategy: Recreate`, a `/health` readiness probe, `/dev/shm` as a
@@ -31,7 +31,7 @@ from typing import Any
 
 import pulumi
 
-from components import catalog, remote_scripts
+from components import catalog, compute_class, remote_scripts
 from components.config import StackConfig
 from components.tpu import resource_id
 
@@ -40,6 +40,7 @@ APP = "tpu-vllm"
 KSA = "vllm"
 DEPLOYMENT = "vllm"
 SERVICE = "vllm"
+DISRUPTION_BUDGET = "vllm"
 SCRIPTS_CONFIG_MAP = "tpu-vllm-scripts"
 SERVER_SECRETS = "vllm-secrets"
 PROBE_SECRETS = "vllm-api-key"
@@ -188,21 +189,15 @@ def secrets_volume(name: str, provider_class: str) -> dict[str, Any]:
     }
 
 
-#: GKE labels every node with the name of its node pool (GKE docs "Node pools").
-NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
-
-
-def node_selector(config: StackConfig, node_pool: pulumi.Input[str]) -> dict[str, Any]:
-    """The stack's own TPU node pool, and the TPU node a replica needs.
-
-    The pool label pins the pods to the nodes this stack pays for: in a shared cluster
-    (`gke.cluster`) the two TPU labels alone match any pool of the same slice, another team's
-    or one without flex-start. The TPU labels stay: GKE's TPU docs select TPU nodes by them.
-    """
+def node_selector(config: StackConfig) -> dict[str, str]:
+    """The TPU node this replica needs: one of the stack's own ComputeClass (which creates and
+    recycles them, components/compute_class.py), with the slice GKE labels every TPU node with
+    (the class's `tpu` rule; GKE accepts such system labels beside a class from
+    1.32.3-gke.1499000, docs "About custom ComputeClasses")."""
     gke = config.tpu.chip.gke
     assert gke is not None  # validated: backend gke needs a GKE machine type
     return {
-        NODE_POOL_LABEL: node_pool,
+        **compute_class.node_selector(config),
         catalog.GKE_TPU_ACCELERATOR_LABEL: gke.accelerator,
         catalog.GKE_TPU_TOPOLOGY_LABEL: gke.topology,
     }
@@ -263,12 +258,26 @@ def deployment(
     config: StackConfig,
     *,
     api_key_version: pulumi.Input[str],
-    node_pool: pulumi.Input[str],
     scripts_digest: str,
     extras: PodExtras | None = None,
 ) -> dict[str, Any]:
-    """N replicas of the server, one TPU node each, replaced all at once (`Recreate`: a
-    rolling update would need a spare TPU node)."""
+    """N replicas of the server, one TPU node each, replaced all at once on an update.
+
+    Why `Recreate` and not a rolling update, now that the stack's ComputeClass could give a
+    surge pod a node of its own:
+    - Node recycling does not go through the strategy. A drained node's pod is evicted and its
+      ReplicaSet makes a new one; the PodDisruptionBudget (`pod_disruption_budget`) is what
+      keeps a replica serving then. The strategy only decides how a *new pod template* (a
+      config change, a rotated API key) replaces the old pods.
+    - The readiness Job is `pulumi up`'s gate and asks the Service, which reaches any Ready
+      pod: during a rolling update the old replicas answer, so `up` would report the new
+      template serving before any of its replicas does. `Recreate` leaves only new pods.
+    - A surge (`maxUnavailable: 0`, `maxSurge: 1`) needs one spare flex-start slice per
+      update, with its capacity wait and bill; `maxSurge: 0, maxUnavailable: 1` reuses nodes
+      but serves with one replica fewer (with one replica, with none).
+    So an update takes the endpoint down for a capacity wait (none when the nodes are still
+    there) and a start; README "Scale out on GKE" says so.
+    """
     extras = extras or PodExtras()
     chips = str(config.tpu.chip.chips)
     command, args = server_command(config)
@@ -310,8 +319,8 @@ def deployment(
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": KSA,
-        "nodeSelector": node_selector(config, node_pool),
-        "tolerations": [TPU_TOLERATION],
+        "nodeSelector": node_selector(config),
+        "tolerations": [TPU_TOLERATION, compute_class.toleration(config)],
         "terminationGracePeriodSeconds": 30,
         "containers": [container, *extras.sidecars],
         "volumes": [
@@ -343,6 +352,25 @@ def deployment(
                 "metadata": {"labels": selector(config), "annotations": annotations},
                 "spec": pod_spec,
             },
+        },
+    }
+
+
+def pod_disruption_budget(config: StackConfig) -> dict[str, Any]:
+    """At least one replica keeps serving while nodes are drained. Drains go through the
+    eviction API, which honours this budget (GKE docs "About custom ComputeClasses": a migrated
+    or consolidated node is drained respecting PodDisruptionBudgets). How GKE drains a node it
+    recycles is not documented beyond the CRD field, and a VM that reaches its run limit ends
+    whatever the budget says, so `renewal.lead` must leave time to move one replica before
+    the end. A pod that is not Ready may always be evicted (`AlwaysAllow`): it serves nobody."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(DISRUPTION_BUDGET, namespace_name(config.stack), config),
+        "spec": {
+            "minAvailable": 1,
+            "selector": {"matchLabels": selector(config)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }
 

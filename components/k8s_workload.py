@@ -12,6 +12,10 @@ answers /health and /v1/models through the Service (which sends traffic only to 
 Its await timeout is `tpu.capacityWait + vllm.readinessTimeout` plus a margin; the pods' startup
 probe allows `vllm.readinessTimeout` from container start. The Job runs in the cluster, so the
 API key never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
+
+The TPU nodes come from the stack's own ComputeClass (components/compute_class.py), which GKE
+uses to create node pools and to recycle flex-start nodes ahead of their end; a
+PodDisruptionBudget keeps one replica serving while a node is drained.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import compute_class, remote_scripts
 from components import k8s_manifests as m
-from components import remote_scripts
 from components.config import StackConfig
 from components.outputs import endpoint_urls
 from components.tpu import resource_id
@@ -41,8 +45,6 @@ class GkeWorkloadArgs:
     #: The reserved address: its IP names the endpoint, its NAME goes on the Service.
     address: pulumi.Input[str]
     address_name: pulumi.Input[str]
-    #: The stack's own TPU node pool: the pods run only on its nodes.
-    node_pool_name: pulumi.Input[str]
     #: `projects/P/secrets/S/versions/N` of the API key the pods mount.
     api_key_version: pulumi.Input[str]
     #: Resources the pods need first: secret grants, the Workload Identity binding, node pools.
@@ -83,6 +85,16 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         in_ns = pulumi.ResourceOptions.merge(
             base, pulumi.ResourceOptions(depends_on=[self.namespace])
+        )
+        # Cluster-scoped: where the TPU nodes come from, before any pod asks for one.
+        node_class = compute_class.compute_class(config, m.labels(config))
+        self.compute_class = k8s.apiextensions.CustomResource(
+            f"{name}-compute-class",
+            api_version=node_class["apiVersion"],
+            kind=node_class["kind"],
+            metadata=_k8s(node_class["metadata"]),
+            spec=node_class["spec"],
+            opts=base,
         )
         ksa = m.service_account(config, args.service_account_email)
         self.service_account = k8s.core.v1.ServiceAccount(
@@ -125,7 +137,6 @@ class GkeWorkload(pulumi.ComponentResource):
         deployment = m.deployment(
             config,
             api_key_version=key_version,
-            node_pool=args.node_pool_name,
             scripts_digest=m.digest(sorted(files.items())),
             extras=extras,
         )
@@ -140,6 +151,7 @@ class GkeWorkload(pulumi.ComponentResource):
                         self.service_account,
                         self.scripts,
                         self.server_secrets,
+                        self.compute_class,
                         *args.after,
                     ]
                 ),
@@ -152,6 +164,13 @@ class GkeWorkload(pulumi.ComponentResource):
             f"{name}-service",
             metadata=_k8s(service["metadata"]),
             spec=_k8s(service["spec"]),
+            opts=in_ns,
+        )
+        budget = m.pod_disruption_budget(config)
+        self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-disruption-budget",
+            metadata=_k8s(budget["metadata"]),
+            spec=_k8s(budget["spec"]),
             opts=in_ns,
         )
         revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)

@@ -74,8 +74,9 @@ def expiry_notice(stack: str, max_run_seconds: int | None, expires_at: str | Non
     )
 
 
-def gke_recycle_notice(stack: str, max_run_seconds: int | None) -> str:
-    """The GKE backend's line for the end of `pulumi up`: nodes end, but nothing needs renewing."""
+def gke_recycle_notice(stack: str, max_run_seconds: int | None, lead_seconds: int = 0) -> str:
+    """The GKE backend's line for the end of `pulumi up`: nodes end, but nothing needs renewing:
+    the stack's ComputeClass has GKE seek each node's replacement `lead_seconds` ahead."""
     if max_run_seconds is None:
         return (
             f"{stack}: the TPU nodes have no run limit (spot or on-demand): they bill until "
@@ -83,6 +84,8 @@ def gke_recycle_notice(stack: str, max_run_seconds: int | None) -> str:
         )
     return (
         f"{stack}: each flex-start TPU node is deleted {max_run_seconds // 60} minutes after it "
-        "started; GKE then requests a new node for the pending pod, and the address stays. "
-        "There is nothing to renew (renew_command is empty on backend gke)."
+        f"started; GKE seeks its replacement {lead_seconds // 60} minutes before that "
+        "(renewal.lead), a PodDisruptionBudget keeps one replica serving while a replica "
+        "moves, and the address stays. There is nothing to renew (renew_command is empty on "
+        "backend gke)."
     )

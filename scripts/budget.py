@@ -8,7 +8,8 @@ registers under Pulumi mocks (like `scripts/plan.py`): the queued resource's cap
 timings, the host-key wait, the SSH dial bounds, the secret fetch's deadline and the readiness
 timeout in the rendered remote scripts. GKE stacks (`tpu-vllm:backend: gke`) get a table of
 their own: cluster and node-pool creation, the load balancer, the first TPU node and readiness,
-read from the resources the GKE backend registers and the timeouts it sets.
+and the node-recycling overlap, read from the resources the GKE backend registers (the stack's
+ComputeClass, the Deployment, the readiness Job) and the timeouts it sets.
 
     python scripts/budget.py [STACK ...]      # default: every Pulumi.<stack>.yaml
 """
@@ -96,6 +97,7 @@ class GkeBudget:
     zones: int
     #: 0 when `gke.cluster` names an existing cluster.
     cluster_s: float
+    #: The system pool of a created cluster; 0 with `gke.cluster` (TPU pools are the class's).
     node_pool_s: float
     #: Whether `pulumi up` waits for the Service's load balancer (it does not: skipAwait).
     load_balancer_awaited: bool
@@ -103,6 +105,15 @@ class GkeBudget:
     readiness_s: float
     #: The readiness Job's own scheduling and image pull, beyond its deadline.
     job_margin_s: float
+    #: Node recycling: how long before a node's run ends its replacement is sought
+    #: (`renewal.lead`); 0 without a run end.
+    lead_s: float = 0.0
+
+    @property
+    def overlap_usd(self) -> float:
+        """The most one recycling bills twice, per node and run: the replacement, found at the
+        earliest `lead` before the end, runs beside the node it replaces until that ends."""
+        return self.hourly_usd / self.replicas * self.lead_s / 3600
 
     @property
     def worst_case_s(self) -> float:
@@ -149,34 +160,38 @@ def is_gke(stack: str, changes: Mapping[str, Any] | None = None) -> bool:
 def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudget:
     """Read a GKE stack's figures from what its program registers (with config `changes`)."""
     run = _run(stack, changes)
-    pool = _one(run, "gcp:container/nodePool:NodePool", "gke-tpu-pool")
+    node_class = _one(run, "kubernetes:cloud.google.com/v1:ComputeClass", "vllm-compute-class")
+    [rule] = node_class["spec"]["priorities"]
+    deployment = _one(run, "kubernetes:apps/v1:Deployment", "vllm-deployment")
     job = _one(run, "kubernetes:batch/v1:Job", "vllm-ready")
     [server] = job["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in server["env"]}
     deadline = float(env["DEADLINE_SECONDS"])
     capacity_wait = float(deadline - _readiness_seconds(run))
-    node = pool["nodeConfig"]
-    max_run = parse_duration(node["maxRunDuration"]) if node.get("maxRunDuration") else None
+    max_run = rule.get("maxRunDurationSeconds")
     max_run_usd = run.outputs.get("max_run_cost_usd")
     creates_cluster = any(r.type == "gcp:container/cluster:Cluster" for r in run.resources)
+    flex = rule.get("flexStart") or {}
     provisioning = (
-        "flex-start" if node.get("flexStart") else "spot" if node.get("spot") else "on-demand"
+        "flex-start" if flex.get("enabled") else "spot" if rule.get("spot") else "on-demand"
     )
+    lead = (flex.get("nodeRecycling") or {}).get("leadTimeSeconds", 0)
     return GkeBudget(
         stack=stack,
         chip=str(run.outputs["chip"]),
         provisioning=provisioning,
-        replicas=int(pool["autoscaling"]["totalMaxNodeCount"]),
+        replicas=int(deployment["spec"]["replicas"]),
         hourly_usd=float(run.outputs["hourly_cost_usd"]),
         max_run_hours=max_run / 3600 if max_run else None,
         max_run_usd=float(max_run_usd) if max_run_usd is not None else None,
-        zones=len(pool["nodeLocations"]),
+        zones=len(rule["location"]["zones"]),
         cluster_s=float(parse_duration(gke.CLUSTER_TIMEOUT)) if creates_cluster else 0.0,
-        node_pool_s=float(parse_duration(gke.NODE_POOL_TIMEOUT)),
+        node_pool_s=float(parse_duration(gke.NODE_POOL_TIMEOUT)) if creates_cluster else 0.0,
         load_balancer_awaited=_awaited(_one(run, "kubernetes:core/v1:Service", "vllm-service")),
         capacity_wait_s=capacity_wait,
         readiness_s=_readiness_seconds(run),
         job_margin_s=float(k8s_workload.AWAIT_MARGIN_SECONDS),
+        lead_s=float(lead),
     )
 
 
@@ -266,8 +281,8 @@ def _max_run(usd: float | None, hours: float | None, note: str = "") -> str:
 
 
 def _gke_table(stacks: list[str]) -> str:
-    """GKE stacks: N replicas; no queued resource, SSH or secret fetch, but a cluster, node
-    pools, a load balancer and a readiness Job."""
+    """GKE stacks: N replicas; no queued resource, SSH or secret fetch, but a cluster, its
+    system node pool, a load balancer, a readiness Job and node recycling's overlap."""
     budgets = [gke_budget(s) for s in stacks]
     rows: list[tuple[str, list[str]]] = [
         (
@@ -288,12 +303,25 @@ def _gke_table(stacks: list[str]) -> str:
                 for b in budgets
             ],
         ),
-        ("zones the node pool may use (`tpu.zones`)", [str(b.zones) for b in budgets]),
+        (
+            "node recycling: a replacement sought ahead of each node's end (`renewal.lead`), "
+            "billed beside it at most that long",
+            [
+                f"{duration(b.lead_s)} per node and run, at most {_usd(b.overlap_usd)} each"
+                if b.lead_s
+                else "none: no run end"
+                for b in budgets
+            ],
+        ),
+        ("zones the TPU nodes may use (`tpu.zones`)", [str(b.zones) for b in budgets]),
         (
             "creating the cluster (none with `gke.cluster`)",
             [duration(b.cluster_s) for b in budgets],
         ),
-        ("creating the node pools", [duration(b.node_pool_s) for b in budgets]),
+        (
+            "creating the system node pool (none with `gke.cluster`)",
+            [duration(b.node_pool_s) for b in budgets],
+        ),
         (
             "the load balancer (GKE builds it during the wait below)",
             ["awaited" if b.load_balancer_awaited else "not awaited" for b in budgets],

@@ -1,8 +1,9 @@
 """The GKE backend under Pulumi mocks: every resource's key inputs, for the v6e4-gke stack file.
 
-What a user would notice if it were wrong: a node pool that is not flex-start (billed until
-deleted) or that cannot scale to N, pods that ask for the wrong TPU count or land nowhere,
-flags that differ from the VM path, an address that changes, secrets in a manifest.
+What a user would notice if it were wrong: TPU nodes that are not flex-start (billed until
+deleted) or are not recycled ahead of their end, pods that ask for the wrong TPU count or land
+nowhere (or on another stack's nodes), every replica drained at once, flags that differ from
+the VM path, an address that changes, secrets in a manifest.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pulumi.runtime import mocks
 from components import catalog
 from components.config import ConfigError
 from tests.mock_outputs import API_KEY_SENTINEL, CLUSTER_ENDPOINT, LB_ADDRESS
-from tests.pulumi_program import ROOT, InvokeFailure, ProgramRun, run_program
+from tests.pulumi_program import ROOT, InvokeFailure, ProgramRun, run_program, stack_file_config
 
 STACK = "v6e4-gke"
 NS = "tpu-vllm-v6e4-gke"
@@ -27,6 +28,8 @@ NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SPC = "kubernetes:secrets-store.csi.x-k8s.io/v1:SecretProviderClass"
+COMPUTE_CLASS = "kubernetes:cloud.google.com/v1:ComputeClass"
+PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +37,13 @@ def run() -> ProgramRun:
     return run_program(STACK)
 
 
-def tpu_pool(run: ProgramRun) -> dict[str, Any]:
-    [pool] = [p for p in run.of_type(NODE_POOL) if p.name == "gke-tpu-pool"]
-    return pool.inputs
+def node_class(run: ProgramRun) -> dict[str, Any]:
+    return dict(run.one(COMPUTE_CLASS).inputs)
+
+
+def tpu_rule(run: ProgramRun) -> dict[str, Any]:
+    [rule] = node_class(run)["spec"]["priorities"]
+    return dict(rule)
 
 
 def server_pod(run: ProgramRun) -> dict[str, Any]:
@@ -78,27 +85,45 @@ def test_endpoint_is_the_reserved_regional_address(run: ProgramRun) -> None:
     assert service["selector"] == run.one(DEPLOYMENT).inputs["spec"]["selector"]["matchLabels"]
 
 
-def test_tpu_node_pool_is_flex_start_and_scales_from_zero_to_replicas(run: ProgramRun) -> None:
-    pool = tpu_pool(run)
-    config = pool["nodeConfig"]
-    assert config["flexStart"] is True
-    assert config["maxRunDuration"] == "14400s"  # tpu.maxRunDuration 4h
-    assert config["machineType"] == "ct6e-standard-4t"
-    assert config["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
-    assert "spot" not in config
-    assert config["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
-    assert pool["autoscaling"] == {
-        "totalMinNodeCount": 0,
-        "totalMaxNodeCount": 2,
-        "locationPolicy": "ANY",
+def test_tpu_nodes_come_from_the_stacks_own_flex_start_compute_class(run: ProgramRun) -> None:
+    """accelerated-platforms' v6e class (platforms/gke/base/core/custom_compute_class/templates/
+    manifests/tpu/v6e/custom-compute-tpu-v6e-2x2.yaml), for this stack: flex-start with node
+    recycling `renewal.lead` ahead, the run limit, auto-created pools, in `tpu.zones` only."""
+    assert [p.name for p in run.of_type(NODE_POOL)] == ["gke-system-pool"]  # no TPU pool
+    cls = node_class(run)
+    assert cls["apiVersion"] == "cloud.google.com/v1"
+    assert cls["metadata"]["name"] == NS
+    assert "namespace" not in cls["metadata"]  # cluster-scoped
+    assert cls["spec"]["nodePoolAutoCreation"] == {"enabled": True}
+    assert cls["spec"]["whenUnsatisfiable"] == "DoNotScaleUp"
+    assert tpu_rule(run) == {
+        "machineType": "ct6e-standard-4t",
+        "tpu": {"type": "tpu-v6e-slice", "count": 4, "topology": "2x2"},
+        "location": {"zones": ["us-east5-a", "us-east5-b"]},
+        "flexStart": {"enabled": True, "nodeRecycling": {"leadTimeSeconds": 3600}},
+        "maxRunDurationSeconds": 14400,  # tpu.maxRunDuration 4h
     }
-    assert pool["initialNodeCount"] == 0
-    assert pool["management"]["autoRepair"] is False
-    # Queued provisioning would get nodes only through a ProvisioningRequest (components/gke.py).
-    assert "queuedProvisioning" not in pool
-    assert pool["nodeLocations"] == ["us-east5-a", "us-east5-b"]
-    assert pool["location"] == "us-east5"
-    assert pool["cluster"] == NS
+    # The pods wait for the class (and go before it on destroy).
+    assert COMPUTE_CLASS in {
+        next(r.type for r in run.resources if r.name == d)
+        for d in run.dependencies["vllm-deployment"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("changes", "lead"),
+    [
+        ({"tpu-vllm:renewal.lead": "45m"}, 45 * 60),
+        ({"tpu-vllm:renewal.lead": "1h30m", "tpu-vllm:tpu.maxRunDuration": "2h"}, 90 * 60),
+        # The default lead (1h) is at most half of a shorter run.
+        ({"tpu-vllm:tpu.maxRunDuration": "90m"}, 45 * 60),
+    ],
+    ids=["lead", "lead-and-run", "default-on-a-short-run"],
+)
+def test_node_recycling_lead_is_renewal_lead(changes: dict[str, Any], lead: int) -> None:
+    rule = tpu_rule(run_program(STACK, changes))
+    assert rule["flexStart"]["nodeRecycling"] == {"leadTimeSeconds": lead}
+    assert lead < rule["maxRunDurationSeconds"]
 
 
 def test_created_cluster_has_no_default_pool_identity_and_secret_manager(run: ProgramRun) -> None:
@@ -119,7 +144,7 @@ def test_created_cluster_has_no_default_pool_identity_and_secret_manager(run: Pr
 def test_one_zone_makes_a_zonal_cluster() -> None:
     run = run_program(STACK, {"tpu-vllm:tpu.zones": ["us-east5-b"]})
     assert run.one(CLUSTER).inputs["location"] == "us-east5-b"
-    assert tpu_pool(run)["location"] == "us-east5-b"
+    assert tpu_rule(run)["location"] == {"zones": ["us-east5-b"]}
     assert run.outputs["cluster"].endswith("/locations/us-east5-b/clusters/" + NS)
 
 
@@ -131,11 +156,11 @@ def test_spot_and_on_demand_variants(provisioning: str, spot: bool | None) -> No
         STACK,
         {"tpu-vllm:tpu.provisioning": provisioning, "tpu-vllm:tpu.maxRunDuration": None},
     )
-    config = tpu_pool(run)["nodeConfig"]
-    assert "flexStart" not in config
-    assert "maxRunDuration" not in config
-    assert config.get("spot") is spot
-    assert tpu_pool(run)["autoscaling"]["totalMaxNodeCount"] == 2
+    rule = tpu_rule(run)
+    assert "flexStart" not in rule  # no run end: nothing to recycle
+    assert "maxRunDurationSeconds" not in rule
+    assert rule["spot"] is bool(spot)
+    assert rule["tpu"] == {"type": "tpu-v6e-slice", "count": 4, "topology": "2x2"}
 
 
 def test_deployment_runs_replicas_with_recreate_and_skips_the_all_replicas_await(
@@ -157,13 +182,87 @@ def test_pods_ask_for_the_whole_slice_on_a_matching_tpu_node(run: ProgramRun) ->
     assert tp == "4"
     pod = server_pod(run)
     assert pod["nodeSelector"] == {
-        "cloud.google.com/gke-nodepool": f"{NS}-tpu",
+        "cloud.google.com/compute-class": NS,
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": "2x2",
     }
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
+
+
+def test_pods_select_the_stacks_own_compute_class_and_tolerate_its_taint(run: ProgramRun) -> None:
+    """GKE docs "About custom ComputeClasses": a pod requests a class with the node selector
+    `cloud.google.com/compute-class: NAME`; the class's nodes carry the taint
+    `cloud.google.com/compute-class=NAME:NoSchedule`. The class is this stack's, not a shared
+    one: another stack in the same cluster gets its own (issue 16: pods land on their own
+    stack's TPU nodes)."""
+    pod = server_pod(run)
+    name = node_class(run)["metadata"]["name"]
+    assert pod["nodeSelector"]["cloud.google.com/compute-class"] == name
+    assert {
+        "key": "cloud.google.com/compute-class",
+        "operator": "Equal",
+        "value": name,
+        "effect": "NoSchedule",
+    } in pod["tolerations"]
+    # The class's TPU rule and the pod's TPU labels and request agree.
+    rule = tpu_rule(run)
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == rule["tpu"]["type"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == rule["tpu"]["topology"]
+    count = int(rule["tpu"]["count"])  # numbers cross the engine as floats
+    assert server_container(run)["resources"]["limits"]["google.com/tpu"] == str(count)
+
+
+# --- never every replica at once ----------------------------------------------------------
+
+
+def test_a_disruption_budget_keeps_one_replica_serving_while_nodes_drain(run: ProgramRun) -> None:
+    """policy/v1: drains (GKE's node consolidation and migration, a recycled node) evict through
+    the eviction API, which refuses an eviction that would leave no Ready replica."""
+    budget = run.one(PDB).inputs
+    assert budget["metadata"]["namespace"] == NS
+    spec = budget["spec"]
+    assert spec["minAvailable"] == 1
+    assert "maxUnavailable" not in spec
+    # It covers exactly the server pods: the Deployment's pod labels, the Service's selector.
+    deployment = run.one(DEPLOYMENT).inputs["spec"]
+    assert spec["selector"] == {"matchLabels": deployment["selector"]["matchLabels"]}
+    assert deployment["template"]["metadata"]["labels"] == deployment["selector"]["matchLabels"]
+    service = run.one("kubernetes:core/v1:Service").inputs["spec"]
+    assert service["selector"] == spec["selector"]["matchLabels"]
+    # A replica that is not Ready serves nobody: it may always be moved.
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    # Fewer Ready replicas than the budget asks for would block every drain.
+    assert deployment["replicas"] > spec["minAvailable"]
+
+
+def test_the_gke_stack_and_the_gke_default_run_two_replicas() -> None:
+    """One replica cannot move to a recycled node without a gap: the default is two, and so is
+    the stack file's."""
+    assert stack_file_config(STACK)["tpu-vllm:gke"]["replicas"] >= 2
+    run = run_program(STACK, {"tpu-vllm:gke.replicas": None})
+    assert run.outputs["replicas"] == 2
+    assert run.one(DEPLOYMENT).inputs["spec"]["replicas"] == 2
+    assert run.one(PDB).inputs["spec"]["minAvailable"] == 1
+
+
+def test_a_starting_replica_stays_out_of_the_load_balancer_until_it_serves(
+    run: ProgramRun,
+) -> None:
+    """The Service sends traffic only to Ready pods (no `publishNotReadyAddresses`), a pod is
+    Ready only once every container is, and the server's readiness probe passes only when
+    vLLM's HTTP server answers /health, which it starts after the engine is up (DESIGN.md);
+    the startup probe holds readiness back for the whole start."""
+    service = run.one("kubernetes:core/v1:Service").inputs["spec"]
+    assert not service.get("publishNotReadyAddresses")
+    container = server_container(run)
+    probe = container["readinessProbe"]
+    assert probe["httpGet"]["path"] == "/health"
+    assert probe["httpGet"]["port"] == container["ports"][0]["containerPort"]
+    assert service["ports"][0]["targetPort"] == container["ports"][0]["name"]
+    assert "initialDelaySeconds" not in probe  # the startup probe gates it instead
+    assert container["startupProbe"]["httpGet"] == probe["httpGet"]
 
 
 def test_v5e1_on_gke_uses_the_v5e_machine_type_and_labels() -> None:
@@ -178,9 +277,12 @@ def test_v5e1_on_gke_uses_the_v5e_machine_type_and_labels() -> None:
             "tpu-vllm:vllm.maxModelLen": 32768,
         },
     )
-    assert tpu_pool(run)["nodeConfig"]["machineType"] == "ct5lp-hightpu-1t"
+    rule = tpu_rule(run)
+    assert rule["machineType"] == "ct5lp-hightpu-1t"
+    assert rule["tpu"] == {"type": "tpu-v5-lite-podslice", "count": 1, "topology": "1x1"}
+    assert rule["location"] == {"zones": ["us-west4-a"]}
     assert server_pod(run)["nodeSelector"] == {
-        "cloud.google.com/gke-nodepool": f"{NS}-tpu",
+        "cloud.google.com/compute-class": NS,
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
         "cloud.google.com/gke-tpu-topology": "1x1",
     }
@@ -382,11 +484,12 @@ def existing_cluster(**fields: Any) -> Any:
     return call
 
 
-def test_existing_cluster_gets_only_the_node_pool() -> None:
+def test_existing_cluster_gets_no_node_pool_only_the_stacks_compute_class() -> None:
+    """The class creates the TPU pools in whatever cluster it is applied to."""
     run = run_program(STACK, {"tpu-vllm:gke.cluster": "shared"}, call=existing_cluster())
     assert run.of_type(CLUSTER) == []
-    assert [p.name for p in run.of_type(NODE_POOL)] == ["gke-tpu-pool"]
-    assert tpu_pool(run)["cluster"] == "shared"
+    assert run.of_type(NODE_POOL) == []
+    assert node_class(run)["metadata"]["name"] == NS
     assert run.outputs["cluster"] == "projects/test-project/locations/us-east5/clusters/shared"
     [provider] = run.of_type("pulumi:providers:kubernetes")
     assert "https://192.0.2.55" in provider.inputs["kubeconfig"]
@@ -397,7 +500,7 @@ def test_existing_cluster_gets_only_the_node_pool() -> None:
 def test_existing_cluster_by_path_in_another_project() -> None:
     path = "projects/platform-prj/locations/us-east5/clusters/tpus"
     run = run_program(STACK, {"tpu-vllm:gke.cluster": path}, call=existing_cluster())
-    assert tpu_pool(run)["project"] == "platform-prj"
+    assert tpu_rule(run)["location"] == {"zones": ["us-east5-a", "us-east5-b"]}
     assert run.outputs["cluster"] == path
     binding = run.one("gcp:serviceaccount/iAMMember:IAMMember").inputs
     assert binding["member"] == f"serviceAccount:platform-prj.svc.id.goog[{NS}/vllm]"
@@ -408,10 +511,21 @@ def test_existing_cluster_by_path_in_another_project() -> None:
     [
         ({"masterVersion": "1.32.4-gke.1106000"}, catalog.GKE_MIN_FLEX_START_VERSION),
         ({"masterVersion": "1.33.0-gke.1700000"}, catalog.GKE_MIN_FLEX_START_VERSION),
+        # Flex-start TPUs, but a class creates pools only with node auto-provisioning, off here.
+        (
+            {"masterVersion": "1.33.2-gke.1240000", "clusterAutoscalings": [{"enabled": False}]},
+            "--enable-autoprovisioning",
+        ),
         ({"workloadIdentityConfigs": []}, "Workload Identity"),
         ({"secretManagerConfigs": [{"enabled": False, "rotationConfigs": []}]}, "Secret Manager"),
     ],
-    ids=["old-minor", "old-patch", "no-workload-identity", "no-secret-manager"],
+    ids=[
+        "old-minor",
+        "old-patch",
+        "class-without-auto-provisioning",
+        "no-workload-identity",
+        "no-secret-manager",
+    ],
 )
 def test_unfit_existing_cluster_is_refused_before_any_resource(
     fields: dict[str, Any], text: str
@@ -422,6 +536,28 @@ def test_unfit_existing_cluster_is_refused_before_any_resource(
     assert "tpu-vllm:gke.cluster" in str(run.error)
     assert text in str(run.error)
     assert run.resources == []
+
+
+def test_existing_cluster_before_class_auto_creation_needs_auto_provisioning() -> None:
+    """GKE docs "About custom ComputeClasses": before 1.33.3-gke.1136000 a class creates node
+    pools only if cluster-level node auto-provisioning is on; from it, without."""
+    changes = {"tpu-vllm:gke.cluster": "shared"}
+    older = {"masterVersion": "1.33.2-gke.1240000"}
+    run = run_program(
+        STACK, changes, call=existing_cluster(**older, clusterAutoscalings=[{"enabled": True}])
+    )
+    assert node_class(run)["spec"]["nodePoolAutoCreation"] == {"enabled": True}
+    error = run_program(
+        STACK,
+        changes,
+        call=existing_cluster(**older, clusterAutoscalings=[{"enabled": False}]),
+        expect_error=True,
+    ).error
+    assert isinstance(error, ConfigError)
+    assert "1.33.2-gke.1240000" in str(error)
+    assert catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION in str(error)
+    floor = {"masterVersion": catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION}
+    run_program(STACK, changes, call=existing_cluster(**floor, clusterAutoscalings=[]))
 
 
 def test_missing_existing_cluster_is_a_clear_error() -> None:
@@ -450,18 +586,22 @@ def channel_default(version: str) -> Any:
     return call
 
 
-def test_created_cluster_version_is_checked_against_the_flex_start_floor() -> None:
-    """GKE flex-start TPUs need 1.33.0-gke.1712000 or later: the cluster the stack would create
+@pytest.mark.parametrize(
+    "version", ["1.33.0-gke.1700000", "1.33.2-gke.1240000"], ids=["before-flex", "before-class"]
+)
+def test_created_cluster_version_is_checked_against_the_floor(version: str) -> None:
+    """GKE flex-start TPUs need 1.33.0-gke.1712000, and a ComputeClass creates its pools
+    without node auto-provisioning from 1.33.3-gke.1136000: the cluster the stack would create
     takes its channel's default, which is read (at preview too) before anything is created."""
     fit = run_program(STACK, call=channel_default("1.34.1-gke.1829001"))
     lookups = [a for t, a in fit.calls if t == ENGINE_VERSIONS]
     assert lookups == [{"location": "us-east5", "project": "test-project"}]
     assert len(fit.of_type(CLUSTER)) == 1
-    old = run_program(STACK, call=channel_default("1.33.0-gke.1700000"), expect_error=True)
+    old = run_program(STACK, call=channel_default(version), expect_error=True)
     assert isinstance(old.error, ConfigError), old.error
     assert "tpu-vllm:gke.cluster" in str(old.error)
-    assert "1.33.0-gke.1700000" in str(old.error)
-    assert catalog.GKE_MIN_FLEX_START_VERSION in str(old.error)
+    assert version in str(old.error)
+    assert catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION in str(old.error)
     assert old.resources == []
 
 

@@ -96,6 +96,41 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
         ["'My_Cluster'"],
     ),
     (
+        "recycling lead as long as the run",
+        "v6e4-gke",
+        {"tpu-vllm:renewal.lead": "4h"},
+        "tpu-vllm:renewal.lead = '4h'",
+        ["tpu-vllm:tpu.maxRunDuration = '4h'", "shorter"],
+    ),
+    (
+        "recycling lead longer than the run",
+        "v6e4-gke",
+        {"tpu-vllm:renewal.lead": "3h", "tpu-vllm:tpu.maxRunDuration": "2h"},
+        "tpu-vllm:renewal.lead = '3h'",
+        ["tpu-vllm:tpu.maxRunDuration = '2h'"],
+    ),
+    (
+        "recycling lead that is not a duration",
+        "v6e4-gke",
+        {"tpu-vllm:renewal.lead": "soon"},
+        "tpu-vllm:renewal.lead = 'soon'",
+        ["not a duration"],
+    ),
+    (
+        "zero recycling lead",
+        "v6e4-gke",
+        {"tpu-vllm:renewal.lead": "0m"},
+        "tpu-vllm:renewal.lead = '0m'",
+        ["not a duration"],
+    ),
+    (
+        "unknown renewal key",
+        "v6e4-gke",
+        {"tpu-vllm:renewal.leadTime": "1h"},
+        "tpu-vllm:renewal.leadTime",
+        ["did you mean `lead`"],
+    ),
+    (
         "cluster in another region than the zones",
         "v6e4-gke",
         {"tpu-vllm:gke.cluster": "projects/p-1234/locations/asia-northeast1/clusters/c"},
@@ -164,3 +199,14 @@ def test_ssh_keys_on_a_gke_stack_warn_that_they_are_ignored() -> None:
     assert any("access.sshCidrs is set, but backend gke has no SSH" in w for w in run.warnings)
     # The VM path's "SSH admits only allowedCidrs" warning would be wrong here.
     assert not any("SSH admits only" in w for w in run_program("v6e4-gke").warnings)
+
+
+def test_a_recycling_lead_without_a_run_end_is_ignored_with_a_warning() -> None:
+    changes = {
+        "tpu-vllm:tpu.provisioning": "spot",
+        "tpu-vllm:tpu.maxRunDuration": None,
+        "tpu-vllm:renewal.lead": "30m",
+    }
+    run = run_program("v6e4-gke", changes)
+    assert any("tpu-vllm:renewal.lead is set" in w and "'spot'" in w for w in run.warnings)
+    assert not any("renewal.lead" in w for w in run_program("v6e4-gke").warnings)

@@ -22,7 +22,6 @@ STACK = "v6e4-gke"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 JOB = "kubernetes:batch/v1:Job"
 SERVICE = "kubernetes:core/v1:Service"
-NODE_POOL = "gcp:container/nodePool:NodePool"
 
 
 #: Every shape the program renders pods in: with and without the compile cache's init container
@@ -247,18 +246,22 @@ def test_service_is_an_rbs_network_load_balancer_on_the_reserved_address_by_name
     assert spec["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
 
 
-# --- 7. the pods run on the stack's own TPU pool ----------------------------------------------
+# --- 7. the pods run on the stack's own TPU nodes ---------------------------------------------
 
 
-def test_pods_are_pinned_to_the_stacks_own_tpu_node_pool(run: ProgramRun) -> None:
-    """In a shared cluster another v6e 2x2 pool matches the TPU labels too; GKE labels every
-    node with its pool's name (`cloud.google.com/gke-nodepool`)."""
-    [pool] = [p for p in run.of_type(NODE_POOL) if p.name == "gke-tpu-pool"]
+def test_pods_are_pinned_to_the_stacks_own_compute_class(run: ProgramRun) -> None:
+    """In a shared cluster another v6e 2x2 pool matches the TPU labels too. The pods select the
+    ComputeClass this stack owns (`cloud.google.com/compute-class`, GKE docs "About custom
+    ComputeClasses"), whose auto-created pools carry that label and a matching taint: only
+    nodes made for this stack's class take these pods."""
+    [node_class] = [r for r in run.resources if r.type.endswith(":ComputeClass")]
     [pod] = pod_specs(run.one(DEPLOYMENT).inputs)
-    assert pod["nodeSelector"]["cloud.google.com/gke-nodepool"] == pool.inputs["name"]
+    name = node_class.inputs["metadata"]["name"]
+    assert pod["nodeSelector"]["cloud.google.com/compute-class"] == name
+    assert name.startswith("tpu-vllm-")  # the stack's own, not a shared class
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2"
-    assert "gke-tpu-pool" in run.dependencies["vllm-deployment"]
+    assert node_class.name in run.dependencies["vllm-deployment"]
 
 
 # --- bug (b): the readiness Job runs only after the Deployment is applied ---------------------

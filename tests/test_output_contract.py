@@ -284,6 +284,29 @@ def test_gke_output_values_have_their_documented_shapes() -> None:
     assert "xla-cache-restore" in restored["reason"]
 
 
+def test_gke_expiry_and_renewal_outputs_keep_their_meaning_under_node_recycling() -> None:
+    """`expires_at` is when the endpoint stops answering unless `renew_command` runs; on GKE no
+    such moment exists, because the stack's ComputeClass has GKE seek each flex-start node's
+    replacement `renewal.lead` before its end: both are "" there, and `replicas` is the number
+    of serving pods, which the PodDisruptionBudget keeps from all moving at once. `pulumi up`
+    says so in words."""
+    run = run_program("v6e4-gke")
+    assert run.outputs["expires_at"] == "" and run.outputs["renew_command"] == ""
+    [node_class] = [r for r in run.resources if r.type.endswith(":ComputeClass")]
+    [rule] = node_class.inputs["spec"]["priorities"]
+    assert rule["flexStart"]["nodeRecycling"]["leadTimeSeconds"] == 3600
+    [deployment] = [r for r in run.resources if r.type == "kubernetes:apps/v1:Deployment"]
+    assert run.outputs["replicas"] == deployment.inputs["spec"]["replicas"] == 2
+    [budget] = [r for r in run.resources if r.type.endswith(":PodDisruptionBudget")]
+    assert budget.inputs["spec"]["minAvailable"] < run.outputs["replicas"]
+    notice = [m for _, m in run.log if "renew_command is empty on backend gke" in m]
+    assert notice and "replacement 60 minutes before" in notice[0]
+    # On the VM backend they keep theirs: the run's end, and the command that renews it.
+    vm = run_program("v5e1")
+    assert vm.outputs["expires_at"] and vm.outputs["renew_command"].endswith("renew.py v5e1")
+    assert vm.outputs["replicas"] == 1
+
+
 def test_gke_endpoint_uses_the_dns_name_and_endpoint_ip_the_address() -> None:
     run = run_situation(SITUATIONS["gke-dns"])
     assert run.outputs["endpoint"] == f"http://v6e4-gke.{mock_outputs.ZONE_DNS_NAME[:-1]}:8000"
@@ -379,7 +402,7 @@ def test_consumer_example_runs_against_what_the_engine_stores(name: str) -> None
 RESOURCE_COUNTS = {
     "v5e1": 24,  # 21, plus the compile cache's component, bucket, grant
     "v6e4": 24,
-    "v6e4-gke": 28,
+    "v6e4-gke": 29,  # no TPU node pool; the ComputeClass and the PodDisruptionBudget
 }
 
 

@@ -186,9 +186,11 @@ def test_a_bad_config_is_the_plans_answer(tmp_path: Path) -> None:
 def test_plan_covers_the_gke_stack() -> None:
     done = run_plan_script("v6e4-gke")
     assert done.returncode == 0, done.stderr
-    assert "gke-tpu-pool  (gcp:container/nodePool:NodePool)" in done.stdout
+    assert "gke-tpu-pool" not in done.stdout  # TPU node pools are the ComputeClass's
+    assert "vllm-compute-class  (kubernetes:cloud.google.com/v1:ComputeClass)" in done.stdout
+    assert "vllm-disruption-budget  (kubernetes:policy/v1:PodDisruptionBudget)" in done.stdout
     assert "vllm-deployment  (kubernetes:apps/v1:Deployment)" in done.stdout
-    assert "flexStart: true" in done.stdout
+    assert "leadTimeSeconds: 3600" in done.stdout
     assert 'networking.gke.io/load-balancer-ip-addresses: "tpu-vllm-v6e4-gke-lb"' in done.stdout
     assert 'endpoint: "http://<gke-address.address>:8000"' in done.stdout
     assert "replicas: 2" in done.stdout

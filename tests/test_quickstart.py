@@ -193,7 +193,7 @@ def test_readme_runs_python_one_way_only() -> None:
 def test_gke_stack_offline_plan_and_the_plugin_it_will_need(tmp_path: Path) -> None:
     result, _ = _run(tmp_path, "v6e4-gke", fake=False)
     assert result.returncode == 0, result.stderr
-    for resource in ("gke-tpu-pool", "vllm-deployment", "vllm-service", "vllm-ready"):
+    for resource in ("vllm-compute-class", "vllm-deployment", "vllm-service", "vllm-ready"):
         assert resource in result.stdout, resource
     assert "gcloud components install gke-gcloud-auth-plugin" in result.stdout
     # A VM stack's hint does not mention it.
