@@ -51,6 +51,15 @@ UNUSED_DAYS = 30
 #: The node's role on the bucket: read, create, overwrite and update (custom time) objects;
 #: no IAM or bucket administration.
 WRITER_ROLE = "roles/storage.objectUser"
+#: The cache directory as the server sees it: the same absolute path on every node and on both
+#: backends (the VM mounts `~/.cache/vllm` there, the GKE pods an emptyDir). It must not vary:
+#: JAX hashes it into every entry's key. jax/_src/compiler.py sets the per-fusion autotune cache
+#: dir (`xla_gpu_per_fusion_autotune_cache_dir`) to a path under the cache directory in the
+#: compile options' debug options, which jax/_src/cache_key.py hashes; only from jax 0.11.0
+#: (commit ad707df0f9) is that field cleared first, and the image's JAX moves with `nightly`.
+#: Entries restored under another path would never hit. It is vLLM's default
+#: VLLM_XLA_CACHE_PATH (`~/.cache/vllm/xla_cache`) for root, the image's user.
+CONTAINER_CACHE_DIR = "/root/.cache/vllm/xla_cache"
 #: Where things live on the node (`~` expands to the SSH user's home).
 LOCAL_CACHE_DIR = "~/.cache/vllm/xla_cache"
 NODE_WORK_DIR = "~/.tpu-vllm/xla-cache"
