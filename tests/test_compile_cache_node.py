@@ -600,8 +600,9 @@ def test_restored_files_keep_their_time_so_a_save_sends_only_what_is_new(
         key = lab.prefix[len(f"gs://{lab.bucket}/") :]
         sent = sorted(u["name"][len(key) :] for u in lab.store.uploads(lab.bucket)[before:])
         generation = cache["generation"][len(lab.prefix) :]
-        [new] = [n for n in sent if n.endswith("-cache")]
-        assert sent == sorted([new, f"{generation}MANIFEST.json", "LATEST"]), sent
+        files = [n for n in sent if n.endswith("-cache")]
+        assert len(files) == 1, f"{len(files)} cache files sent, not only the new one"
+        assert sent == sorted([*files, f"{generation}MANIFEST.json", "LATEST"]), sent
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -656,5 +657,11 @@ def test_latest_moves_only_after_the_files_and_the_manifest(
         assert store.get("b", "xla-cache/KEY/LATEST") == b"img-good"
         assert not store.exists("b", "xla-cache/KEY/img-next/MANIFEST.json")
         assert store.exists("b", "xla-cache/KEY/img-good/MANIFEST.json")
+
+        # Every file uploaded, the manifest refused: still not a generation to point at.
+        store.set_fault("put", fail="backendError: the upload broke", match="MANIFEST.json")
+        assert save("img-last", 4)["ok"] is False
+        assert store.exists("b", f"xla-cache/KEY/img-last/jit_img-last_3-{3:064x}-cache")
+        assert store.get("b", "xla-cache/KEY/LATEST") == b"img-good"
     finally:
         api.stop()

@@ -52,14 +52,23 @@ class GcsStore:
             pass
 
     def set_fault(
-        self, operation: str, *, fail: str = "", delay: float = 0.0, after: int | None = None
+        self,
+        operation: str,
+        *,
+        fail: str = "",
+        delay: float = 0.0,
+        after: int | None = None,
+        match: str = "",
     ) -> None:
-        """Make `operation` (read, write, download, upload, touch, list) fail or stall; `put`
-        with `after=N` lets N objects be written (by any transport), then fails each one."""
+        """Make `operation` (read, write, download, upload, touch, list) fail or stall. `put`
+        (any object write, by either transport) with `after=N` lets N objects through first;
+        with `match`, only writes of objects whose name contains it fail."""
         faults = self.faults()
         fault: dict[str, Any] = {"fail": fail} if fail else {"delay": delay}
         if after is not None:  # counted from now
             fault["after"] = len(self.uploads()) + after
+        if match:
+            fault["match"] = match
         faults[operation] = fault
         self._write_json(os.path.join(self.root, FAULTS), faults)
 
@@ -74,10 +83,12 @@ class GcsStore:
         except (OSError, ValueError):
             return {}
 
-    def apply_fault(self, operation: str) -> None:
-        """Called by the fakes before doing `operation`: stall, or raise a 503."""
+    def apply_fault(self, operation: str, name: str = "") -> None:
+        """Called by the fakes before doing `operation` (on object `name`): stall, or a 503."""
         fault = self.faults().get(operation) or {}
         if "after" in fault and len(self.uploads()) < int(fault["after"]):
+            return
+        if fault.get("match") and str(fault["match"]) not in name:
             return
         if fault.get("delay"):
             time.sleep(float(fault["delay"]))
@@ -138,7 +149,7 @@ class GcsStore:
         mtime: float | None = None,
     ) -> None:
         path = self._path(bucket, name)
-        self.apply_fault("put")
+        self.apply_fault("put", name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.upload"
         with open(tmp, "wb") as handle:
