@@ -9,8 +9,11 @@ What is cached: vLLM's `VLLM_XLA_CACHE_PATH` (default `~/.cache/vllm/xla_cache`,
 `envs.py`), where tpu-inference points JAX's persistent compilation cache. JAX's own cache key
 (`jax/_src/cache_key.py`) covers the program, the jaxlib/libtpu versions, the XLA flags, the
 compile options and the device topology, and no host name: an entry made on one VM serves
-another VM of the same TPU type with the same image and the same vLLM arguments. JAX warns
-against a `gs://` cache directory (a read straight from GCS stays cold), hence restore to disk.
+another VM of the same TPU type with the same image and the same vLLM arguments. JAX's docs
+allow a `gs://` cache directory (and recommend Cloud Storage FUSE for it); the node copies the
+cache to local disk instead (README, "The compile cache": no GCS round trip per lookup while it
+compiles, only complete, image-pinned generations; the design notes record that a direct read
+did not hit). JAX runs what the cache holds: only the node may write to the bucket.
 
 Layout: `gs://BUCKET/xla-cache/KEY/GENERATION/`.
 - KEY (`cache_key`) hashes what the program knows at preview: the accelerator type, the

@@ -2,7 +2,7 @@
 
 Why: a flex-start node is deleted with its disk, so every new node compiles for ~685 s (seed 000)
 unless the JAX persistent cache (`~/.cache/vllm/xla_cache`) comes back from Cloud Storage first.
-JAX warns against reading a `gs://` cache directly, so it is copied to local disk.
+It is copied to local disk rather than read from `gs://` (README, "The compile cache").
 
 Layout under the prefix `gs://BUCKET/xla-cache/KEY/` (components/compile_cache.py):
   GENERATION/...            the cache files, GENERATION = `img-` + the image digest's first 16 hex
