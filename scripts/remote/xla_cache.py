@@ -54,7 +54,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 MANIFEST = "MANIFEST.json"
 LATEST = "LATEST"
@@ -74,6 +75,7 @@ GCLOUD_USAGE_ERROR = 2
 MTIME_KEY = "goog-reserved-file-mtime"
 # A file that changed within this pause may still be growing (a lazy compile after ready).
 SETTLE_SECONDS = 1.0
+T = TypeVar("T")
 DEFAULT_SAVE_TIMEOUT = 1800.0
 
 
@@ -516,51 +518,31 @@ class GcloudThenApi:
             self.api = JsonApi()
         return self.api
 
-    def read(self, url: str, deadline: Deadline) -> bytes | None:
+    def _use(self, call: Callable[[Gcloud | JsonApi], T]) -> T:
         if self.api is None:
             try:
-                return self.gcloud.read(url, deadline)
+                return call(self.gcloud)
             except GcloudUnusable as error:
-                return self._fallback(error).read(url, deadline)
-        return self.api.read(url, deadline)
+                self._fallback(error)
+        assert self.api is not None
+        return call(self.api)
+
+    def read(self, url: str, deadline: Deadline) -> bytes | None:
+        return self._use(lambda store: store.read(url, deadline))
 
     def write(
         self, url: str, data: bytes, deadline: Deadline, custom_time: str, mtime: int | None = None
     ) -> None:
-        if self.api is None:
-            try:
-                return self.gcloud.write(url, data, deadline, custom_time, mtime)
-            except GcloudUnusable as error:
-                self._fallback(error)
-        assert self.api is not None
-        self.api.write(url, data, deadline, custom_time, mtime)
+        self._use(lambda store: store.write(url, data, deadline, custom_time, mtime))
 
     def download(self, url: str, dest: str, deadline: Deadline) -> None:
-        if self.api is None:
-            try:
-                return self.gcloud.download(url, dest, deadline)
-            except GcloudUnusable as error:
-                self._fallback(error)
-        assert self.api is not None
-        self.api.download(url, dest, deadline)
+        self._use(lambda store: store.download(url, dest, deadline))
 
     def upload(self, src: str, url: str, deadline: Deadline, custom_time: str) -> None:
-        if self.api is None:
-            try:
-                return self.gcloud.upload(src, url, deadline, custom_time)
-            except GcloudUnusable as error:
-                self._fallback(error)
-        assert self.api is not None
-        self.api.upload(src, url, deadline, custom_time)
+        self._use(lambda store: store.upload(src, url, deadline, custom_time))
 
     def touch(self, url: str, deadline: Deadline, custom_time: str) -> None:
-        if self.api is None:
-            try:
-                return self.gcloud.touch(url, deadline, custom_time)
-            except GcloudUnusable as error:
-                self._fallback(error)
-        assert self.api is not None
-        self.api.touch(url, deadline, custom_time)
+        self._use(lambda store: store.touch(url, deadline, custom_time))
 
 
 _STORES: dict[str, Gcloud | JsonApi | GcloudThenApi] = {}
