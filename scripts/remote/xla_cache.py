@@ -301,9 +301,10 @@ class JsonApi:
     def _fetch_token(self, deadline: Deadline) -> dict[str, Any]:
         """The metadata server's token, retried with backoff on connection errors and 5xx.
 
-        In a pod's first seconds the GKE metadata server is not ready (GKE docs, Workload
-        Identity Federation for GKE, limitations: "retrying the call will resolve the
-        problem"). Other answers (403, 404: no Workload Identity binding) are not retried.
+        In a pod's first seconds the GKE metadata server is not ready yet (GKE docs, Workload
+        Identity Federation for GKE, limitations, which advise a retry; reported in
+        r-lib/gargle#186 and googleapis/google-auth-library-python#1261). Other answers (403,
+        404: no Workload Identity binding) are not retried.
         """
         bound = Deadline(min(TOKEN_RETRY_SECONDS, max(deadline.left(), 0.0)))
         request = urllib.request.Request(

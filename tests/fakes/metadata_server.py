@@ -5,10 +5,10 @@ service-accounts/default/token` for its identity's access token, as google-auth 
 server refuses requests without `Metadata-Flavor: Google` (a guard against SSRF); so does this.
 
 `unavailable_for = N` answers the first N token requests with 503: the GKE metadata server is
-not ready in a pod's first seconds ("attempts to authenticate ... within the first few seconds
-of a Pod's life might fail. Retrying the call will resolve the problem", GKE docs, Workload
-Identity Federation for GKE, limitations). What exactly it answers then is not documented; a 5xx
-and a refused connection are the cases a client must retry.
+not ready in a pod's first seconds (GKE docs, Workload Identity Federation for GKE, limitations,
+which advise a retry; users' reports: r-lib/gargle#186, googleapis/google-auth-library-python
+#1261). What exactly it answers then is not documented; a 5xx and a refused connection are the
+cases a client must retry.
 """
 
 from __future__ import annotations
