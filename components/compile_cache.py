@@ -9,8 +9,11 @@ What is cached: vLLM's `VLLM_XLA_CACHE_PATH` (default `~/.cache/vllm/xla_cache`,
 `envs.py`), where tpu-inference points JAX's persistent compilation cache. JAX's own cache key
 (`jax/_src/cache_key.py`) covers the program, the jaxlib/libtpu versions, the XLA flags, the
 compile options and the device topology, and no host name: an entry made on one VM serves
-another VM of the same TPU type with the same image and the same vLLM arguments. JAX warns
-against a `gs://` cache directory (a read straight from GCS stays cold), hence restore to disk.
+another VM of the same TPU type with the same image and the same vLLM arguments. JAX's docs
+allow a `gs://` cache directory (and recommend Cloud Storage FUSE for it); the node copies the
+cache to local disk instead (README, "The compile cache": no GCS round trip per lookup while it
+compiles, only complete, image-pinned generations; the design notes record that a direct read
+did not hit). JAX runs what the cache holds: only the node may write to the bucket.
 
 Layout: `gs://BUCKET/xla-cache/KEY/GENERATION/`.
 - KEY (`cache_key`) hashes what the program knows at preview: the accelerator type, the
@@ -51,6 +54,15 @@ UNUSED_DAYS = 30
 #: The node's role on the bucket: read, create, overwrite and update (custom time) objects;
 #: no IAM or bucket administration.
 WRITER_ROLE = "roles/storage.objectUser"
+#: The cache directory as the server sees it: the same absolute path on every node and on both
+#: backends (the VM mounts `~/.cache/vllm` there, the GKE pods an emptyDir). It must not vary:
+#: JAX hashes it into every entry's key. jax/_src/compiler.py sets the per-fusion autotune cache
+#: dir (`xla_gpu_per_fusion_autotune_cache_dir`) to a path under the cache directory in the
+#: compile options' debug options, which jax/_src/cache_key.py hashes; only from jax 0.11.0
+#: (commit ad707df0f9) is that field cleared first, and the image's JAX moves with `nightly`.
+#: Entries restored under another path would never hit. It is vLLM's default
+#: VLLM_XLA_CACHE_PATH (`~/.cache/vllm/xla_cache`) for root, the image's user.
+CONTAINER_CACHE_DIR = "/root/.cache/vllm/xla_cache"
 #: Where things live on the node (`~` expands to the SSH user's home).
 LOCAL_CACHE_DIR = "~/.cache/vllm/xla_cache"
 NODE_WORK_DIR = "~/.tpu-vllm/xla-cache"

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from components.compile_cache import (
+    CONTAINER_CACHE_DIR,
     FOLDER,
     UNUSED_DAYS,
     WRITER_ROLE,
@@ -166,3 +167,32 @@ def test_a_gs_url_names_the_bucket_too() -> None:
     config = config_for("v5e1", {"tpu-vllm:cache.bucket": "gs://team-xla-cache/"})
     assert config.cache.bucket == "team-xla-cache"
     assert config.cache.enabled is True and config.cache.restore_timeout_seconds == 300
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4", "v6e4-gke"])
+def test_the_server_sees_its_cache_at_the_same_absolute_path_everywhere(stack: str) -> None:
+    """JAX's cache key contains the cache directory's absolute path (compiler.py's autotune
+    cache dir, hashed by cache_key.py before jax 0.11.0): a cache restored to another path never
+    hits. So the server sees it at CONTAINER_CACHE_DIR on every VM and in every GKE pod."""
+    assert CONTAINER_CACHE_DIR == "/root/.cache/vllm/xla_cache"
+    mount, sub = CONTAINER_CACHE_DIR.rsplit("/", 1)
+    run = run_program(stack)
+    overrides = ("VLLM_XLA_CACHE_PATH", "JAX_COMPILATION_CACHE_DIR")
+    if stack.endswith("-gke"):
+        pod = run.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"]
+        everyone = {c["name"]: c for c in [*pod["initContainers"], *pod["containers"]]}
+        for container in everyone.values():
+            [cache] = [m for m in container["volumeMounts"] if m["name"] == "vllm-cache"]
+            assert cache["mountPath"] == mount, container["name"]
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            assert not set(overrides) & set(env), container["name"]
+            if "CACHE_DIR" in env:  # the restore and the save work on the server's directory
+                assert env["CACHE_DIR"] == CONTAINER_CACHE_DIR
+        assert {"xla-cache-restore", "xla-cache-save"} <= set(everyone)
+    else:
+        start = next(r for r in run.of_type("command:remote:Command") if r.name == "vllm-start")
+        text = start.inputs["create"]
+        assert f"-v ~/.cache/vllm:{mount} \\" in text
+        assert not any(o in text for o in overrides)
+        # The restore fills the host side of that mount.
+        assert f"--dir ~/.cache/vllm/{sub} \\" in text

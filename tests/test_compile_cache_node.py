@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -114,7 +115,13 @@ class Lab:
         assert match, "the start script names no cache prefix"
         return match.group(1)
 
-    def node(self, *, via: str = "gcloud", images: tuple[str, ...] = (IMAGE,)) -> SshHost:
+    def node(
+        self,
+        *,
+        via: str = "auto",
+        images: tuple[str, ...] = (IMAGE,),
+        env: dict[str, str] | None = None,
+    ) -> SshHost:
         self.secrets.add_version("test-project", "hf-token", HF_SENTINEL.encode())
         version = self.secrets.add_version(
             "test-project", "tpu-vllm-v5e1-api-key", API_SENTINEL.encode()
@@ -128,6 +135,7 @@ class Lab:
                 "FAKE_GCS_ROOT": str(self.root),
                 "STORAGE_API_ENDPOINT": self.api.url,
                 "TPU_VLLM_CACHE_VIA": via,
+                **(env or {}),
             },
             images_present=images,
         )
@@ -479,7 +487,7 @@ def test_a_restore_that_never_learns_the_digest_leaves_nothing_for_the_save(
     def no_bucket() -> None:
         raise AssertionError("the bucket was used")
 
-    monkeypatch.setattr(tool, "resolve_digest", lambda image: "")  # docker inspect failed
+    monkeypatch.setattr(tool, "inspect_image", lambda image, in_pod: tool.Image("", {}))  # failed
     monkeypatch.setattr(tool, "transport", no_bucket)
     install = ["install", "--work", str(work), "--prefix", "gs://b/xla-cache/NEWKEY/"]
     assert tool.main([*install, "--timeout", "5", "--dir", str(cache_dir), "--image", "i:t"]) == 0
@@ -498,3 +506,162 @@ def test_a_disabled_cache_touches_no_bucket(lab: Lab) -> None:
     assert not [c for c in lab.gcloud_calls(node) if c["argv"][1:2] == ["storage"]]
     time.sleep(1)
     assert not lab.objects()
+
+
+# --- a root server, an older Cloud SDK, timestamps, and the order of a save ---------------------
+
+
+def test_a_restore_works_in_the_cache_directory_the_root_server_created(lab: Lab) -> None:
+    """The server runs as root (tpu-inference's image has no USER) and JAX creates the cache
+    directory itself, so after a start that did not restore first (here: with the cache off)
+    `~/.cache/vllm/xla_cache` on the VM is root's, 0755, and so is every entry in it. A later
+    start on that VM must still restore into it; and with JAX eviction off (the default) it
+    writes no `-atime` stamps."""
+    cold_then_saved(lab)  # another node saved this configuration's generation
+    node = lab.node()
+    if not node.root_modelled:
+        pytest.skip("the fake container writes as root only when the tests run as root")
+    # Other flags, so that the restore below has every file to write, none to keep.
+    first = lab.start(node, {"tpu-vllm:cache.enabled": False, "tpu-vllm:vllm.maxModelLen": 16384})
+    assert first.code == 0, first.stdout
+    cache_dir = node.home / ".cache" / "vllm" / "xla_cache"
+    info = cache_dir.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o755)  # as JAX left it, as root
+    assert {p.stat().st_uid for p in cache_dir.iterdir()} == {0}
+    assert len(list(cache_dir.iterdir())) == COMPILED
+
+    second = lab.start(node)
+    cache = second.result["cache"]
+    assert cache["restored"] is True, (cache, second.start_stderr)
+    assert cache["files"] == COMPILED
+    assert second.xla_cache == "warm"
+    assert not list(cache_dir.glob("*-atime"))
+
+
+@pytest.mark.parametrize("installed", ["cat,cp", "none"], ids=["no-rsync", "no-storage-group"])
+def test_an_older_cloud_sdk_falls_back_to_the_json_api(lab: Lab, installed: str) -> None:
+    """gcloud is on PATH but its `storage` lacks `rsync` / `objects update` (or the whole
+    group): it refuses the command line with exit status 2 and "Invalid choice". The tool then
+    uses the JSON API, so the save and the next node's restore still work."""
+    old_sdk = {"FAKE_GCLOUD_STORAGE_COMMANDS": installed}
+    first = lab.start(lab.node(env=old_sdk))
+    assert first.code == 0, first.stdout
+    saved = first.wait_saved()
+    assert saved["ok"] and saved["uploaded"] == COMPILED, first.save_log()
+    assert "using the Cloud Storage JSON API" in first.save_log()
+    lab.open_up()
+    assert len([n for n in lab.objects() if n.endswith("-cache")]) == COMPILED
+
+    node = lab.node(env=old_sdk)
+    second = lab.start(node)
+    cache = second.result["cache"]
+    assert cache["restored"] is True, (cache, second.start_stderr)
+    assert second.xla_cache == "warm"
+    assert "Invalid choice" in second.start_stderr
+    tried = [c["argv"][1:3] for c in lab.gcloud_calls(node) if c["argv"][1:2] == ["storage"]]
+    assert tried  # gcloud was asked first, as on a VM that has it
+
+
+def one_more_compile(tmp: Path) -> str:
+    """The cold log with one more compiled subgraph (a shape the saved cache lacks)."""
+    text = (Path(__file__).parent / "fixtures" / "vllm_logs" / COLD).read_text()
+    last = [line for line in text.splitlines() if "Compilation of " in line][-1]
+    at, stream, message = last.split("\t", 2)
+    extra = "\t".join(
+        [f"{float(at) + 0.01:.2f}", stream, message.replace("'num_reqs': 256", "'num_reqs': 512")]
+    )
+    assert extra != last
+    path = tmp / "v5e1_ready_one_more.log"
+    path.write_text(text.replace(last, f"{last}\n{extra}", 1))
+    path.chmod(0o644)
+    return str(path)
+
+
+@pytest.mark.parametrize("via", ["auto", "api"])
+def test_restored_files_keep_their_time_so_a_save_sends_only_what_is_new(
+    lab: Lab, via: str
+) -> None:
+    """A restore of N entries, then one new compilation: the save uploads that one file, the
+    manifest and LATEST, nothing else. `gcloud storage rsync` compares size and mtime
+    (rsync_command_util.py), so a restore that loses the mtimes would send all N again."""
+    cold_then_saved(lab, via=via)
+    tmp = Path(tempfile.mkdtemp(prefix="tpu-vllm-log-", dir=os.environ.get("TPU_VLLM_SSH_TMPDIR")))
+    tmp.chmod(0o755)
+    try:
+        node = lab.node(via=via)
+        before = len(lab.store.uploads(lab.bucket))
+        scenario = {"log": one_more_compile(tmp), "warm_log": WARM, "speed": SPEED}
+        second = lab.start(node, scenario=scenario)
+        assert second.code == 0, second.stdout
+        cache = second.result["cache"]
+        assert cache["restored"] is True and cache["files"] == COMPILED, second.start_stderr
+        saved = second.wait_saved()
+        assert saved["ok"] and saved["uploaded"] == 1, second.save_log()
+        key = lab.prefix[len(f"gs://{lab.bucket}/") :]
+        sent = sorted(u["name"][len(key) :] for u in lab.store.uploads(lab.bucket)[before:])
+        generation = cache["generation"][len(lab.prefix) :]
+        files = [n for n in sent if n.endswith("-cache")]
+        assert len(files) == 1, f"{len(files)} cache files sent, not only the new one"
+        assert sent == sorted([*files, f"{generation}MANIFEST.json", "LATEST"]), sent
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("via", ["gcloud", "api"])
+def test_latest_moves_only_after_the_files_and_the_manifest(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_metadata: FakeMetadataServer,
+    via: str,
+) -> None:
+    """A save that breaks midway (the bucket refuses writes after two objects) leaves LATEST on
+    the last complete generation, and none at all before the first: LATEST is written last,
+    after the files and MANIFEST.json, or the next node would prefetch a broken generation."""
+    root = tmp_path / "gcs"
+    api = FakeGcsApi(root, token=fake_metadata.access_token).start()
+    store = GcsStore(str(root))
+    store.create_bucket("b")
+    monkeypatch.setenv("TPU_VLLM_CACHE_VIA", via)
+    monkeypatch.setenv("STORAGE_API_ENDPOINT", api.url)
+    monkeypatch.setenv("GCE_METADATA_HOST", fake_metadata.host)
+    monkeypatch.setenv("FAKE_GCS_ROOT", str(root))
+    monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fakes' / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.delenv("FAKE_DOCKER_STATE", raising=False)
+    work, cache_dir = tmp_path / "work", tmp_path / "xla_cache"
+    cache_dir.mkdir()
+    prefix = "gs://b/xla-cache/KEY/"
+
+    def save(generation: str, files: int) -> dict[str, Any]:
+        for i in range(files):
+            (cache_dir / f"jit_{generation}_{i}-{i:064x}-cache").write_bytes(os.urandom(1000))
+            os.utime(cache_dir / f"jit_{generation}_{i}-{i:064x}-cache", (1.7e9, 1.7e9))
+        tool = load_tool()  # a fresh process on the node
+        state = {"prefix": prefix, "generation": generation, "dir": str(cache_dir)}
+        tool.write_json(str(work / "state.json"), state)
+        tool.main(["save", "--work", str(work), "--timeout", "60"])
+        return dict(tool.read_json(str(work / "save.json")))
+
+    try:
+        store.set_fault("put", fail="backendError: the upload broke", after=2)
+        broken = save("img-first", 5)
+        assert broken["ok"] is False
+        assert not store.exists("b", "xla-cache/KEY/LATEST")  # no pointer at a broken generation
+        assert not store.exists("b", "xla-cache/KEY/img-first/MANIFEST.json")
+
+        store.clear_faults()
+        assert save("img-good", 3)["ok"] is True
+        assert store.get("b", "xla-cache/KEY/LATEST") == b"img-good"
+
+        store.set_fault("put", fail="backendError: the upload broke", after=2)
+        assert save("img-next", 5)["ok"] is False
+        assert store.get("b", "xla-cache/KEY/LATEST") == b"img-good"
+        assert not store.exists("b", "xla-cache/KEY/img-next/MANIFEST.json")
+        assert store.exists("b", "xla-cache/KEY/img-good/MANIFEST.json")
+
+        # Every file uploaded, the manifest refused: still not a generation to point at.
+        store.set_fault("put", fail="backendError: the upload broke", match="MANIFEST.json")
+        assert save("img-last", 4)["ok"] is False
+        assert store.exists("b", f"xla-cache/KEY/img-last/jit_img-last_3-{3:064x}-cache")
+        assert store.get("b", "xla-cache/KEY/LATEST") == b"img-good"
+    finally:
+        api.stop()

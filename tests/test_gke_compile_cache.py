@@ -12,10 +12,12 @@ what another replica (or a VM of the same key and image) saved.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -125,6 +127,7 @@ class Pod:
             "TPU_VLLM_CACHE_VIA": "api",  # the serving image has no gcloud
             "STORAGE_API_ENDPOINT": cloud["gcs"].url,
             "GCE_METADATA_HOST": cloud["metadata"].host,
+            "IMAGE_ID_WAIT_SECONDS": "20",
         }
 
     def env(self, container: str, **extra: str) -> dict[str, str]:
@@ -134,10 +137,10 @@ class Pod:
         env.update(TOOLS=str(self.tools), CACHE_WORK=str(self.work), CACHE_DIR=str(self.cache))
         return {**self.base, **env, **extra}
 
-    def restore(self) -> dict[str, Any]:
+    def restore(self, **extra: str) -> dict[str, Any]:
         done = subprocess.run(
             ["bash", str(self.tools / "cache_restore.sh")],
-            env=self.env("xla-cache-restore"),
+            env=self.env("xla-cache-restore", **extra),
             capture_output=True,
             text=True,
             timeout=120,
@@ -208,8 +211,9 @@ def test_a_cold_replica_saves_and_the_next_restores_the_same_generation(
     assert (warm["files"], warm["generation"]) == (len(ENTRIES), generation)
     for name, data in ENTRIES.items():
         assert (second.cache / name).read_bytes() == data
-        # JAX's LRU eviction needs an -atime stamp beside every entry (the final tool's install).
-        assert (second.cache / name.replace("-cache", "-atime")).stat().st_size == 8
+    # JAX's eviction is off (jax_compilation_cache_max_size -1): JAX writes and reads no
+    # -atime stamps (jax/_src/lru_cache.py), so the restore writes none either.
+    assert not list(second.cache.glob("*-atime"))
 
 
 def test_no_digest_means_a_cold_start_never_a_failed_pod(
@@ -223,3 +227,150 @@ def test_no_digest_means_a_cold_start_never_a_failed_pod(
     result = pod.restore()
     assert result["restored"] is False
     assert "pod-image:" in pod.restore_log
+
+
+def seed_generation(prefix: str, store: GcsStore, digest: str = VM_DIGEST) -> str:
+    """What a replica's save leaves: the entries, then MANIFEST.json, then LATEST."""
+    bucket = bucket_of(prefix)
+    store.create_bucket(bucket)
+    generation = generation_name(digest)
+    key = prefix[len(f"gs://{bucket}/") :]
+    manifest = {}
+    for name, data in ENTRIES.items():
+        store.put(bucket, f"{key}{generation}/{name}", data, mtime=1_700_000_000)
+        manifest[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    store.put(bucket, f"{key}{generation}/MANIFEST.json", json.dumps({"files": manifest}).encode())
+    store.put(bucket, f"{key}LATEST", generation.encode())
+    return f"{prefix}{generation}/"
+
+
+def test_the_digest_the_kubelet_publishes_late_is_waited_for(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path
+) -> None:
+    """The kubelet builds the init container's status without imageID and fills it in
+    asynchronously (pkg/kubelet/kubelet_pods.go): the first reads find none. The restore waits
+    for it (bounded) instead of starting cold."""
+    generation = seed_generation(program.outputs["compile_cache"], cloud["store"])
+    pod = Pod(program, cloud, tmp_path, "vllm-7d9f-ddddd")
+    FakeApi.reads, FakeApi.unpublished_for = 0, 3
+    try:
+        result = pod.restore()
+    finally:
+        FakeApi.unpublished_for = 0
+    assert result["restored"] is True, (result, pod.restore_log)
+    assert result["generation"] == generation
+    assert FakeApi.reads >= 4
+
+
+def test_the_first_token_fetch_is_retried_while_the_metadata_server_starts(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path
+) -> None:
+    """The GKE metadata server does not answer in a pod's first seconds: the tool retries
+    the token fetch (bounded backoff) and says so, instead of starting cold."""
+    seed_generation(program.outputs["compile_cache"], cloud["store"])
+    cloud["metadata"].unavailable_for = 3
+    pod = Pod(program, cloud, tmp_path, "vllm-7d9f-eeeee")
+    result = pod.restore()
+    assert result["restored"] is True, (result, pod.restore_log)
+    assert cloud["metadata"].refused == 3
+    assert "the metadata server gave no token yet (HTTP 503); retrying" in pod.restore_log
+
+
+def test_a_pod_never_calls_docker_and_says_why_it_starts_cold(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path
+) -> None:
+    """No digest in the pod status (the kubelet never published it in time): the restore must
+    not fall back to `sudo docker image inspect` (a pod has neither) and logs the reason."""
+    seed_generation(program.outputs["compile_cache"], cloud["store"])
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    calls = tmp_path / "calls.log"
+    for tool in ("docker", "sudo"):
+        shim = shims / tool
+        shim.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit 1\n')
+        shim.chmod(0o755)
+    pod = Pod(program, cloud, tmp_path, "vllm-7d9f-fffff")
+    FakeApi.reads, FakeApi.unpublished_for = 0, 10**6  # imageID never appears
+    try:
+        result = pod.restore(PATH=f"{shims}:{os.environ['PATH']}", IMAGE_ID_WAIT_SECONDS="2")
+    finally:
+        FakeApi.unpublished_for = 0
+    assert not calls.exists(), calls.read_text()
+    assert result["restored"] is False
+    assert "no image digest" in result["reason"] and "no docker" in result["reason"]
+    assert "no imageID for xla-cache-restore in the pod status yet after 2s" in pod.restore_log
+    assert "not restored (restore failed: no image digest" in pod.restore_log
+
+
+def test_atime_stamps_only_when_jax_eviction_is_configured(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path
+) -> None:
+    """With JAX_COMPILATION_CACHE_MAX_SIZE set in the image, JAX evicts and reads a -atime stamp
+    for every entry (jax/_src/lru_cache.py `_evict_if_needed`): the restore writes them then."""
+    seed_generation(program.outputs["compile_cache"], cloud["store"])
+    pod = Pod(program, cloud, tmp_path, "vllm-7d9f-ggggg")
+    result = pod.restore(JAX_COMPILATION_CACHE_MAX_SIZE=str(10**9))
+    assert result["restored"] is True, pod.restore_log
+    for name in ENTRIES:
+        assert (pod.cache / name.replace("-cache", "-atime")).stat().st_size == 8
+
+
+def pid1_of(outer: subprocess.Popen[bytes]) -> int:
+    """The host pid of the new namespace's PID 1: `unshare --fork`'s only child."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{outer.pid}/task/{outer.pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise AssertionError("unshare started no child")
+
+
+@pytest.mark.parametrize("phase", ["waiting for the server", "idle after the save"])
+def test_the_save_sidecar_as_pid_1_exits_promptly_on_sigterm(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path, phase: str
+) -> None:
+    """The sidecar's script is its container's PID 1, which gets only the signals it handles
+    (kill(2), pid_namespaces(7)): run it as PID 1 of a new PID namespace and send SIGTERM from
+    outside, as the kubelet does on a pod deletion. It must exit within seconds, not at the end
+    of the grace period."""
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a PID namespace here: {probe.stderr.decode().strip()}")
+    pod = Pod(program, cloud, tmp_path, "vllm-7d9f-hhhhh")
+    if phase == "idle after the save":
+        seed_generation(program.outputs["compile_cache"], cloud["store"])
+        assert pod.restore()["restored"] is True
+        port = cloud["health_port"]
+    else:
+        with socket.socket() as sock:  # a port nothing listens on: the server is not up
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    outer = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", "bash", str(pod.tools / "cache_save.sh")],
+        env=pod.env("xla-cache-save", SERVER_PORT=str(port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        init = pid1_of(outer)
+        if phase == "idle after the save":
+            deadline = time.monotonic() + 60
+            while not (pod.work / "save.json").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert json.loads((pod.work / "save.json").read_text())["ok"] is True
+        time.sleep(1.0)  # into its wait
+        assert outer.poll() is None
+        sent = time.monotonic()
+        os.kill(init, signal.SIGTERM)
+        outer.wait(timeout=5)  # the grace period is 30 s: "promptly" is well within it
+        assert time.monotonic() - sent < 5
+    finally:
+        if outer.poll() is None:
+            outer.kill()
+            outer.wait()
+    stderr = outer.stderr.read().decode() if outer.stderr else ""
+    assert outer.returncode == 0, stderr
+    assert "xla-cache-save: SIGTERM; exiting" in stderr

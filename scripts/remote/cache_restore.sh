@@ -18,6 +18,13 @@ if ! sudo docker image inspect @IMAGE@ >/dev/null 2>&1; then
   sudo docker pull @IMAGE@ >&2 || echo "start-server: docker pull failed; docker run retries and reports it" >&2
 fi
 wait "$cache_fetch" || true
+# The server runs as root (tpu-inference's image has no USER) and JAX creates the cache directory
+# itself (jax/_src/lru_cache.py), so after one start on this VM the directory is root's and the
+# install, running as this user, could not write to it: hand it back first. The container, being
+# root, reads and writes it either way.
+if ! { sudo mkdir -p @DIR@ && sudo chown -R "$(id -u):$(id -g)" @DIR@; }; then
+  echo "start-server: could not take over the compile cache directory with sudo" >&2
+fi
 python3 @TOOL@ install \
   --work @WORK@ \
   --prefix "$cache_prefix" \

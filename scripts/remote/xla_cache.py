@@ -2,7 +2,7 @@
 
 Why: a flex-start node is deleted with its disk, so every new node compiles for ~685 s (seed 000)
 unless the JAX persistent cache (`~/.cache/vllm/xla_cache`) comes back from Cloud Storage first.
-JAX warns against reading a `gs://` cache directly, so it is copied to local disk.
+It is copied to local disk rather than read from `gs://` (README, "The compile cache").
 
 Layout under the prefix `gs://BUCKET/xla-cache/KEY/` (components/compile_cache.py):
   GENERATION/...            the cache files, GENERATION = `img-` + the image digest's first 16 hex
@@ -16,17 +16,24 @@ that is about to run is ever installed.
 Commands (each logs to stderr, never fails the start: problems mean a cold start):
   fetch   --prefix P --work W --timeout S    LATEST's generation into W/staging (runs during
                                              the image pull)
-  install --prefix P --work W --dir D --image I --timeout S
-                                             digest -> generation; verify; copy into D; write
-                                             W/result.json (the readiness result's `cache`)
+  install --prefix P --work W --dir D --image I --timeout S [--in-pod]
+                                             digest -> generation; verify; copy into D, each
+                                             file with its saved mtime; write W/result.json
+                                             (the readiness result's `cache`). --in-pod: the
+                                             image names its digest (the pod status) or there
+                                             is none; a pod has no docker to ask
   off     --work W                           the cache is disabled: say so in W/result.json
   save    --work W [--timeout S]             upload what is new, then MANIFEST, LATEST, and
                                              touch every object's customTime (lifecycle)
 
 Transport: `gcloud storage` where the VM has gcloud, else the Cloud Storage JSON API with a
-token from the metadata server, held in memory only (never argv, env or a file).
-TPU_VLLM_CACHE_VIA=gcloud|api forces one; GCE_METADATA_HOST and STORAGE_API_ENDPOINT override
-the endpoints (tests). Stdlib only, Python 3.9+.
+token from the metadata server, held in memory only (never argv, env or a file). An older
+Cloud SDK without `storage rsync` or `storage objects update` refuses the command line itself
+(exit status 2, "Invalid choice", googlecloudsdk/calliope/parser_extensions.py): the tool then
+uses the JSON API for the rest of the run. The first token fetch is retried (bounded): the GKE
+metadata server does not answer in a pod's first seconds (GKE docs, Workload Identity
+limitations). TPU_VLLM_CACHE_VIA=gcloud|api forces one; GCE_METADATA_HOST and
+STORAGE_API_ENDPOINT override the endpoints (tests). Stdlib only, Python 3.9+.
 """
 
 from __future__ import annotations
@@ -47,15 +54,28 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 MANIFEST = "MANIFEST.json"
 LATEST = "LATEST"
 # JAX's LRU cache keeps `KEY-cache` entries and, with eviction on, `KEY-atime` stamps
 # (jax/_src/lru_cache.py); the stamps change on every read, so they are not worth carrying.
 SKIP_SUFFIXES = ("-atime", ".tmp", ".lock")
+#: JAX's eviction setting (jax/_src/config.py `jax_compilation_cache_max_size`, read from this
+#: variable; default -1 = no eviction, and then JAX neither writes nor reads `-atime` stamps).
+JAX_MAX_SIZE_ENV = "JAX_COMPILATION_CACHE_MAX_SIZE"
+#: How long the first metadata-server token fetch is retried (connection errors, 5xx).
+TOKEN_RETRY_SECONDS = 60.0
+#: gcloud's exit status for a command line it cannot parse (an unknown command or flag).
+GCLOUD_USAGE_ERROR = 2
+#: Where the project's Cloud Storage JSON API uploads keep a file's mtime, as `gcloud storage`
+#: does (googlecloudsdk/command_lib/storage/posix_util.py MTIME_METADATA_KEY), so either
+#: transport recognises what the other uploaded.
+MTIME_KEY = "goog-reserved-file-mtime"
 # A file that changed within this pause may still be growing (a lazy compile after ready).
 SETTLE_SECONDS = 1.0
+T = TypeVar("T")
 DEFAULT_SAVE_TIMEOUT = 1800.0
 
 
@@ -158,6 +178,10 @@ class Deadline:
 # transports
 
 
+class GcloudUnusable(RuntimeError):
+    """gcloud refused the command line itself (exit status 2): an older Cloud SDK lacks it."""
+
+
 class Gcloud:
     """`gcloud storage` with the VM's own identity (its service account, via the metadata)."""
 
@@ -180,12 +204,19 @@ class Gcloud:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             raise TimeoutError(f"{what}: still running after {timeout:.0f}s; stopped") from None
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        if done.returncode == GCLOUD_USAGE_ERROR:
+            # calliope's parser error: `self.exit(2)` after "Invalid choice: 'rsync'." or
+            # "unrecognized arguments" (googlecloudsdk/calliope/parser_extensions.py).
+            raise GcloudUnusable(f"{what}: {self._error(done)}")
+        return done
 
     @staticmethod
     def _error(done: subprocess.CompletedProcess[bytes]) -> str:
+        """gcloud's `ERROR: ...` line (a usage error prints suggestions and usage after it)."""
         lines = [line for line in done.stderr.decode(errors="replace").splitlines() if line.strip()]
-        return lines[-1] if lines else f"exit code {done.returncode}"
+        errors = [line for line in lines if line.startswith("ERROR:")]
+        return (errors or lines or [f"exit code {done.returncode}"])[-1]
 
     def read(self, url: str, deadline: Deadline) -> bytes | None:
         done = self._run(["cat", url], deadline, f"read {url}")
@@ -196,7 +227,10 @@ class Gcloud:
             return None
         raise RuntimeError(f"read {url}: {self._error(done)}")
 
-    def write(self, url: str, data: bytes, deadline: Deadline, custom_time: str) -> None:
+    def write(
+        self, url: str, data: bytes, deadline: Deadline, custom_time: str, mtime: int | None = None
+    ) -> None:
+        del mtime  # `cp` records the temporary file's; only the cache files' (rsync) matter
         with tempfile.NamedTemporaryFile(prefix="xla-cache-", delete=False) as handle:
             handle.write(data)
         try:
@@ -257,17 +291,53 @@ class JsonApi:
         self._token = ""
         self._expires = 0.0
 
-    def _bearer(self) -> str:
+    def _bearer(self, deadline: Deadline) -> str:
         if time.time() >= self._expires:
-            request = urllib.request.Request(
-                f"http://{self.metadata}/computeMetadata/v1/instance/service-accounts/default/token",
-                headers={"Metadata-Flavor": "Google"},
-            )
-            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-                answer = json.load(response)
+            answer = self._fetch_token(deadline)
             self._token = str(answer["access_token"])
             self._expires = time.time() + float(answer.get("expires_in", 300)) - 60
         return f"Bearer {self._token}"
+
+    def _fetch_token(self, deadline: Deadline) -> dict[str, Any]:
+        """The metadata server's token, retried with backoff on connection errors and 5xx.
+
+        In a pod's first seconds the GKE metadata server is not ready yet (GKE docs, Workload
+        Identity Federation for GKE, limitations, which advise a retry; reported in
+        r-lib/gargle#186 and googleapis/google-auth-library-python#1261). Other answers (403,
+        404: no Workload Identity binding) are not retried.
+        """
+        bound = Deadline(min(TOKEN_RETRY_SECONDS, max(deadline.left(), 0.0)))
+        request = urllib.request.Request(
+            f"http://{self.metadata}/computeMetadata/v1/instance/service-accounts/default/token",
+            headers={"Metadata-Flavor": "Google"},
+        )
+        delay = 0.5
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                timeout = max(min(10.0, bound.left()), 1.0)
+                with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+                    return dict(json.load(response))
+            except urllib.error.HTTPError as error:
+                if error.code < 500:
+                    raise RuntimeError(
+                        f"the metadata server refused a token: HTTP {error.code}"
+                    ) from None
+                problem = f"HTTP {error.code}"
+            except (urllib.error.URLError, OSError, ValueError) as error:
+                problem = str(getattr(error, "reason", error))
+            left = bound.left()
+            if left <= 0:
+                raise RuntimeError(
+                    f"no token from the metadata server after {attempt} attempts ({problem})"
+                )
+            log(
+                f"the metadata server gave no token yet ({problem}); retrying in "
+                f"{min(delay, left):.1f}s (attempt {attempt}, for up to {TOKEN_RETRY_SECONDS:.0f}s)"
+            )
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 5.0)
 
     def _call(
         self,
@@ -282,7 +352,7 @@ class JsonApi:
             self.endpoint.rstrip("/") + path,
             data=body,
             method=method,
-            headers={"Authorization": self._bearer(), **(headers or {})},
+            headers={"Authorization": self._bearer(deadline), **(headers or {})},
         )
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             return bytes(response.read())
@@ -296,7 +366,10 @@ class JsonApi:
         found: dict[str, dict[str, Any]] = {}
         token = ""
         while True:
-            query = {"prefix": prefix, "fields": "items(name,size,md5Hash),nextPageToken"}
+            query = {
+                "prefix": prefix,
+                "fields": "items(name,size,md5Hash,metadata,timeCreated),nextPageToken",
+            }
             if token:
                 query["pageToken"] = token
             page = json.loads(
@@ -319,10 +392,15 @@ class JsonApi:
                 return None
             raise RuntimeError(f"read {url}: HTTP {error.code}") from None
 
-    def write(self, url: str, data: bytes, deadline: Deadline, custom_time: str) -> None:
+    def write(
+        self, url: str, data: bytes, deadline: Deadline, custom_time: str, mtime: int | None = None
+    ) -> None:
         bucket, name = split_gs(url)
         boundary = uuid.uuid4().hex
-        meta = json.dumps({"name": name, "customTime": custom_time}).encode()
+        fields: dict[str, Any] = {"name": name, "customTime": custom_time}
+        if mtime is not None:
+            fields["metadata"] = {MTIME_KEY: str(mtime)}
+        meta = json.dumps(fields).encode()
         body = b"".join(
             [
                 f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode(),
@@ -374,6 +452,9 @@ class JsonApi:
                 raise RuntimeError(f"download {url}{rel}: HTTP {error.code}") from None
             with open(target + ".part", "wb") as handle:
                 handle.write(data)
+            mtime = object_mtime(item)
+            if mtime is not None:  # as `gcloud storage rsync` does for a download
+                os.utime(target + ".part", (mtime, mtime))
             os.replace(target + ".part", target)
 
     def upload(self, src: str, url: str, deadline: Deadline, custom_time: str) -> None:
@@ -382,7 +463,8 @@ class JsonApi:
             if rel in remote and self._same(remote[rel], path):
                 continue
             with open(path, "rb") as handle:
-                self.write(url + rel, handle.read(), deadline, custom_time)
+                data = handle.read()
+            self.write(url + rel, data, deadline, custom_time, int(os.path.getmtime(path)))
 
     def touch(self, url: str, deadline: Deadline, custom_time: str) -> None:
         bucket, prefix = split_gs(url)
@@ -400,11 +482,84 @@ class JsonApi:
                 raise RuntimeError(f"touch {url}{rel}: HTTP {error.code}") from None
 
 
-def transport() -> Gcloud | JsonApi:
+def object_mtime(item: dict[str, Any]) -> int | None:
+    """A listed object's file mtime: its `goog-reserved-file-mtime`, else its creation time
+    (what `gcloud storage rsync` uses, googlecloudsdk/command_lib/storage/rsync_command_util.py)."""
+    raw = (item.get("metadata") or {}).get(MTIME_KEY)
+    try:
+        if raw is not None:
+            return int(raw)
+        created = str(item.get("timeCreated") or "")
+        if created:
+            stamp = dt.datetime.strptime(created[:19], "%Y-%m-%dT%H:%M:%S")
+            return int(stamp.replace(tzinfo=dt.timezone.utc).timestamp())  # noqa: UP017
+    except ValueError:
+        return None
+    return None
+
+
+class GcloudThenApi:
+    """`gcloud storage`, until it refuses a command line (an older Cloud SDK): from then on, for
+    the rest of this run, the JSON API. A real failure (network, permission) is not retried."""
+
+    def __init__(self) -> None:
+        self.gcloud = Gcloud()
+        self.api: JsonApi | None = None
+
+    @property
+    def name(self) -> str:
+        return "api (gcloud storage unusable)" if self.api else "gcloud"
+
+    def _fallback(self, error: GcloudUnusable) -> JsonApi:
+        if self.api is None:
+            log(
+                f"gcloud storage cannot run this here ({error}): an older Cloud SDK; "
+                "using the Cloud Storage JSON API for the rest of this run"
+            )
+            self.api = JsonApi()
+        return self.api
+
+    def _use(self, call: Callable[[Gcloud | JsonApi], T]) -> T:
+        if self.api is None:
+            try:
+                return call(self.gcloud)
+            except GcloudUnusable as error:
+                self._fallback(error)
+        assert self.api is not None
+        return call(self.api)
+
+    def read(self, url: str, deadline: Deadline) -> bytes | None:
+        return self._use(lambda store: store.read(url, deadline))
+
+    def write(
+        self, url: str, data: bytes, deadline: Deadline, custom_time: str, mtime: int | None = None
+    ) -> None:
+        self._use(lambda store: store.write(url, data, deadline, custom_time, mtime))
+
+    def download(self, url: str, dest: str, deadline: Deadline) -> None:
+        self._use(lambda store: store.download(url, dest, deadline))
+
+    def upload(self, src: str, url: str, deadline: Deadline, custom_time: str) -> None:
+        self._use(lambda store: store.upload(src, url, deadline, custom_time))
+
+    def touch(self, url: str, deadline: Deadline, custom_time: str) -> None:
+        self._use(lambda store: store.touch(url, deadline, custom_time))
+
+
+_STORES: dict[str, Gcloud | JsonApi | GcloudThenApi] = {}
+
+
+def transport() -> Gcloud | JsonApi | GcloudThenApi:
+    """One store per run (a fallback, once taken, holds for the run's later calls)."""
     via = os.environ.get("TPU_VLLM_CACHE_VIA", "auto")
-    if via == "auto":
-        via = "gcloud" if shutil.which("gcloud") else "api"
-    return Gcloud() if via == "gcloud" else JsonApi()
+    if via not in _STORES:
+        if via == "gcloud":
+            _STORES[via] = Gcloud()
+        elif via == "api" or not shutil.which("gcloud"):
+            _STORES[via] = JsonApi()
+        else:
+            _STORES[via] = GcloudThenApi()
+    return _STORES[via]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,14 +605,24 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_digest(image: str) -> str:
-    """The pulled image's registry digest (`repo@sha256:...`), else its local id.
+class Image:
+    """What the restore needs to know about the image about to run."""
 
-    An image already named by its digest is its own answer: on GKE there is no docker, and the
-    init container passes the digest the kubelet pulled (its pod's `imageID`).
+    def __init__(self, digest: str, env: dict[str, str]) -> None:
+        self.digest = digest  # "" when unknown
+        self.env = env  # its environment (ENV), where JAX reads its settings from
+
+
+def inspect_image(image: str, in_pod: bool) -> Image:
+    """The image's registry digest (`repo@sha256:...`, else its local id) and environment.
+
+    On a VM: `sudo docker image inspect` (RepoDigests, Config.Env). In a pod there is no docker
+    (never call it there): the init container runs in the server's image, so its own
+    environment is the image's, and the digest is the one the kubelet published in the pod's
+    status (`imageID`, scripts/remote/pod_image.py), passed as `--image`, or none at all.
     """
-    if "@sha256:" in image:
-        return image
+    if in_pod:
+        return Image(image if "@sha256:" in image else "", dict(os.environ))
     done = subprocess.run(
         ["sudo", "docker", "image", "inspect", image],
         capture_output=True,
@@ -466,13 +631,24 @@ def resolve_digest(image: str) -> str:
         timeout=60,
     )
     if done.returncode != 0:
-        return ""
+        return Image(image if "@sha256:" in image else "", {})
     try:
         data = json.loads(done.stdout)[0]
     except (ValueError, IndexError, KeyError, TypeError):
-        return ""
+        data = {}
+    env = dict(
+        str(e).split("=", 1) for e in (data.get("Config") or {}).get("Env") or [] if "=" in str(e)
+    )
+    if "@sha256:" in image:
+        return Image(image, env)
     digests = [str(d) for d in data.get("RepoDigests") or []]
-    return sorted(digests)[0] if digests else str(data.get("Id") or "")
+    return Image(sorted(digests)[0] if digests else str(data.get("Id") or ""), env)
+
+
+def eviction_configured(env: dict[str, str]) -> bool:
+    """JAX evicts (and keeps `-atime` stamps) only when its max size is not -1, the default
+    (jax/_src/compilation_cache.py `get_file_cache` -> LRUCache `eviction_enabled`)."""
+    return env.get(JAX_MAX_SIZE_ENV, "-1").strip() not in ("", "-1")
 
 
 def verify(staging: str) -> tuple[dict[str, int], int, str]:
@@ -501,26 +677,56 @@ def verify(staging: str) -> tuple[dict[str, int], int, str]:
     return good, dropped, ""
 
 
-def install(staging: str, good: dict[str, int], target: str) -> tuple[int, int]:
+def install(
+    staging: str, good: dict[str, int], target: str, stamps: bool = False
+) -> tuple[int, int]:
     """Copy verified entries into the cache directory; (files, bytes) now in place.
 
-    Each `KEY-cache` gets a fresh `KEY-atime` stamp (8 bytes, little-endian ns): JAX's LRU
-    eviction reads one for every entry and fails on a missing one (jax/_src/lru_cache.py).
+    Each file keeps the mtime it was saved with (the download set it): the next save's
+    `gcloud storage rsync` compares size and mtime, and would otherwise send every restored
+    file again (googlecloudsdk/command_lib/storage/rsync_command_util.py).
+    With `stamps` (JAX eviction on), each `KEY-cache` also gets a `KEY-atime` stamp (8 bytes,
+    little-endian ns): JAX's eviction reads one for every entry and fails on a missing one
+    (jax/_src/lru_cache.py). Without eviction JAX never reads or writes them.
     """
     files = size = 0
     stamp = time.time_ns().to_bytes(8, "little")
     for rel, nbytes in good.items():
-        dest = os.path.join(target, rel)
-        if not (os.path.exists(dest) and os.path.getsize(dest) == nbytes):
+        src, dest = os.path.join(staging, rel), os.path.join(target, rel)
+        kept = os.stat(src)
+        try:
+            there = os.stat(dest)
+            same = there.st_size == nbytes and there.st_mtime_ns == kept.st_mtime_ns
+        except OSError:
+            same = False
+        if not same:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            shutil.copyfile(os.path.join(staging, rel), dest + ".restore.tmp")
+            shutil.copyfile(src, dest + ".restore.tmp")
+            os.utime(dest + ".restore.tmp", ns=(kept.st_atime_ns, kept.st_mtime_ns))
             os.replace(dest + ".restore.tmp", dest)
-        if rel.endswith("-cache") and not os.path.exists(dest[: -len("-cache")] + "-atime"):
-            with open(dest[: -len("-cache")] + "-atime", "wb") as handle:
+        atime = dest[: -len("-cache")] + "-atime"
+        if stamps and rel.endswith("-cache") and not os.path.exists(atime):
+            with open(atime + ".restore.tmp", "wb") as handle:
                 handle.write(stamp)
+            os.replace(atime + ".restore.tmp", atime)
         files += 1
         size += nbytes
     return files, size
+
+
+def unwritable(target: str) -> str:
+    """Why the install could not write into `target` ("" when it can)."""
+    folder = target
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    if os.access(folder, os.W_OK | os.X_OK):
+        return ""
+    owner = os.stat(folder).st_uid
+    return (
+        f"cannot write to {folder} (owned by uid {owner}, this is uid {os.getuid()}): the "
+        "server runs as root and JAX creates the directory itself; the start script hands it "
+        "back with `sudo chown` first"
+    )
 
 
 def cmd_install(args: argparse.Namespace) -> int:
@@ -543,8 +749,16 @@ def cmd_install(args: argparse.Namespace) -> int:
     # What the save uploads, and where, is this start's only: a previous start's state on the
     # same VM (another key or image) must not survive a failure below to misdirect the save.
     write_json(p["state"], {})
+    in_pod = bool(args.in_pod)
     try:
-        digest = resolve_digest(args.image)
+        image = inspect_image(args.image, in_pod)
+        digest = image.digest
+        if not digest and in_pod:
+            raise RuntimeError(
+                f"no image digest for {args.image}: the pod status named none (the kubelet "
+                "publishes imageID asynchronously; pod-image's log says how long it waited); "
+                "a pod has no docker to ask"
+            )
         if not digest:
             raise RuntimeError(f"cannot resolve the digest of {args.image}")
         generation = generation_name(digest)
@@ -576,9 +790,11 @@ def cmd_install(args: argparse.Namespace) -> int:
                 shutil.rmtree(staging, ignore_errors=True)
             elif not good:
                 result["reason"] = f"all {dropped} entries were corrupt or missing"
+            elif unwritable(target):
+                result["reason"] = unwritable(target)
             else:
                 os.makedirs(target, exist_ok=True)
-                files, size = install(staging, good, target)
+                files, size = install(staging, good, target, eviction_configured(image.env))
                 result.update(restored=True, files=files, bytes=size)
                 if dropped:
                     result["reason"] = f"{dropped} corrupt or missing entries dropped"
@@ -678,6 +894,7 @@ def main(argv: list[str] | None = None) -> int:
         each.add_argument("--timeout", type=float, required=True)
     install_.add_argument("--dir", required=True)
     install_.add_argument("--image", required=True)
+    install_.add_argument("--in-pod", action="store_true")
     save.add_argument("--timeout", type=float, default=DEFAULT_SAVE_TIMEOUT)
     args = parser.parse_args(argv)
     args.work = os.path.expanduser(args.work)

@@ -43,6 +43,7 @@ Runs as a plain script under whichever python3 the harness pinned (stdlib only, 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import fcntl
@@ -57,6 +58,7 @@ import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -255,6 +257,47 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+# The privileged half of the fake VM (tests/fakes/root_helper.py, served by the test process when
+# it runs as root): the container's writes and the fake sudo's file-ownership commands run as
+# real root through it, as they do on a TPU VM. Absent (tests not run as root), both run as the
+# SSH user, as before.
+ROOT_HELPER_SOCKET = "root-helper.sock"
+#: The commands the fake sudo runs as root; any other (docker included) runs as the SSH user.
+ROOT_HELPER_TOOLS = frozenset(
+    {"chown", "chgrp", "chmod", "mkdir", "install", "touch", "cp", "mv", "rm", "rmdir", "stat"}
+)
+
+
+def root_helper_request(
+    state_root: Path, request: JSONDict, fds: Sequence[int] = ()
+) -> JSONDict | None:
+    """Send one request to the root helper of this fake VM; None when there is none."""
+    path = state_root / ROOT_HELPER_SOCKET
+    if not path.exists():
+        return None
+    body = json.dumps(request).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(path))
+        socket.send_fds(sock, [struct.pack(">Q", len(body)) + body], list(fds))
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while True:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    answer = json.loads(b"".join(chunks) or b"{}")
+    if answer.get("error"):
+        raise OSError(f"root helper: {answer['error']}")
+    return dict(answer)
+
+
+def write_as_root(state_root: Path, path: Path, data: bytes) -> bool:
+    """Write `path` as root (dirs 0755, file 0644); False when this fake VM has no root helper."""
+    request = {"op": "write", "path": str(path), "data": base64.b64encode(data).decode()}
+    return root_helper_request(state_root, request) is not None
 
 
 def read_json(path: Path, default: Any) -> Any:
@@ -2691,11 +2734,18 @@ class Boot:
         return True
 
     def _write_entry(self, text: str) -> None:
+        """JAX's `LRUCache.put` (jax/_src/lru_cache.py): create the directory if missing, keep
+        an entry that exists (`if cache_path.exists(): return`), else write it; as root, as
+        the server in the vllm-tpu image (no USER in tpu-inference's docker/Dockerfile)."""
         match = _COMPILED_RE.search(text)
         if self.xla_dir is None or self.warm or not match:
             return
         name, content = xla_entry(self.container, match.group(1), self.xla_bytes)
+        if (self.xla_dir / name).exists():
+            return
         with contextlib.suppress(OSError):
+            if write_as_root(self.container.daemon.root, self.xla_dir / name, content):
+                return
             self.xla_dir.mkdir(parents=True, exist_ok=True)
             tmp = self.xla_dir / f".{name}.tmp"
             tmp.write_bytes(content)
@@ -3037,6 +3087,16 @@ def sudo_main(argv: list[str]) -> int:
             return 1
         program = found
     env["SUDO_COMMAND"] = " ".join([program, *command[1:]])
+    if os.path.basename(program) in ROOT_HELPER_TOOLS and os.environ.get("FAKE_DOCKER_STATE"):
+        # As real root, through this fake VM's root helper (when the tests run as root).
+        request = {"op": "exec", "argv": [program, *command[1:]], "env": env, "cwd": os.getcwd()}
+        try:
+            answer = root_helper_request(Path(os.environ["FAKE_DOCKER_STATE"]), request, [0, 1, 2])
+        except OSError as exc:
+            sys.stderr.write(f"sudo: {exc}\n")
+            return 1
+        if answer is not None and answer.get("privileged"):
+            return int(answer.get("code", 1))
     try:
         os.execve(program, command, env)  # noqa: S606 - exec without a shell is what sudo does
     except OSError as exc:

@@ -15,6 +15,12 @@ only descends into folders with --recursive, matches --exclude regexes against t
 relative to the source, and never copies empty folders; `cat`/`objects update` of nothing
 fail with "The following URLs matched no objects or files". Faults (a 503 or a stall) are set
 per operation (read, write, download, upload, touch) in `$FAKE_GCS_ROOT/faults.json`.
+
+An older Cloud SDK: `$FAKE_GCLOUD_STORAGE_COMMANDS` lists the `gcloud storage` commands this
+"installation" has (e.g. `cat,cp`; `none` for an SDK without the `storage` group; unset: all).
+Any other is refused as calliope refuses a command it does not know: `ERROR: (gcloud.storage)
+Invalid choice: 'rsync'.`, suggestions, exit status 2 (googlecloudsdk/calliope/
+parser_extensions.py: `message = "Invalid choice: '{0}'."`, then `self.exit(2, ...)`).
 """
 
 from __future__ import annotations
@@ -95,7 +101,7 @@ def storage_rsync(store: GcsStore, flags: dict[str, str], source: str, dest: str
                 continue
             meta = store.meta(bucket, name)
             target = os.path.join(dest, rel)
-            mtime = int(meta.get("mtime") or meta.get("updated") or 0)
+            mtime = int(meta.get("mtime") or meta.get("created") or meta.get("updated") or 0)
             if (
                 os.path.isfile(target)
                 and os.path.getsize(target) == int(meta["size"])
@@ -125,7 +131,9 @@ def storage_rsync(store: GcsStore, flags: dict[str, str], source: str, dest: str
             mtime = int(os.path.getmtime(path))
             if name in existing:
                 meta = store.meta(bucket, name)
-                if int(meta["size"]) == os.path.getsize(path) and meta.get("mtime") == mtime:
+                # Without a stored mtime, gcloud takes the object's creation time.
+                stored = int(meta.get("mtime") or meta.get("created") or meta.get("updated") or 0)
+                if int(meta["size"]) == os.path.getsize(path) and stored == mtime:
                     continue
             print(f"Copying file://{path} to gs://{bucket}/{name}", file=sys.stderr)
             with open(path, "rb") as handle:
@@ -136,6 +144,32 @@ def storage_rsync(store: GcsStore, flags: dict[str, str], source: str, dest: str
     else:
         storage_fail("rsync", "one of SOURCE and DESTINATION must be a gs:// URL", 2)
     print(f"  Completed files {copied} | {total}B", file=sys.stderr)
+
+
+def usage_error(group: str, choice: str) -> None:
+    """What calliope prints for an unknown command, then exit status 2."""
+    print(f"ERROR: ({group}) Invalid choice: '{choice}'.", file=sys.stderr)
+    print("Maybe you meant:\n  gcloud storage cp", file=sys.stderr)
+    print("\nTo search the help text of gcloud commands, run:\n  gcloud help -- SEARCH_TERMS",
+          file=sys.stderr)  # fmt: skip
+    raise SystemExit(2)
+
+
+def refuse_unknown(words: list[str]) -> None:
+    """An older SDK (see the module docstring) lacks some `gcloud storage` commands."""
+    known = os.environ.get("FAKE_GCLOUD_STORAGE_COMMANDS")
+    if known is None:
+        return
+    if known == "none":
+        usage_error("gcloud", "storage")
+    have = {c.strip() for c in known.split(",") if c.strip()}
+    command = words[0] if words else ""
+    if command == "objects" and "objects update" not in have:
+        if not any(c.startswith("objects ") for c in have):
+            usage_error("gcloud.storage", "objects")
+        usage_error("gcloud.storage.objects", words[1] if len(words) > 1 else "")
+    if command != "objects" and command not in have:
+        usage_error("gcloud.storage", command)
 
 
 def storage_main(argv: list[str]) -> None:
@@ -151,6 +185,7 @@ def storage_main(argv: list[str]) -> None:
         else:
             words.append(arg)
     command = words[0] if words else ""
+    refuse_unknown(words)
     try:
         if command == "cat" and len(words) == 2:
             store.apply_fault("read")

@@ -5,11 +5,14 @@ that tool calls, as documented in https://cloud.google.com/storage/docs/json_api
 - ``GET    /storage/v1/b/B/o?prefix=P[&pageToken=T]``   objects.list (``items``, ``nextPageToken``)
 - ``GET    /storage/v1/b/B/o/NAME?alt=media``           objects.get, the bytes (404 if absent)
 - ``POST   /upload/storage/v1/b/B/o?uploadType=multipart``  objects.insert: a multipart/related
-  body, JSON metadata (``name``, ``customTime``) then the bytes
+  body, JSON metadata (``name``, ``customTime``, custom ``metadata``) then the bytes
 - ``PATCH  /storage/v1/b/B/o/NAME``                     objects.patch (``customTime`` only moves
   forward: 400 otherwise, as on the real service)
 Every call needs ``Authorization: Bearer <token>`` (401 otherwise). Faults set on the store
-(``list``, ``read``, ``write``, ``touch``) apply here too. ``requests`` records each call.
+(``list``, ``read``, ``write``, ``touch``, ``put``) apply here too. ``requests`` records each call.
+Objects are answered as Object resources (``name``, ``size``, ``md5Hash``, ``timeCreated``,
+``updated``, ``customTime``, and the custom ``metadata`` map, where ``gcloud storage`` keeps a
+file's mtime as ``goog-reserved-file-mtime``, googlecloudsdk/command_lib/storage/posix_util.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import email.parser
 import email.policy
 import json
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,6 +31,29 @@ from tests.fakes.gcs_store import GcsStore, StoreError
 from tests.fakes.loopback import LoopbackHttpServer
 
 PAGE_SIZE = 1000
+MTIME_KEY = "goog-reserved-file-mtime"
+
+
+def rfc3339(seconds: float) -> str:
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        + f".{int(seconds % 1 * 1000):03d}Z"
+    )
+
+
+def resource(stored: dict[str, Any]) -> dict[str, Any]:
+    """The store's record of an object as a JSON API Object resource."""
+    answer: dict[str, Any] = {
+        k: stored[k] for k in ("name", "bucket", "size", "md5Hash") if k in stored
+    }
+    if stored.get("customTime"):
+        answer["customTime"] = stored["customTime"]
+    created = float(stored.get("created") or stored.get("updated") or 0)
+    answer["timeCreated"] = rfc3339(created)
+    answer["updated"] = rfc3339(float(stored.get("updated") or created))
+    if stored.get("mtime") is not None:
+        answer["metadata"] = {MTIME_KEY: str(int(stored["mtime"]))}
+    return answer
 
 
 class FakeGcsApi(LoopbackHttpServer):
@@ -87,8 +114,12 @@ class FakeGcsApi(LoopbackHttpServer):
                     store.apply_fault("write")
                     bucket = parts[5]
                     meta, data = _multipart(headers.get("content-type", ""), body)
-                    store.put(bucket, meta["name"], data, custom_time=meta.get("customTime"))
-                    self._answer(200, store.meta(bucket, meta["name"]))
+                    mtime = (meta.get("metadata") or {}).get(MTIME_KEY)
+                    store.put(
+                        bucket, meta["name"], data, custom_time=meta.get("customTime"),
+                        mtime=int(mtime) if mtime is not None else None,
+                    )  # fmt: skip
+                    self._answer(200, resource(store.meta(bucket, meta["name"])))
                     return
                 if parts[1:3] != ["storage", "v1"] or len(parts) < 6 or parts[5] != "o":
                     self._error(404, "Not Found")
@@ -99,7 +130,9 @@ class FakeGcsApi(LoopbackHttpServer):
                     names = store.names(bucket, query.get("prefix", ""))
                     start = int(query.get("pageToken") or 0)
                     page = names[start : start + PAGE_SIZE]
-                    answer: dict[str, Any] = {"items": [store.meta(bucket, n) for n in page]}
+                    answer: dict[str, Any] = {
+                        "items": [resource(store.meta(bucket, n)) for n in page]
+                    }
                     if start + PAGE_SIZE < len(names):
                         answer["nextPageToken"] = str(start + PAGE_SIZE)
                     self._answer(200, answer)
@@ -111,7 +144,7 @@ class FakeGcsApi(LoopbackHttpServer):
                 elif method == "PATCH":
                     store.apply_fault("touch")
                     store.set_custom_time(bucket, name, json.loads(body)["customTime"])
-                    self._answer(200, store.meta(bucket, name))
+                    self._answer(200, resource(store.meta(bucket, name)))
                 else:
                     self._error(405, f"{method} is not served here")
 

@@ -4,12 +4,17 @@ JSON API (tests/fakes/gcs_api.py) both read and write, and what tests inspect.
 Layout under the root (``FAKE_GCS_ROOT`` on the SSH "VM")::
 
     <bucket>/<object name>               the object's bytes
-    .meta/<bucket>/<object name>.json    {"customTime", "mtime", "md5Hash", "crc32c"?, "updated"}
-    faults.json                          {"<operation>": {"fail": "message"} | {"delay": secs}}
+    .meta/<bucket>/<object name>.json    {"customTime", "mtime", "md5Hash", "crc32c"?, "updated",
+                                          "created"}
+    faults.json                          {"<operation>": {"fail": "message"} | {"delay": secs}
+                                          | {"fail": "message", "after": N}}
+    uploads.jsonl                        one line per object written: {"bucket", "name", "time"}
 
 Behaviour copied from the real service (https://cloud.google.com/storage/docs/metadata):
 an object's ``customTime`` can be set or moved later but never earlier (the API answers 400);
-``md5Hash`` is the base64 MD5 of the bytes. ``gcloud storage rsync`` keeps a file's mtime in
+``md5Hash`` is the base64 MD5 of the bytes; an object is written whole or not at all (a failed
+upload leaves no object). ``put`` faults with ``after`` let N objects through, then fail: an
+upload that breaks midway. ``gcloud storage rsync`` keeps a file's mtime in
 the object's custom metadata (``goog-reserved-file-mtime``) and compares mtime and size
 (googlecloudsdk/command_lib/storage/rsync_command_util.py), so ``mtime`` is kept here too.
 Stdlib only, Python 3.9+: the fake gcloud runs it under the system python3.
@@ -26,6 +31,7 @@ from typing import Any
 
 FAULTS = "faults.json"
 META = ".meta"
+UPLOADS = "uploads.jsonl"
 
 
 class StoreError(Exception):
@@ -42,11 +48,28 @@ class GcsStore:
     def create_bucket(self, bucket: str) -> None:
         os.makedirs(os.path.join(self.root, bucket), exist_ok=True)
         os.makedirs(os.path.join(self.root, META, bucket), exist_ok=True)
+        with open(os.path.join(self.root, UPLOADS), "a", encoding="utf-8"):
+            pass
 
-    def set_fault(self, operation: str, *, fail: str = "", delay: float = 0.0) -> None:
-        """Make `operation` (read, write, download, upload, touch, list) fail or stall."""
+    def set_fault(
+        self,
+        operation: str,
+        *,
+        fail: str = "",
+        delay: float = 0.0,
+        after: int | None = None,
+        match: str = "",
+    ) -> None:
+        """Make `operation` (read, write, download, upload, touch, list) fail or stall. `put`
+        (any object write, by either transport) with `after=N` lets N objects through first;
+        with `match`, only writes of objects whose name contains it fail."""
         faults = self.faults()
-        faults[operation] = {"fail": fail} if fail else {"delay": delay}
+        fault: dict[str, Any] = {"fail": fail} if fail else {"delay": delay}
+        if after is not None:  # counted from now
+            fault["after"] = len(self.uploads()) + after
+        if match:
+            fault["match"] = match
+        faults[operation] = fault
         self._write_json(os.path.join(self.root, FAULTS), faults)
 
     def clear_faults(self) -> None:
@@ -60,9 +83,13 @@ class GcsStore:
         except (OSError, ValueError):
             return {}
 
-    def apply_fault(self, operation: str) -> None:
-        """Called by the fakes before doing `operation`: stall, or raise a 503."""
+    def apply_fault(self, operation: str, name: str = "") -> None:
+        """Called by the fakes before doing `operation` (on object `name`): stall, or a 503."""
         fault = self.faults().get(operation) or {}
+        if "after" in fault and len(self.uploads()) < int(fault["after"]):
+            return
+        if fault.get("match") and str(fault["match"]) not in name:
+            return
         if fault.get("delay"):
             time.sleep(float(fault["delay"]))
         if fault.get("fail"):
@@ -122,18 +149,30 @@ class GcsStore:
         mtime: float | None = None,
     ) -> None:
         path = self._path(bucket, name)
-        previous: dict[str, Any] = {}
+        self.apply_fault("put", name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.upload"
         with open(tmp, "wb") as handle:
             handle.write(data)
         os.replace(tmp, path)
-        meta = {**previous, "updated": time.time()}
+        now = time.time()
+        meta: dict[str, Any] = {"updated": now, "created": now}  # a new object each time
         if custom_time:
             meta["customTime"] = custom_time
         if mtime is not None:
             meta["mtime"] = int(mtime)
         self._write_json(self._meta_path(bucket, name), meta)
+        with open(os.path.join(self.root, UPLOADS), "a", encoding="utf-8") as log:
+            log.write(json.dumps({"bucket": bucket, "name": name, "time": now}) + "\n")
+
+    def uploads(self, bucket: str | None = None) -> list[dict[str, Any]]:
+        """Every object write so far (oldest first), in this bucket or all."""
+        try:
+            with open(os.path.join(self.root, UPLOADS), encoding="utf-8") as log:
+                lines = [json.loads(line) for line in log if line.strip()]
+        except OSError:
+            return []
+        return [u for u in lines if bucket is None or u["bucket"] == bucket]
 
     def set_custom_time(self, bucket: str, name: str, custom_time: str) -> None:
         meta = self.meta(bucket, name)

@@ -3,6 +3,12 @@
 The on-VM fetch script asks `http://$GCE_METADATA_HOST/computeMetadata/v1/instance/
 service-accounts/default/token` for its identity's access token, as google-auth does. The real
 server refuses requests without `Metadata-Flavor: Google` (a guard against SSRF); so does this.
+
+`unavailable_for = N` answers the first N token requests with 503: the GKE metadata server is
+not ready in a pod's first seconds (GKE docs, Workload Identity Federation for GKE, limitations,
+which advise a retry; users' reports: r-lib/gargle#186, googleapis/google-auth-library-python
+#1261). What exactly it answers then is not documented; a 5xx and a refused connection are the
+cases a client must retry.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ class FakeMetadataServer(LoopbackHttpServer):
         super().__init__()
         self.access_token = access_token
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.unavailable_for = 0
+        self.refused = 0
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,6 +44,9 @@ class FakeMetadataServer(LoopbackHttpServer):
                     self._answer(403, {"error": "Missing Metadata-Flavor:Google header."})
                 elif self.path.split("?")[0] != TOKEN_PATH:
                     self._answer(404, {"error": "not found"})
+                elif fake.refused < fake.unavailable_for:
+                    fake.refused += 1
+                    self._answer(503, {"error": "the metadata server is not ready yet"})
                 else:
                     body = {"access_token": fake.access_token, "expires_in": 3599}
                     self._answer(200, {**body, "token_type": "Bearer"})

@@ -18,6 +18,11 @@ Per-test environment (e.g. ``GCE_METADATA_HOST=127.0.0.1:PORT``) goes into sshd'
 start, never through ``AcceptEnv``/client-side ``SendEnv`` (pulumi-command's ``environment``
 needs ``AcceptEnv`` on the VM; the project must not rely on it).
 
+Root: when the tests run as root, each host also gets a root helper (``root_helper.py``): the
+fake container then writes its XLA cache as root, and the fake ``sudo`` runs file-ownership
+commands (``chown``, ``mkdir``, ...) as real root, inside the host's own directory only, as the
+image (no ``USER``) and NOPASSWD sudo do on a TPU VM. ``SshHost.root_modelled`` says whether.
+
 The guest agent's account window: on a real node sshd is up before the guest agent has created
 the ``ssh-keys`` user. GoogleCloudPlatform/guest-agent ``non_windows_accounts.go``
 (``accountsMgr.Set``) runs ``createGoogleUser`` (``useradd``) for a metadata user that has no
@@ -53,6 +58,7 @@ from typing import Any, Protocol, TypedDict
 import pytest
 
 from . import fake_docker
+from .root_helper import RootHelper
 
 SSHD = "/usr/sbin/sshd"
 HOST = "127.0.0.1"
@@ -396,6 +402,7 @@ class SshHost:
         self._created_uid: int | None = None
         self._stopped = False
         self._agent_timer: threading.Timer | None = None
+        self._root_helper: RootHelper | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -441,6 +448,11 @@ class SshHost:
         tmp.write_text(self._client_public_key)
         tmp.chmod(0o644)
         tmp.replace(self._authorized)
+
+    @property
+    def root_modelled(self) -> bool:
+        """Do the container and the fake sudo's file commands act as real root here?"""
+        return self._root_helper is not None
 
     @property
     def user_created(self) -> bool:
@@ -496,6 +508,10 @@ class SshHost:
         _chown(lock, uid, gid)
 
         self.docker = FakeDocker(self.docker_state, uid, gid)
+        if uid is not None and gid is not None:
+            self._root_helper = RootHelper(
+                self.docker_state / fake_docker.ROOT_HELPER_SOCKET, uid, gid, confine=work
+            ).start()
         for image in images:
             self.docker.add_image(image)
         if not requires_sudo:
@@ -656,6 +672,8 @@ class SshHost:
             self.docker.kill_all()
         if self._created_uid is not None:
             _kill_uid_processes(self._created_uid)
+        if self._root_helper is not None:
+            self._root_helper.stop()
         self._stop_sshd()
         if self._created_uid is not None:
             _kill_uid_processes(self._created_uid)
