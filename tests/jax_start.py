@@ -61,7 +61,7 @@ TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
 REQUEST_BUCKETS = (8, 16, 32, 64, 128)
 WIDTH, HEADS, FFN, VOCAB = 128, 4, 512, 2048
 #: Decoder blocks, unrolled as in a real model's forward: compile time grows with them.
-DEFAULT_LAYERS = 4
+DEFAULT_LAYERS = 24
 
 
 def small(count: int) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
