@@ -126,7 +126,8 @@ def start_times(runs: int, layers: int) -> dict[str, list[dict[str, Any]]]:
         try:
             with loopback_bucket(root / "gcs") as (api, metadata):
                 for label, env in (("default", {}), ("every", every_env)):
-                    bucket = Bucket(api, metadata, f"gs://{BUCKET}/xla-cache/{label}/")
+                    prefix = f"gs://{BUCKET}/xla-cache/{label}/"
+                    bucket = Bucket(api, metadata, prefix, root / "gcs")
                     cold, restore, warm = cold_then_restored(bucket, root / label, env, layers)
                     warm["restore_seconds"] = float(restore.get("seconds") or 0.0)
                     warm["restored_files"] = int(restore.get("files") or 0)
@@ -184,7 +185,7 @@ def restore_speed(entries: int, mb: float) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="tpu-vllm-bench-restore-"))
     try:
         with loopback_bucket(root / "gcs") as (api, metadata):
-            bucket = Bucket(api, metadata, f"gs://{BUCKET}/xla-cache/restore/")
+            bucket = Bucket(api, metadata, f"gs://{BUCKET}/xla-cache/restore/", root / "gcs")
             cache = root / CONTAINER_CACHE
             bucket.restore(root / "node1", cache)  # cold: records the generation for the save
             cache.mkdir(parents=True, exist_ok=True)

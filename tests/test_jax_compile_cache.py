@@ -5,8 +5,10 @@ The environment comes from what the program renders: the `-e` flags of the VM's 
 is tests/jax_start.py in a fresh process, which sets the cache directory the way tpu-inference
 does and counts `jax.monitoring`'s cache events (event names from jax/_src/compiler.py and
 jax/_src/compilation_cache.py). The node tool is scripts/remote/xla_cache.py as the start and
-save scripts run it (`fetch`, `install`, `save`), over the Cloud Storage JSON API against the
-loopback fake (tests/fakes/gcs_api.py) with the metadata server's token.
+save scripts run it (`fetch`, `install`, `save`) against one local bucket: the cold node through
+the fake `gcloud storage` (tests/fakes/bin/gcloud, as on a VM with gcloud), the fresh node through
+the Cloud Storage JSON API fake (tests/fakes/gcs_api.py, with the metadata server's token, as on
+a VM without gcloud or in GKE's init container), so the two transports share one layout.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tests.pulumi_program import ProgramRun, refused, run_program
 ROOT = Path(__file__).resolve().parent.parent
 JAX_START = ROOT / "tests" / "jax_start.py"
 TOOL = ROOT / "scripts" / "remote" / "xla_cache.py"
+FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
 FUNCTIONS = 12
 #: The image the nodes run, named by digest (the tool's `install` then needs no docker).
 IMAGE = "vllm/vllm-tpu@sha256:" + "ef01" * 16
@@ -180,14 +183,19 @@ class Bucket:
     api: FakeGcsApi
     metadata: FakeMetadataServer
     prefix: str
+    #: The local store behind both fakes (`FAKE_GCS_ROOT` of the fake gcloud).
+    root: Path
+    #: `api` (the JSON API) or `gcloud` (`gcloud storage`): TPU_VLLM_CACHE_VIA.
+    via: str = "api"
 
     def tool(self, command: str, work: Path, *args: str) -> None:
-        """The node tool as cache_restore.sh / cache_save.sh run it, on the JSON API path."""
+        """The node tool as cache_restore.sh / cache_save.sh run it."""
         done = subprocess.run(
             ["python3", str(TOOL), command, "--work", str(work), *args],
             env={
-                "PATH": os.environ["PATH"],
-                "TPU_VLLM_CACHE_VIA": "api",
+                "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}",
+                "FAKE_GCS_ROOT": str(self.root),
+                "TPU_VLLM_CACHE_VIA": self.via,
                 "STORAGE_API_ENDPOINT": self.api.url,
                 "GCE_METADATA_HOST": self.metadata.host,
             },
@@ -234,7 +242,7 @@ def saved(vm: ProgramRun) -> Iterator[Saved]:
     try:
         prefix = str(vm.outputs["compile_cache"])
         GcsStore(str(root / "gcs")).create_bucket(prefix[len("gs://") :].split("/", 1)[0])
-        bucket = Bucket(api, metadata, prefix)
+        bucket = Bucket(api, metadata, prefix, root / "gcs", via="gcloud")
         env = docker_run_env(start_text(vm))
         node1 = root / "node1"
         cache = root / CONTAINER_CACHE
@@ -256,6 +264,7 @@ def test_a_fresh_node_restoring_the_same_path_recompiles_nothing(saved: Saved) -
     assert saved.saved["ok"] is True and saved.saved["uploaded"] == FUNCTIONS
     cache = saved.root / CONTAINER_CACHE
     assert not cache.exists()  # node 1's disk is gone
+    saved.bucket.via = "api"
     warm = saved.bucket.restore(saved.root / "node2" / "work", cache)
     assert warm["restored"] is True and warm["files"] == FUNCTIONS
     second = jax_start(cache, saved.env)
@@ -269,6 +278,7 @@ def test_restoring_under_another_path_misses_every_entry(saved: Saved) -> None:
     `xla_gpu_per_fusion_autotune_cache_dir` under it, in the options cache_key.py hashes):
     why the in-container path must never change."""
     elsewhere = saved.root / "elsewhere" / ".cache" / "vllm" / "xla_cache"
+    saved.bucket.via = "gcloud"
     warm = saved.bucket.restore(saved.root / "node3" / "work", elsewhere)
     assert warm["restored"] is True and warm["files"] == FUNCTIONS  # the files are there
     third = jax_start(elsewhere, saved.env)
