@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import math
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -85,6 +86,8 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "enabled": "carry the XLA compile cache across TPU lifetimes in Cloud Storage",
         "bucket": "an existing bucket for the cache instead of the per-stack one",
         "restoreTimeout": "how long a node may spend restoring the cache before starting cold",
+        "minCompileSeconds": "JAX caches only compiles that took at least this long; "
+        "default 0: every compile",
     },
 }
 
@@ -314,6 +317,10 @@ class CacheSettings:
     bucket: str | None = None
     #: Seconds the node may spend restoring; after that it starts cold.
     restore_timeout_seconds: int = 300
+    #: JAX writes a persistent-cache entry only for compiles that took at least this long
+    #: (`jax_persistent_cache_min_compile_time_secs`, JAX's default 1.0 s). 0: every compile, so
+    #: a restored node recompiles nothing (components/jax_cache_env.py renders it).
+    min_compile_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -1165,7 +1172,28 @@ def _parse_cache(r: _Reader) -> CacheSettings:
             )
             bucket = None
     timeout = _parse_positive_duration(r, "restoreTimeout", DEFAULT_CACHE_RESTORE_TIMEOUT)
-    return CacheSettings(enabled=enabled, bucket=bucket, restore_timeout_seconds=timeout)
+    min_compile = _parse_min_compile_seconds(r)
+    return CacheSettings(
+        enabled=enabled,
+        bucket=bucket,
+        restore_timeout_seconds=timeout,
+        min_compile_seconds=min_compile,
+    )
+
+
+def _parse_min_compile_seconds(r: _Reader) -> float:
+    """`cache.minCompileSeconds`: a finite number of seconds >= 0 (JAX reads it with float())."""
+    what = "a number of seconds >= 0, e.g. 0 (cache every compile) or 1.0 (JAX's own default)"
+    value = r.get("minCompileSeconds", _as_float, None, what)
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        r.fail(
+            "minCompileSeconds",
+            r.values.get("minCompileSeconds"),
+            f"must be a finite number of seconds >= 0. Fix: {what}, or remove the key "
+            "for the default 0",
+        )
+        return 0.0
+    return 0.0 if value is None else value
 
 
 def _parse_renewal(

@@ -31,7 +31,7 @@ from typing import Any
 
 import pulumi
 
-from components import catalog, compute_class, remote_scripts
+from components import catalog, compute_class, jax_cache_env, remote_scripts
 from components.config import StackConfig
 from components.tpu import resource_id
 
@@ -297,6 +297,8 @@ def deployment(
                 "name": "VLLM_API_KEY_FILE",
                 "value": f"{SECRETS_DIR}/{remote_scripts.API_KEY_FILE}",
             },
+            # The VM path's `-e` for JAX's cache threshold (components/jax_cache_env.py).
+            *({"name": k, "value": v} for k, v in jax_cache_env.container_env(config).items()),
         ],
         "ports": [{"name": "http", "containerPort": config.vllm.port, "protocol": "TCP"}],
         "resources": {

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from components import compile_cache
+from components import compile_cache, jax_cache_env
 from components.config import StackConfig
 
 REMOTE = Path(__file__).resolve().parent.parent / "scripts" / "remote"
@@ -95,6 +95,12 @@ def docker_run_words(config: StackConfig, container: str) -> list[str]:
         "-v ~/.cache/vllm:/root/.cache/vllm",
         "-e HF_HOME=/dev/shm",
         f"-e HF_TOKEN_PATH={CONTAINER_SECRETS}/{HF_TOKEN_FILE}",
+        # JAX's cache threshold (`cache.minCompileSeconds`): the container's environment, not
+        # a `vllm serve` flag (components/jax_cache_env.py).
+        *(
+            f"-e {q(f'{name}={value}')}"
+            for name, value in jax_cache_env.container_env(config).items()
+        ),
         f"-v {secret.format(HF_TOKEN_FILE)}",
         f"-v {secret.format(API_KEY_FILE)}",
         "-v ~/.tpu-vllm/entrypoint.sh:/tpu-vllm/entrypoint.sh:ro",
