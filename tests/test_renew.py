@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -344,9 +345,13 @@ def test_a_gke_stack_is_never_renewed(
 # -- issue 18: renewing inside the window, before the run ends --------------------------------
 
 
-def windowed(fake: FakePulumi, queued_resource: str, lead_seconds: float) -> FakePulumi:
+def windowed(
+    fake: FakePulumi, queued_resource: str, lead_seconds: float, expires_at: str | None = None
+) -> FakePulumi:
     """A deployed stack whose outputs carry `renewal_lead_seconds` (issue 18's output)."""
     outputs = {**stack_outputs(queued_resource), "renewal_lead_seconds": lead_seconds}
+    if expires_at is not None:
+        outputs["expires_at"] = expires_at
     fake.add_stack(STACK, outputs, secrets=("api_key",), after_up=RENEWED)
     return fake
 
@@ -381,15 +386,28 @@ def test_active_with_more_than_the_lead_left_is_left_alone(
 def test_the_end_time_comes_from_the_api_before_the_stale_output(
     tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """`expires_at` in the outputs says 2026-11-30 (far off or long past, whatever today is);
-    the queued resource's own `runDuration.terminationTime` decides."""
+    """The outputs' `expires_at` says the run ends in 10 minutes (stale: written for another
+    node); the queued resource's own `runDuration.terminationTime` (4 h away) decides."""
     name = in_state(tpu, "ACTIVE")
-    ends = tpu.queued_resource(name)["runDuration"]["terminationTime"]
-    windowed(fake_pulumi, name, lead_seconds=3600)
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 600))
+    windowed(fake_pulumi, name, lead_seconds=3600, expires_at=soon)
     run_renew(capfd)
     assert fake_pulumi.argvs() == [STACK_OUTPUT]
-    left = renewal.seconds_left(ends)
+    left = renewal.seconds_left(tpu.queued_resource(name)["runDuration"]["terminationTime"])
     assert left is not None and left > 3600
+
+
+def test_the_outputs_end_time_is_used_when_the_api_gives_none(
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Without `runDuration.terminationTime` (the provider then read the node's
+    `schedulingConfig.terminationTimestamp` into `expires_at`), the output decides."""
+    tpu.qr_reports_termination_time = False
+    name = in_state(tpu, "ACTIVE")
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 600))
+    windowed(fake_pulumi, name, lead_seconds=3600, expires_at=soon)
+    run_renew(capfd)
+    assert fake_pulumi.argvs() == [STACK_OUTPUT, UP]
 
 
 def test_a_stack_without_the_lead_output_is_renewed_only_once_ended(
