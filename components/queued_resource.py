@@ -276,7 +276,9 @@ class QueuedResourceProvider(dyn.ResourceProvider):
             outs = _try_zone(api, spec, zone, zone_errors)
             if outs is not None:
                 outs["zone_errors"] = zone_errors
-                return dyn.CreateResult(id_=spec.qr_name(zone), outs={**_inputs(props), **outs})
+                # The name of the id pair the request got (the stack's own, or beside the TPU
+                # it renews), as `_describe` reports it.
+                return dyn.CreateResult(id_=outs["qr_name"], outs={**_inputs(props), **outs})
         raise Exception(
             f"no zone could provide {spec.accelerator_type} ({spec.provisioning}); every "
             "queued resource that was requested has been deleted again:\n  "
