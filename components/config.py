@@ -300,8 +300,6 @@ class RenewalSettings:
     lead_seconds: int | None = None
     #: Seconds a replaced, still-ACTIVE node serves on after its successor took the name.
     drain_seconds: int = renewal.DEFAULT_DRAIN_SECONDS
-    #: True when `lead_seconds` is the computed default rather than `renewal.lead`.
-    lead_is_default: bool = True
 
 
 @dataclass(frozen=True)
@@ -1002,7 +1000,7 @@ def _parse_renewal(
                 f"{NAMESPACE}:renewal.lead is set, but tpu.provisioning = {provisioning!r} has "
                 "no run end to renew ahead of: it is ignored. Fix: remove it."
             )
-        return None if len(r.problems) != before else RenewalSettings(None, drain, True)
+        return None if len(r.problems) != before else RenewalSettings(None, drain)
     if raw_lead is None:
         if chip is None:
             return None
@@ -1018,7 +1016,7 @@ def _parse_renewal(
                 f"a gap. Fix: set {NAMESPACE}:renewal.lead, or a longer tpu.maxRunDuration."
             )
             lead = shortened
-        return None if len(r.problems) != before else RenewalSettings(lead, drain, True)
+        return None if len(r.problems) != before else RenewalSettings(lead, drain)
     try:
         lead = parse_duration(raw_lead)
         if lead <= 0:
@@ -1044,7 +1042,7 @@ def _parse_renewal(
             "a scheduled check may not fall inside the window, and the run then ends before "
             f"its successor is requested. Fix: a lead above {renewal.SCHEDULE_MINUTES} min."
         )
-    return None if len(r.problems) != before else RenewalSettings(lead, drain, False)
+    return None if len(r.problems) != before else RenewalSettings(lead, drain)
 
 
 def _default_lead(chip: Chip, capacity_wait_seconds: int, drain_seconds: int) -> int:

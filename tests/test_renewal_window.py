@@ -250,6 +250,31 @@ def test_the_successor_is_created_beside_the_tpu_it_renews(tpu_env: FakeTpuApi) 
     assert third.id == BASE
 
 
+def test_a_predecessor_that_ended_since_the_diff_is_stepped_around(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    """The diff saw it ACTIVE inside its window; by the create its run had ended (SUSPENDED,
+    still holding its ids until Pulumi deletes it at the end of the update)."""
+    provider = QueuedResourceProvider()
+    provider.create(props(INSIDE))
+    tpu_env.expire(BASE)
+    assert tpu_env.wait_for_state(BASE, "SUSPENDED", timeout=5) == "SUSPENDED"
+    assert provider.create(props(INSIDE)).id == NEXT
+
+
+def test_a_refresh_inside_the_window_says_what_up_will_do(
+    tpu_env: FakeTpuApi,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    provider = QueuedResourceProvider()
+    created = provider.create(props(INSIDE))
+    capsys.readouterr()
+    provider.read(BASE, outs_of(created))
+    err = capsys.readouterr().err
+    assert f"{BASE}: ACTIVE with 4 h of its run left, inside the renewal window" in err
+    assert "requests the next TPU beside it (create before delete)" in err
+
+
 def test_ids_held_by_a_tpu_outside_its_window_stop_the_create(tpu_env: FakeTpuApi) -> None:  # noqa: F811
     """Not a renewal: an ACTIVE TPU with hours left under the stack's ids is something an
     interrupted run left behind. It is neither stepped around nor deleted."""
