@@ -15,9 +15,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.config import NAMESPACE, DnsSettings, StackConfig
-
-#: Seconds resolvers may cache the address; short, because the address changes every renewal.
-RECORD_TTL_SECONDS = 60
+from components.renewal import RECORD_TTL_SECONDS
 
 
 @dataclass(frozen=True)
