@@ -305,7 +305,8 @@ class QueuedResourceProvider(dyn.ResourceProvider):
                 "`pulumi up` replaces it"
             )
         elif renewal.in_window(outs["state"], outs["termination_time"], spec.lead_seconds):
-            report(f"{id_}: {_window_text(outs['termination_time'], spec)}")
+            text = _window_text(outs["termination_time"], spec.lead_seconds, spec.drain_seconds)
+            report(f"{id_}: {text}")
         return dyn.ReadResult(id_=id_, outs={**_inputs(props), **outs})
 
     def diff(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
@@ -329,9 +330,11 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         lead = news.get("renewal_lead_seconds")
         termination = olds.get("termination_time")
         if not replaces and renewal.in_window(olds.get("state"), termination, lead):
-            report(
-                f"{olds.get('qr_name') or id_}: {_window_text(termination, Spec.from_props(news))}"
+            drain = news.get("drain_seconds")
+            text = _window_text(
+                termination, lead, renewal.DEFAULT_DRAIN_SECONDS if drain is None else drain
             )
+            report(f"{olds.get('qr_name') or id_}: {text}")
             return dyn.DiffResult(
                 changes=True,
                 replaces=["termination_time"],
@@ -380,15 +383,15 @@ def _norm(value: Any) -> Any:
     return value
 
 
-def _window_text(termination_time: str | None, spec: Spec) -> str:
-    """What a renewal inside the window does, for the progress lines of read/diff."""
+def _window_text(termination_time: str | None, lead: Any, drain: Any) -> str:
+    """What a renewal inside the window does, for the progress lines of read/diff. `lead` and
+    `drain` are seconds as props carry them (floats)."""
     left = renewal.seconds_left(termination_time) or 0.0
-    lead = spec.lead_seconds or 0.0
     return (
         f"ACTIVE with {renewal.minutes(left)} of its run left, inside the renewal window "
-        f"(renewal.lead {renewal.minutes(lead)}): `pulumi up` requests the next TPU beside it "
-        "(create before delete), moves the server and the DNS name to it once it serves, then "
-        f"deletes this one after a drain of {renewal.minutes(spec.drain_seconds)}"
+        f"(renewal.lead {renewal.minutes(float(lead or 0))}): `pulumi up` requests the next "
+        "TPU beside it (create before delete), moves the server and the DNS name to it once it "
+        f"serves, then deletes this one after a drain of {renewal.minutes(float(drain or 0))}"
     )
 
 
@@ -517,7 +520,12 @@ def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]
     except ApiError as error:
         if error.http_status != 404:
             raise
-        return spec  # gone since the create was refused: try the same ids again
+        raise Exception(
+            f"the TPU API refused to create {name} with ALREADY_EXISTS, but there is no such "
+            f"queued resource: the node id {spec.node_id} is probably held by a node left "
+            f"behind. Fix: delete it (`gcloud alpha compute tpus tpu-vm delete {spec.node_id} "
+            f"--zone {zone}`), then run `pulumi up` again."
+        ) from None
     state = str(occupant.get("state", {}).get("state", "STATE_UNSPECIFIED"))
     termination = _describe(api, spec, zone, occupant)["termination_time"]
     renewed = renewal.in_window(state, termination, spec.lead_seconds) or state in ENDED_STATES

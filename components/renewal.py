@@ -37,7 +37,8 @@ DEFAULT_DRAIN_SECONDS = RECORD_TTL_SECONDS + DRAIN_MARGIN_SECONDS
 
 
 def renew_command(stack: str) -> str:
-    """The command that renews `stack`; safe any time: it does nothing while the TPU is live.
+    """The command that renews `stack`; safe any time: it does nothing while more than
+    `renewal.lead` of the run is left.
 
     With the project's virtualenv, as the README's commands and the renew workflow run Python:
     a bare `python` on a fresh machine has none of the program's packages."""

@@ -31,7 +31,6 @@ import pulumi.dynamic as dyn
 
 from components.host_key import NodeHostKeyProvider
 from components.queued_resource import QueuedResourceProvider
-from components.tpu import queued_resource_props
 from tests import engine_order
 from tests.fakes.cloud_dns import CachingResolver, FakeManagedZone
 from tests.fakes.metadata_server import FakeMetadataServer
@@ -41,7 +40,7 @@ from tests.fakes.tpu_api import FakeTpuApi
 from tests.mock_outputs import MANAGED_ZONE, ZONE_DNS_NAME
 from tests.pulumi_program import TEST_PROJECT, run_program
 from tests.remote_stack import FETCH, IMAGE, READY, START, commands, on_host
-from tests.test_queued_resource import FAST, SA_EMAIL, as_engine, stack_config
+from tests.test_queued_resource import props_for
 
 STACK = "v5e1"
 WITH_DNS = {"tpu-vllm:dns.managedZone": MANAGED_ZONE}
@@ -168,17 +167,11 @@ class Renewal:
         self.record_changed_at = 0.0
         self.stopped: dict[str, float] = {}  # QR name -> when its VM stopped serving
 
-    def _props(self) -> dict[str, Any]:
-        props = queued_resource_props(
-            stack_config(STACK),
-            service_account_email=SA_EMAIL,
-            network_tag=f"tpu-vllm-{STACK}",
-            metadata={"enable-guest-attributes": "TRUE"},
-            timing=FAST,
-        )
-        props["renewal_lead_seconds"] = RUN_SECONDS - WINDOW_AFTER
-        props["drain_seconds"] = DRAIN
-        return {**as_engine(props), "__provider": "opaque"}
+    @staticmethod
+    def _props() -> dict[str, Any]:
+        """The stack's props as the engine hands them over, with the window and drain scaled."""
+        lead = RUN_SECONDS - WINDOW_AFTER
+        return {**props_for(STACK), "renewal_lead_seconds": lead, "drain_seconds": DRAIN}
 
     # -- what each step does -------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import yaml
 
 from components import catalog, renewal
 from components.config import RENEWAL_PROVISIONING_SECONDS, parse_duration
-from components.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider
+from components.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider, Spec
 from scripts import budget
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.mock_outputs import MANAGED_ZONE
@@ -283,6 +283,21 @@ def test_ids_held_by_a_tpu_outside_its_window_stop_the_create(tpu_env: FakeTpuAp
         QueuedResourceProvider().create(props(OUTSIDE))
     assert tpu_env.state(NEXT) is None
     assert not tpu_env.requests_for("DELETE")
+
+
+def test_a_node_id_held_elsewhere_stops_the_create_naming_the_node(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    """ALREADY_EXISTS although no queued resource has the id: the node id is the one taken
+    (the fake, like the API, keeps node ids unique per zone). Named, never retried forever."""
+    spec = Spec.from_props(props(INSIDE))
+    body = spec.body(ZONE)
+    tpu_env.discovery_client().projects().locations().queuedResources().create(
+        parent=f"projects/test-project/locations/{ZONE}", queuedResourceId="other", body=body
+    ).execute()
+    with pytest.raises(Exception, match="the node id tpu-vllm-v5e1-node is probably held"):
+        QueuedResourceProvider().create(props(INSIDE))
+    assert len(tpu_env.requests_for("queuedResources.create")) == 2
 
 
 # -- item 2: the drain --------------------------------------------------------------------------

@@ -13,8 +13,9 @@ What it imitates:
   and never longer, which is the best case for a client; a client library that caches longer
   is what `renewal.drain`'s margin beyond the TTL is for.
 
-The addresses are the fake TPU API's node IPs (203.0.113.N); `route` maps each to the loopback
-port of the fake VM that plays that node, so a client "connects to the name" on 127.0.0.1.
+The addresses are the fake TPU API's node IPs (203.0.113.N); tests/renewal_harness.py maps each
+to the loopback port of the fake VM that plays that node, so a client "connects to the name" on
+127.0.0.1.
 """
 
 from __future__ import annotations
