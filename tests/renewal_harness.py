@@ -301,13 +301,20 @@ class Renewal:
 
 @contextlib.contextmanager
 def _own_event_loop() -> Iterator[None]:
-    """A fresh event loop for a mocked program run, in whichever thread it runs."""
+    """A fresh event loop for a mocked program run, in whichever thread it runs; the thread's
+    previous loop (the main thread's, which later tests use) is put back afterwards."""
+    try:
+        previous: asyncio.AbstractEventLoop | None = (
+            asyncio.get_event_loop_policy().get_event_loop()
+        )
+    except RuntimeError:  # a worker thread has none
+        previous = None
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         yield
     finally:
-        asyncio.set_event_loop(None)
+        asyncio.set_event_loop(previous)
         loop.close()
 
 
