@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 import yaml
+from pulumi.runtime import mocks
 
 from components import catalog, renewal
 from components.config import RENEWAL_PROVISIONING_SECONDS, parse_duration
 from components.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider, Spec
 from scripts import budget
 from tests.fakes.tpu_api import FakeTpuApi
-from tests.mock_outputs import MANAGED_ZONE
+from tests.mock_outputs import MANAGED_ZONE, cloud_outputs
 from tests.pulumi_program import ROOT, refused, run_program
 from tests.test_queued_resource import outs_of, props_for, tpu_env  # noqa: F401 - a fixture
 
@@ -377,6 +378,32 @@ def test_the_end_of_up_says_when_the_window_opens() -> None:
     assert "from 1 h 5 min before it (renewal.lead, at " in notice
     assert "requests the next node beside this one" in notice
     assert "If no capacity is found before the end" in notice
+
+
+# -- item 8: the output contract keeps its meaning across a renewal ---------------------------
+
+
+def test_after_a_renewal_the_outputs_name_the_new_node_and_keep_their_meaning() -> None:
+    """The state after a renewal holds the successor under the other id pair: `queued_resource`
+    and `node` name it, `expires_at` is its end, `renew_command` and `replicas` are unchanged."""
+    ends = "2026-12-01T04:00:00Z"
+
+    def renewed(args: mocks.MockResourceArgs) -> dict[str, Any]:
+        outputs = cloud_outputs(args)
+        if args.typ == "pulumi-python:dynamic:Resource" and "qr_id" in args.inputs:
+            outputs.update(
+                qr_name=NEXT,
+                node_name=f"projects/test-project/locations/{ZONE}/nodes/tpu-vllm-v5e1-node-b",
+                termination_time=ends,
+            )
+        return outputs
+
+    before, after = run_program("v5e1"), run_program("v5e1", outputs_for=renewed)
+    assert after.outputs["queued_resource"] == NEXT
+    assert after.outputs["node"].endswith("/nodes/tpu-vllm-v5e1-node" + RENEWAL_SUFFIX)
+    assert after.outputs["expires_at"] == ends
+    for same in ("renew_command", "replicas", "renewal_lead_seconds"):
+        assert after.outputs[same] == before.outputs[same]
 
 
 # -- item 4: the overlap is billed twice ---------------------------------------------------------
