@@ -81,11 +81,10 @@ def expiry_notice(
 
 def _before(expires_at: str | None, seconds: float) -> str | None:
     """`expires_at` minus `seconds`, in the same RFC 3339 UTC form; None if it is unknown."""
-    left = seconds_left(expires_at, now=0.0)
-    if left is None:
+    end = _epoch(expires_at)
+    if end is None:
         return None
-    start = dt.datetime.fromtimestamp(left - seconds, tz=dt.UTC)
-    return start.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(end - seconds, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def gke_recycle_notice(stack: str, max_run_seconds: int | None) -> str:
@@ -102,17 +101,21 @@ def gke_recycle_notice(stack: str, max_run_seconds: int | None) -> str:
     )
 
 
-def seconds_left(termination_time: str | None, now: float | None = None) -> float | None:
-    """Seconds until `termination_time` (RFC 3339, as the TPU API writes it), or None."""
-    if not termination_time:
+def _epoch(timestamp: str | None) -> float | None:
+    """An RFC 3339 time as the TPU API writes it (`...Z`, up to nanoseconds), or None."""
+    if not timestamp:
         return None
     try:
-        end = dt.datetime.fromisoformat(str(termination_time).replace("Z", "+00:00"))
+        when = dt.datetime.fromisoformat(str(timestamp).replace("Z", "+00:00"))
     except ValueError:
         return None
-    if end.tzinfo is None:
-        end = end.replace(tzinfo=dt.UTC)
-    return end.timestamp() - (time.time() if now is None else now)
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def seconds_left(termination_time: str | None, now: float | None = None) -> float | None:
+    """Seconds until `termination_time`, or None when it is not known."""
+    end = _epoch(termination_time)
+    return None if end is None else end - (time.time() if now is None else now)
 
 
 def in_window(
