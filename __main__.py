@@ -27,7 +27,7 @@ backend = (
 )
 
 # The output contract other stacks read (README "Outputs"): never rename silently. No value is
-# ever None, which the engine would drop: "" / {} mean "not applicable", and the two optional
+# ever None, which the engine would drop: "" / {} mean "not applicable", and the optional
 # outputs are exported only when they have a value.
 pulumi.export("endpoint", backend.endpoint)
 pulumi.export("endpoint_ip", backend.endpoint_ip)
@@ -43,6 +43,10 @@ pulumi.export("external_ip", text_or_empty(backend.external_ip))
 pulumi.export("internal_ip", text_or_empty(backend.internal_ip))
 pulumi.export("expires_at", text_or_empty(backend.expires_at))
 pulumi.export("renew_command", backend.renew_command)
+if config.backend == "vm" and config.renewal.lead_seconds is not None:
+    # optional: how long before `expires_at` scripts/renew.py starts the next node; absent when
+    # nothing ends (spot, on-demand) and on GKE, which replaces its nodes itself.
+    pulumi.export("renewal_lead_seconds", config.renewal.lead_seconds)
 pulumi.export("ssh_command", backend.ssh_command)
 pulumi.export("ssh_private_key", backend.ssh_private_key)
 pulumi.export("ssh_host_key", text_or_empty(backend.ssh_host_key))

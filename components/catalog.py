@@ -140,6 +140,16 @@ FLEX_START_REJECTION_TEXT = (
 # seed 000 §1.2 / DESIGN.md: flex-start runs at most 7 days.
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
 
+# A warm start (compile cache restored) of the stack's model, per chip family: the longest part
+# of starting the next node before the current one ends (config.py `renewal.lead`).
+# v5e: seed 000 §1.3, measured: gemma-4-E2B-it on v5e-1 restarts in 497 s with ~/.cache/vllm
+# mounted (857 s cold, 685 s of it XLA compilation).
+# v6e: seed 003 (gemma-4-31B-it on v6e-4) gives no load or compile times at all, so this is an
+# estimate: twice v5e's, the same factor the v6e4 stack gives its readiness budget (60m vs 30m)
+# for 6x the weights (58.25 vs 9.54 GiB to download and place in HBM) and a larger graph to load
+# from the cache. Replace it with a measurement (`startup_seconds` after a warm renewal).
+WARM_START_SECONDS: Mapping[str, int] = MappingProxyType({"v5e": 497, "v6e": 2 * 497})
+
 # Chips per host of each family: a slice with more chips than this spans several hosts, which
 # neither the TPU-VM path (one `docker run`) nor vLLM on TPU in GKE (single-host only) can serve.
 # GKE docs "Plan TPUs in GKE": v5e and v6e single-host slices stop at 8 chips (2x4 topology).

@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import pulumi
 
-from components import catalog
+from components import catalog, renewal
 from components.catalog import Chip, Provisioning
 from components.messages import closest, sentence, show
 from components.ssh import PER_DIAL_TIMEOUT_SECONDS, dial_budget_seconds
@@ -79,8 +79,11 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "unset: the stack creates one",
     },
     "renewal": {
-        "lead": "how long before a flex-start run ends its replacement is sought (on GKE the "
-        "ComputeClass's nodeRecycling.leadTimeSeconds); shorter than tpu.maxRunDuration",
+        "lead": "how long before a flex-start run ends its successor is requested, e.g. 1h (on GKE "
+        "the ComputeClass's nodeRecycling.leadTimeSeconds); shorter than tpu.maxRunDuration; "
+        "default: a capacity wait plus a warm start",
+        "drain": "how long a replaced node keeps serving after the DNS record moved to its "
+        "successor; at least the record's TTL (60 s) with dns.* (VM backend)",
     },
     "cache": {
         "enabled": "carry the XLA compile cache across TPU lifetimes in Cloud Storage",
@@ -116,13 +119,25 @@ DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
 DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
-# How long before a flex-start run ends its replacement is sought: a capacity wait (30 min,
-# tpu.capacityWait's default) plus a warm start (497 s on v5e-1, seed 000 §1.4; the 31B start on
-# v6e-4 is longer), rounded up to the hour GoogleCloudPlatform/accelerated-platforms' v6e
-# ComputeClass uses (platforms/gke/base/core/custom_compute_class/templates/manifests/tpu/v6e/
-# custom-compute-tpu-v6e-2x2.yaml, leadTimeSeconds: 3600). At most half of a shorter run.
-DEFAULT_RENEWAL_LEAD = "1h"
+# `renewal.lead` by default on GKE (the ComputeClass's nodeRecycling.leadTimeSeconds): a capacity
+# wait (30 min, tpu.capacityWait's default) plus a warm start (497 s on v5e-1, seed 000 §1.4; the
+# 31B start on v6e-4 is longer), rounded up to the hour GoogleCloudPlatform/accelerated-platforms'
+# v6e ComputeClass uses (platforms/gke/base/core/custom_compute_class/templates/manifests/tpu/v6e/
+# custom-compute-tpu-v6e-2x2.yaml, leadTimeSeconds: 3600). No renew schedule or DNS drain is in
+# it: GKE itself seeks the node and the Service's address never moves. At most half of a
+# shorter run. The VM backend's default is computed per chip (`_default_lead`).
+DEFAULT_GKE_RENEWAL_LEAD = "1h"
 DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
+# `renewal.lead` by default: the next node must serve before the current one ends, so the window
+# holds everything between "less than lead left" and "the next node serves and the old one has
+# drained": up to one period of the renew schedule before the check notices (15 min), one zone's
+# capacity wait (`tpu.capacityWait`, 30 min by default), PROVISIONING to ACTIVE plus first boot,
+# host key and secret fetch (RENEWAL_PROVISIONING_SECONDS: not measured in either seed, so an
+# estimate of 5 min), a warm start of the chip's model (catalog.WARM_START_SECONDS: v5e-1 497 s,
+# seed 000; v6e ~17 min, estimated, seed 003 has no times) and the drain (3 min), rounded up to
+# 5 minutes: 1 h 5 min for v5e1, 1 h 10 min for v6e4, under a third of a 4 h run.
+RENEWAL_PROVISIONING_SECONDS = 300
+RENEWAL_ROUND_SECONDS = 300
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
 #: The auto-mode network most projects have; some have none, hence `access.network`.
 DEFAULT_NETWORK = "default"
@@ -302,10 +317,13 @@ class GkeSettings:
 
 @dataclass(frozen=True)
 class RenewalSettings:
-    """When the next TPU is sought, relative to the end of the current flex-start run."""
+    """When the next node is requested, and how long a replaced one keeps serving."""
 
-    #: Seconds before the run ends (GKE: the ComputeClass's nodeRecycling.leadTimeSeconds).
-    lead_seconds: int = 3600
+    #: Seconds before the run ends that a renewal starts; None when nothing ends (spot,
+    #: on-demand).
+    lead_seconds: int | None = None
+    #: Seconds a replaced, still-ACTIVE node serves on after its successor took the name.
+    drain_seconds: int = renewal.DEFAULT_DRAIN_SECONDS
 
 
 @dataclass(frozen=True)
@@ -545,13 +563,20 @@ def parse_stack_config(
     vllm = _parse_vllm(vllm_r, chip)
     access = _parse_access(access_r, warnings, backend)
     cache = _parse_cache(cache_r)
-    renewal = _parse_renewal(
-        renewal_r, provisioning, max_run_seconds, tpu_r.values.get("maxRunDuration"), warnings
-    )
     hourly_override = cost_r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
     if hourly_override is not None and hourly_override <= 0:
         cost_r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
     dns = _parse_dns(dns_r, stack)
+    renewal_settings = _parse_renewal(
+        renewal_r,
+        backend=backend,
+        chip=chip,
+        provisioning=provisioning,
+        max_run_seconds=max_run_seconds,
+        capacity_wait_seconds=capacity_wait,
+        dns=dns,
+        warnings=warnings,
+    )
 
     if chip is not None and model is not None and vllm is not None:
         _check_fit(chip, model, vllm, problems)
@@ -560,7 +585,7 @@ def parse_stack_config(
         raise ConfigError(problems)
     assert chip is not None and provisioning is not None and model is not None
     assert vllm is not None and access is not None and project is not None
-    assert backend is not None and gke is not None
+    assert backend is not None and gke is not None and renewal_settings is not None
     hourly = hourly_override if hourly_override else chip.hourly_usd(provisioning)
     if backend == "gke":
         # Every replica is a whole slice; the price is for all of them at full scale.
@@ -590,7 +615,7 @@ def parse_stack_config(
         backend=backend,
         gke=gke,
         cache=cache,
-        renewal=renewal,
+        renewal=renewal_settings,
     )
 
 
@@ -982,6 +1007,104 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
     )
 
 
+def _parse_renewal(
+    r: _Reader,
+    *,
+    backend: Backend | None,
+    chip: Chip | None,
+    provisioning: Provisioning | None,
+    max_run_seconds: int | None,
+    capacity_wait_seconds: int,
+    dns: DnsSettings | None,
+    warnings: list[str],
+) -> RenewalSettings | None:
+    """`renewal.lead` and `renewal.drain`: a lead that is not shorter than the run would start
+    the next node as soon as this one started, paying for two all the time, so it is refused."""
+    before = len(r.problems)
+    drain = renewal.DEFAULT_DRAIN_SECONDS
+    raw_drain = r.values.get("drain")
+    if raw_drain is not None:
+        try:
+            drain = parse_duration(raw_drain)
+        except ValueError:
+            r.fail("drain", raw_drain, "not a duration. Fix: write it like 3m, 90s or 5m")
+        else:
+            if dns is not None and drain < renewal.RECORD_TTL_SECONDS:
+                r.fail(
+                    "drain",
+                    raw_drain,
+                    f"shorter than the DNS record's TTL ({renewal.RECORD_TTL_SECONDS} s): "
+                    "resolvers may still hand out the replaced node's address after it was "
+                    f"deleted. Fix: {renewal.RECORD_TTL_SECONDS}s or more (default "
+                    f"{renewal.DEFAULT_DRAIN_SECONDS // 60}m: the TTL plus a margin)",
+                )
+    raw_lead = r.values.get("lead")
+    if provisioning != "flex-start" or max_run_seconds is None:
+        if raw_lead is not None and provisioning in ("spot", "on-demand"):
+            warnings.append(
+                f"{NAMESPACE}:renewal.lead is set, but tpu.provisioning = {provisioning!r} has "
+                "no run end to renew ahead of: it is ignored. Fix: remove it."
+            )
+        return None if len(r.problems) != before else RenewalSettings(None, drain)
+    if raw_lead is None and backend == "gke":
+        lead = min(parse_duration(DEFAULT_GKE_RENEWAL_LEAD), max(max_run_seconds // 2, 1))
+        return None if len(r.problems) != before else RenewalSettings(lead, drain)
+    if raw_lead is None:
+        if chip is None:
+            return None
+        lead = _default_lead(chip, capacity_wait_seconds, drain)
+        if lead >= max_run_seconds:
+            shortened = max_run_seconds // 2
+            warnings.append(
+                f"{NAMESPACE}:renewal.lead is not set and its default for this stack "
+                f"({renewal.minutes(lead)}: a capacity wait plus a warm start on "
+                f"{chip.family.name}, the renew schedule and the drain) is not shorter than "
+                f"tpu.maxRunDuration ({renewal.minutes(max_run_seconds)}); using half the run, "
+                f"{renewal.minutes(shortened)}: a renewal that waits longer for capacity leaves "
+                f"a gap. Fix: set {NAMESPACE}:renewal.lead, or a longer tpu.maxRunDuration."
+            )
+            lead = shortened
+        return None if len(r.problems) != before else RenewalSettings(lead, drain)
+    try:
+        lead = parse_duration(raw_lead)
+        if lead <= 0:
+            raise ValueError(raw_lead)
+    except ValueError:
+        r.fail("lead", raw_lead, "not a duration. Fix: write it like 1h, 45m or 1h30m")
+        return None
+    if lead >= max_run_seconds:
+        r.fail(
+            "lead",
+            raw_lead,
+            f"not shorter than {NAMESPACE}:tpu.maxRunDuration "
+            f"({renewal.minutes(max_run_seconds)}): the next node would be requested as soon "
+            "as each one starts, and two would bill all the time. Fix: a lead well below the "
+            f"run, e.g. {renewal.minutes(min(max_run_seconds // 4, 3600))}, or a longer "
+            "tpu.maxRunDuration",
+        )
+        return None
+    if backend != "gke" and lead <= renewal.SCHEDULE_MINUTES * 60:
+        warnings.append(
+            f"{NAMESPACE}:renewal.lead = {show(raw_lead)} is not longer than the renew "
+            f"schedule's period ({renewal.SCHEDULE_MINUTES} min, .github/workflows/renew.yml): "
+            "a scheduled check may not fall inside the window, and the run then ends before "
+            f"its successor is requested. Fix: a lead above {renewal.SCHEDULE_MINUTES} min."
+        )
+    return None if len(r.problems) != before else RenewalSettings(lead, drain)
+
+
+def _default_lead(chip: Chip, capacity_wait_seconds: int, drain_seconds: int) -> int:
+    """`renewal.lead`'s default (see RENEWAL_PROVISIONING_SECONDS), rounded up to 5 minutes."""
+    total = (
+        renewal.SCHEDULE_MINUTES * 60
+        + capacity_wait_seconds
+        + RENEWAL_PROVISIONING_SECONDS
+        + catalog.WARM_START_SECONDS[chip.family.name]
+        + drain_seconds
+    )
+    return -(-total // RENEWAL_ROUND_SECONDS) * RENEWAL_ROUND_SECONDS
+
+
 def _parse_positive_duration(r: _Reader, name: str, default: str) -> int:
     raw = r.values.get(name, default)
     try:
@@ -1194,45 +1317,6 @@ def _parse_min_compile_seconds(r: _Reader) -> float:
         )
         return 0.0
     return 0.0 if value is None else value
-
-
-def _parse_renewal(
-    r: _Reader,
-    provisioning: Provisioning | None,
-    max_run_seconds: int | None,
-    max_run_text: Any,
-    warnings: list[str],
-) -> RenewalSettings:
-    """`renewal.lead`: a duration shorter than the run it renews (GKE's ComputeClass also caps
-    nodeRecycling.leadTimeSeconds at 604800, which a run of at most 7 days already implies)."""
-    raw = r.values.get("lead")
-    if raw is not None and provisioning is not None and provisioning != "flex-start":
-        warnings.append(
-            f"{r.key('lead')} is set, but {NAMESPACE}:tpu.provisioning = {provisioning!r} has no "
-            "run end to renew ahead of: it is ignored. Fix: remove it from the stack file."
-        )
-    lead = parse_duration(DEFAULT_RENEWAL_LEAD)
-    if raw is None:
-        if max_run_seconds is not None and lead >= max_run_seconds // 2:
-            lead = max_run_seconds // 2
-        return RenewalSettings(lead_seconds=max(lead, 1))
-    try:
-        lead = parse_duration(raw)
-        if lead <= 0:
-            raise ValueError(raw)
-    except ValueError:
-        r.fail("lead", raw, "not a duration. Fix: write it like 30m, 1h or 1h30m")
-        return RenewalSettings()
-    if max_run_seconds is not None and lead >= max_run_seconds:
-        r.fail(
-            "lead",
-            raw,
-            f"must be shorter than {NAMESPACE}:tpu.maxRunDuration = {show(max_run_text)}: the "
-            "replacement is sought this long before the run ends. Fix: a shorter lead, e.g. "
-            f"{DEFAULT_RENEWAL_LEAD}, or a longer run",
-        )
-        return RenewalSettings()
-    return RenewalSettings(lead_seconds=lead)
 
 
 def _parse_cidrs(

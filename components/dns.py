@@ -15,9 +15,8 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.config import NAMESPACE, DnsSettings, StackConfig
+from components.renewal import RECORD_TTL_SECONDS
 
-#: Seconds resolvers may cache the address; short, because the address changes every renewal.
-RECORD_TTL_SECONDS = 60
 RECORD_TYPE = "A"
 
 

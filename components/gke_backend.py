@@ -72,7 +72,7 @@ def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendO
     if not pulumi.runtime.is_dry_run():  # the VM path prints its expiry at `up` too
         pulumi.log.info(
             gke_recycle_notice(
-                config.stack, config.tpu.max_run_seconds, config.renewal.lead_seconds
+                config.stack, config.tpu.max_run_seconds, config.renewal.lead_seconds or 0
             )
         )
     # Outputs that name one VM mean nothing here: their documented empty values (README).

@@ -12,6 +12,19 @@ call answers a long-running Operation and gcloud waits on it unless `--async`): 
 A refusal is classified the same way whether it came as an HTTP error, as the operation's
 `error` or as a FAILED queued resource: see `_verdict`.
 
+Renewal ahead of the end (`renewal.lead`, components/renewal.py): when the state shows the TPU
+ACTIVE with less than the lead left, `diff` asks for a replacement that is not
+delete-before-replace, so Pulumi creates the next queued resource first, moves every dependant
+(host key, remote commands, DNS record) to it, and deletes this one at the end of the update
+(pulumi/pulumi `pkg/resource/deploy/step_generator.go`: the create-replacement step now, "the
+delete step is generated 'later' on, after all creates/updates finish"). Both must exist at
+once, so each request has one of two id pairs, the stack's own ids or the same with
+`RENEWAL_SUFFIX`; the inputs always carry the stack's own, so the diff is still "no change"
+outside the window. The create takes the stack's ids unless the API says they are taken by the
+node being renewed, then the other pair; renewals alternate between the two, and the resource's
+id and outputs name the pair in use. The delete of a replaced node that still serves while its
+successor does waits `renewal.drain` first, so clients that cached the old address finish.
+
 Pulumi pickles the provider object with dill and re-imports this module in its provider host,
 so the module holds no clients and no config: everything arrives in the resource's props, and
 the API client is built inside each method.
@@ -19,6 +32,7 @@ the API client is built inside each method.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import uuid
@@ -29,6 +43,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi.dynamic as dyn
 
+from components import renewal
 from components.tpu_api import ApiError, TpuApi, poll_delays, report
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -37,6 +52,16 @@ PROVISIONING_MODELS = {"flex-start": "FLEX_START", "spot": "SPOT", "on-demand": 
 DEAD_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED", "DELETING"})
 #: States in which a delete may be refused for a while (seed 000 §1.2 names no error code).
 UNDELETABLE_STATES = frozenset({"PROVISIONING", "CREATING"})
+#: States of a predecessor whose ids a renewal may step around: its run ended (or is ending)
+#: between the diff that chose create-before-replace and the create.
+ENDED_STATES = frozenset({"SUSPENDING", "SUSPENDED", "FAILED"})
+#: The second id pair (queued resource and node): a renewal's request exists beside the current
+#: one, whose ids it cannot reuse. "" is the stack's own pair, so a stack's first node keeps the
+#: names it always had.
+RENEWAL_SUFFIX = "-b"
+SLOTS = ("", RENEWAL_SUFFIX)
+#: Longest pause between two progress lines (and state reads) while a replaced node drains.
+DRAIN_REPORT_SECONDS = 30.0
 #: INVALID_ARGUMENT texts that mean "not in this zone", like seed 000's `FLEX_START provisioning
 #: model is not supported for accelerator type "v5litepod-1"`. The subject must be the
 #: accelerator or the provisioning model: `Runtime version "x" is not supported for accelerator
@@ -128,10 +153,19 @@ class Spec:
     timing: Timing
     #: The VPC network (`access.network`); the API's own default is `default` too.
     network: str = "default"
+    #: `renewal.lead`: an ACTIVE TPU with less left than this is replaced create-first. None:
+    #: never (spot, on-demand, or a state written before the key existed).
+    lead_seconds: float | None = None
+    #: `renewal.drain`: how long a replaced TPU serves on once its successor took the name.
+    drain_seconds: float = float(renewal.DEFAULT_DRAIN_SECONDS)
+    #: Which id pair this request uses: "" (the stack's own) or RENEWAL_SUFFIX.
+    slot: str = ""
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any]) -> Spec:
         max_run = props.get("max_run_seconds")
+        lead = props.get("renewal_lead_seconds")
+        drain = props.get("drain_seconds")
         return cls(
             project=str(props["project"]),
             zones=tuple(str(z) for z in props["zones"]),
@@ -148,7 +182,28 @@ class Spec:
             metadata={str(k): str(v) for k, v in dict(props.get("metadata") or {}).items()},
             timing=Timing.from_props(props.get("timing")),
             network=str(props.get("network") or "default"),
+            lead_seconds=float(lead) if lead else None,
+            drain_seconds=float(renewal.DEFAULT_DRAIN_SECONDS if drain is None else drain),
         )
+
+    def in_slot(self, slot: str) -> Spec:
+        """This request under the ids of `slot` (one of SLOTS)."""
+        qr_id = self.qr_id.removesuffix(self.slot) if self.slot else self.qr_id
+        node_id = self.node_id.removesuffix(self.slot) if self.slot else self.node_id
+        return dataclasses.replace(self, qr_id=qr_id + slot, node_id=node_id + slot, slot=slot)
+
+    def other_slot(self) -> Spec:
+        """The other id pair: where the successor of this request goes."""
+        return self.in_slot(RENEWAL_SUFFIX if self.slot == "" else "")
+
+    def for_name(self, qr_name: str) -> Spec:
+        """The request whose ids made `qr_name`, in whichever slot; the props' own otherwise."""
+        qr_id = qr_name.rsplit("/", 1)[-1]
+        for slot in SLOTS:
+            candidate = self.in_slot(slot)
+            if candidate.qr_id == qr_id:
+                return candidate
+        return self
 
     def qr_name(self, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}/queuedResources/{self.qr_id}"
@@ -200,6 +255,8 @@ class QueuedResourceProvider(dyn.ResourceProvider):
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         failures = []
         optional = ("labels", "tags", "network", "metadata", "max_run_seconds")
+        # `renewal_lead_seconds` and `drain_seconds` are optional too: a state written before
+        # they existed has neither, and then the TPU is only replaced once its run ended.
         for key in (*SPEC_KEYS, "zones"):
             if key not in news and key not in optional:
                 failures.append(dyn.CheckFailure(key, f"{key} is required"))
@@ -219,7 +276,9 @@ class QueuedResourceProvider(dyn.ResourceProvider):
             outs = _try_zone(api, spec, zone, zone_errors)
             if outs is not None:
                 outs["zone_errors"] = zone_errors
-                return dyn.CreateResult(id_=spec.qr_name(zone), outs={**_inputs(props), **outs})
+                # The name of the id pair the request got (the stack's own, or beside the TPU
+                # it renews), as `_describe` reports it.
+                return dyn.CreateResult(id_=outs["qr_name"], outs={**_inputs(props), **outs})
         raise Exception(
             f"no zone could provide {spec.accelerator_type} ({spec.provisioning}); every "
             "queued resource that was requested has been deleted again:\n  "
@@ -229,7 +288,7 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         )
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
-        spec = Spec.from_props(props)
+        spec = Spec.from_props(props).for_name(id_)
         api = _api(spec.timing)
         try:
             qr = api.get_queued_resource(id_)
@@ -245,13 +304,22 @@ class QueuedResourceProvider(dyn.ResourceProvider):
                 f"{id_} is {outs['state']}: its flex-start run ended and the node was deleted; "
                 "`pulumi up` replaces it"
             )
+        elif renewal.in_window(outs["state"], outs["termination_time"], spec.lead_seconds):
+            text = _window_text(outs["termination_time"], spec.lead_seconds, spec.drain_seconds)
+            report(f"{id_}: {text}")
         return dyn.ReadResult(id_=id_, outs={**_inputs(props), **outs})
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+    def diff(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         """Only a spec change (or a dead TPU) is a change. The provider host never declares
         preview support, so an update would preview with unknown outputs and show the host key
         and every remote command as changing, which `up` would not do. A zone list that still
-        holds the current zone, and timing, are read at the next create; they change nothing."""
+        holds the current zone, timing and the renewal settings are read at the next create;
+        they change nothing.
+
+        Inside the renewal window (ACTIVE, less than `renewal_lead_seconds` left) and with
+        nothing else changed, the TPU is replaced create-first: the next one is requested while
+        this one serves on. A spec change or an ended TPU is replaced delete-first as always:
+        the old one cannot serve the new spec, or serves nothing any more."""
         replaces = [k for k in SPEC_KEYS if _norm(olds.get(k)) != _norm(news.get(k))]
         new_zones = [str(z) for z in news.get("zones") or ()]
         old_zone = olds.get("zone")
@@ -259,6 +327,20 @@ class QueuedResourceProvider(dyn.ResourceProvider):
             replaces.append("zones")  # its zone was dropped from the list
         if olds.get("state") in DEAD_STATES:
             replaces.append("state")
+        lead = news.get("renewal_lead_seconds")
+        termination = olds.get("termination_time")
+        if not replaces and renewal.in_window(olds.get("state"), termination, lead):
+            drain = news.get("drain_seconds")
+            text = _window_text(
+                termination, lead, renewal.DEFAULT_DRAIN_SECONDS if drain is None else drain
+            )
+            report(f"{olds.get('qr_name') or id_}: {text}")
+            return dyn.DiffResult(
+                changes=True,
+                replaces=["termination_time"],
+                stables=[],
+                delete_before_replace=False,
+            )
         return dyn.DiffResult(
             changes=bool(replaces),
             replaces=replaces,
@@ -272,8 +354,10 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         return dyn.UpdateResult(outs={**_inputs(news), **outs})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        spec = Spec.from_props(props)
-        _delete_and_wait(_api(spec.timing), id_, spec.timing)
+        spec = Spec.from_props(props).for_name(id_)
+        api = _api(spec.timing)
+        _drain_if_succeeded(api, spec, id_)
+        _delete_and_wait(api, id_, spec.timing)
 
 
 def _api(timing: Timing) -> TpuApi:
@@ -299,6 +383,18 @@ def _norm(value: Any) -> Any:
     return value
 
 
+def _window_text(termination_time: str | None, lead: Any, drain: Any) -> str:
+    """What a renewal inside the window does, for the progress lines of read/diff. `lead` and
+    `drain` are seconds as props carry them (floats)."""
+    left = renewal.seconds_left(termination_time) or 0.0
+    return (
+        f"ACTIVE with {renewal.minutes(left)} of its run left, inside the renewal window "
+        f"(renewal.lead {renewal.minutes(float(lead or 0))}): `pulumi up` requests the next "
+        "TPU beside it (create before delete), moves the server and the DNS name to it once it "
+        f"serves, then deletes this one after a drain of {renewal.minutes(float(drain or 0))}"
+    )
+
+
 class ZoneFailedError(Exception):
     """This zone cannot provide the TPU now; the next zone may."""
 
@@ -317,6 +413,11 @@ class _RefusedError(Exception):
         if self.failed:
             return f"FAILED ({self.error.status}): {self.error.message}"
         return str(self.error)
+
+
+class _TakenError(Exception):
+    """The queued-resource id is in use (a definite ALREADY_EXISTS): by the TPU this one
+    renews, or by something the program did not make."""
 
 
 Verdict = Literal["iam", "zone", "stop"]
@@ -361,10 +462,15 @@ def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dic
     again: Pulumi records nothing for a failed dynamic create, so it would bill unseen."""
     iam_since: float | None = None
     iam_delays = poll_delays(max(spec.timing.poll_seconds, 1e-3))
+    taken: set[str] = set()
     while True:
         attempt = _ZoneAttempt(api, spec, zone)
         try:
             return attempt.run()
+        except _TakenError:
+            taken.add(spec.slot)
+            spec = _slot_beside_predecessor(api, spec, zone, taken)
+            continue
         except ZoneFailedError as failure:
             reason = str(failure)
         except _RefusedError as refusal:
@@ -401,6 +507,42 @@ def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dic
         report(f"{zone} cannot provide it now: {reason}; cleaning up before the next zone")
         attempt.clean_up()
         return None
+
+
+def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]) -> Spec:
+    """Where to request the TPU when `spec`'s ids are taken in `zone`: beside the TPU being
+    renewed (ACTIVE inside its window, or ended since the diff), under the other id pair.
+    Anything else holding the ids stops the create, as a queued resource left by an
+    interrupted run always did: it is not adopted, not deleted and not silently stepped around."""
+    name = spec.qr_name(zone)
+    try:
+        occupant = api.get_queued_resource(name)
+    except ApiError as error:
+        if error.http_status != 404:
+            raise
+        raise Exception(
+            f"the TPU API refused to create {name} with ALREADY_EXISTS, but there is no such "
+            f"queued resource: the node id {spec.node_id} is probably held by a node left "
+            f"behind. Fix: delete it (`gcloud alpha compute tpus tpu-vm delete {spec.node_id} "
+            f"--zone {zone}`), then run `pulumi up` again."
+        ) from None
+    state = str(occupant.get("state", {}).get("state", "STATE_UNSPECIFIED"))
+    termination = _describe(api, spec, zone, occupant)["termination_time"]
+    renewed = renewal.in_window(state, termination, spec.lead_seconds) or state in ENDED_STATES
+    successor = spec.other_slot()
+    if renewed and successor.slot not in taken:
+        left = renewal.seconds_left(termination)
+        when = f", {renewal.minutes(left)} left" if state == "ACTIVE" and left else ""
+        report(
+            f"{name} is the TPU being renewed ({state}{when}); requesting its successor "
+            f"beside it as {successor.qr_name(zone)} (node {successor.node_id})"
+        )
+        return successor
+    raise Exception(
+        f"{name} already exists, probably left by an interrupted run (it is {state}). Fix: "
+        f"delete it (`gcloud alpha compute tpus queued-resources delete {spec.qr_id} --zone {zone} "
+        "--force`) or import it, then run `pulumi up` again."
+    )
 
 
 class _ZoneAttempt:
@@ -453,11 +595,7 @@ class _ZoneAttempt:
             if error.attempts == 1 and error.http_status < 500:
                 self.maybe_created = False  # one definite refusal: nothing was created
             if error.status == "ALREADY_EXISTS":
-                raise Exception(
-                    f"{name} already exists, probably left by an interrupted run. Fix: delete it "
-                    f"(`gcloud alpha compute tpus queued-resources delete {spec.qr_id} --zone "
-                    f"{self.zone} --force`) or import it, then run `pulumi up` again."
-                ) from None
+                raise _TakenError(name) from None
             raise _RefusedError(error) from None
         self.accepted_at = time.monotonic()
         return operation
@@ -569,6 +707,54 @@ def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict
         "create_time": qr.get("createTime"),
         "termination_time": termination_time,
     }
+
+
+def _drain_if_succeeded(api: TpuApi, spec: Spec, name: str) -> None:
+    """Before deleting a TPU that still serves while its successor (the other id pair) is
+    ACTIVE, wait `spec.drain_seconds`: Pulumi deletes a create-before-replace's old resource
+    only after every update, so the DNS record already names the successor, and clients that
+    cached the old address (up to the record's TTL) or still run a request on it finish.
+
+    No successor (`pulumi destroy`, a delete-before-replace) or a TPU that no longer serves
+    (its run ended): deleted at once. The wait ends early if the run ends meanwhile."""
+    if spec.drain_seconds <= 0 or _state_or_gone(api, name) != "ACTIVE":
+        return
+    successor = _serving_successor(api, spec, name)
+    if successor is None:
+        return
+    drain, timing = spec.drain_seconds, spec.timing
+    report(
+        f"draining {name}: its successor {successor} serves and the DNS name has moved to it; "
+        f"{name} keeps serving for {renewal.minutes(drain)} (renewal.drain: the record's TTL "
+        "plus a margin) so clients that cached its address finish, then it is deleted"
+    )
+    start = time.monotonic()
+    last_report = start
+    while True:
+        left = drain - (time.monotonic() - start)
+        if left <= 0:
+            report(f"{name} drained for {renewal.minutes(drain)}; deleting it")
+            return
+        time.sleep(min(left, max(timing.poll_seconds, 1e-3), DRAIN_REPORT_SECONDS))
+        state = _state_or_gone(api, name)
+        if state != "ACTIVE":
+            report(f"{name} is {state} before the drain ended (its run is over); deleting it")
+            return
+        now = time.monotonic()
+        if now - last_report >= DRAIN_REPORT_SECONDS:
+            report(f"draining {name}: {renewal.minutes(drain - (now - start))} left")
+            last_report = now
+
+
+def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
+    """The ACTIVE queued resource under the other id pair, in this TPU's zone or the stack's
+    others, or None."""
+    zone = name.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in name else ""
+    successor = spec.other_slot()
+    for candidate_zone in dict.fromkeys([zone, *spec.zones]):
+        if candidate_zone and _state_or_gone(api, successor.qr_name(candidate_zone)) == "ACTIVE":
+            return successor.qr_name(candidate_zone)
+    return None
 
 
 def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:

@@ -1,15 +1,22 @@
 """What happens when a flex-start run ends, and the command that renews the stack.
 
 For flex-start, expiry is the normal lifecycle: Google deletes the VM at `expires_at` and the
-queued resource goes to SUSPENDED. `scripts/renew.py STACK` notices that and runs
-`pulumi up --refresh`; `.github/workflows/renew.yml` runs it on a schedule. The program tells
-the user both facts (the `renew_command` output and a message at `pulumi up`), so nobody has to
-discover the expiry from a dead endpoint.
+queued resource goes to SUSPENDED. So the stack renews itself ahead of time: once less than
+`renewal.lead` is left, `scripts/renew.py STACK` (run on a schedule by
+`.github/workflows/renew.yml`) runs `pulumi up --refresh`, whose diff replaces the queued
+resource create-before-delete. The next node starts beside the current one, the DNS name moves
+to it once it serves, and the current one keeps serving for `renewal.drain` more before it is
+deleted. The window helpers below are shared by the provider's diff, its create and delete, and
+the renew script, so all of them agree on when a node is "due". The program tells the user both
+facts (the `renew_command` output and a message at `pulumi up`), so nobody has to discover the
+expiry from a dead endpoint.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import shlex
+import time
 
 #: The script, relative to the project root.
 RENEW_SCRIPT = "scripts/renew.py"
@@ -50,16 +57,35 @@ def detection_seconds() -> int:
     return (1 + DROPPED_RUNS_ALLOWED) * SCHEDULE_MINUTES * 60
 
 
+#: Seconds resolvers may cache the endpoint's A record (components/dns.py); short, because the
+#: address changes with every renewal. Kept here so the drain below can be derived from it.
+RECORD_TTL_SECONDS = 60
+#: Beyond the TTL, how long a replaced node keeps serving after the record moved: Cloud DNS
+#: applies a change to its name servers after the API call returns, some resolvers and client
+#: libraries cache longer than the TTL, and a request already running on the old node (a long
+#: generation) must be allowed to finish. Two minutes covers those for under 1 % of a 4 h run.
+DRAIN_MARGIN_SECONDS = 120
+#: `renewal.drain`'s default, and the drain of a queued resource created before the key existed.
+DEFAULT_DRAIN_SECONDS = RECORD_TTL_SECONDS + DRAIN_MARGIN_SECONDS
+
+
 def renew_command(stack: str) -> str:
-    """The command that renews `stack`; safe any time: it does nothing while the TPU is live.
+    """The command that renews `stack`; safe any time: it does nothing while more than
+    `renewal.lead` of the run is left.
 
     With the project's virtualenv, as the README's commands and the renew workflow run Python:
     a bare `python` on a fresh machine has none of the program's packages."""
     return f"{VENV_PYTHON} {RENEW_SCRIPT} {shlex.quote(stack)}"
 
 
-def expiry_notice(stack: str, max_run_seconds: int | None, expires_at: str | None) -> str:
-    """One line for the end of `pulumi up`: when the node goes away and what brings it back."""
+def expiry_notice(
+    stack: str,
+    max_run_seconds: int | None,
+    expires_at: str | None,
+    lead_seconds: int | None = None,
+) -> str:
+    """One line for the end of `pulumi up`: when the node goes away, and when and how the next
+    one is started before that."""
     command = renew_command(stack)
     if max_run_seconds is None:
         return (
@@ -67,11 +93,31 @@ def expiry_notice(stack: str, max_run_seconds: int | None, expires_at: str | Non
             f"preempted or destroyed. If it is preempted, `{command}` requests a new one."
         )
     when = f"at {expires_at}" if expires_at else f"{max_run_seconds // 60} minutes after it started"
-    return (
-        f"{stack}: the flex-start run ends {when}; Google then deletes the VM and the endpoint "
-        f"stops answering until `{command}` requests a new node (.github/workflows/renew.yml "
-        f"runs it every {SCHEDULE_MINUTES} minutes for the stacks in RENEW_STACKS)."
+    schedule = (
+        f"(.github/workflows/renew.yml runs it every {SCHEDULE_MINUTES} minutes for the stacks in "
+        "RENEW_STACKS)"
     )
+    if not lead_seconds:
+        return (
+            f"{stack}: the flex-start run ends {when}; Google then deletes the VM and the "
+            f"endpoint stops answering until `{command}` requests a new node {schedule}."
+        )
+    start = _before(expires_at, lead_seconds)
+    opens = f", at {start}" if start else ""
+    return (
+        f"{stack}: the flex-start run ends {when}; from {minutes(lead_seconds)} before it "
+        f"(renewal.lead{opens}) `{command}` requests the next node beside this one {schedule}, "
+        "moves the endpoint to it once it serves and deletes this one a drain later. If no "
+        "capacity is found before the end, the endpoint stops answering until the new node serves."
+    )
+
+
+def _before(expires_at: str | None, seconds: float) -> str | None:
+    """`expires_at` minus `seconds`, in the same RFC 3339 UTC form; None if it is unknown."""
+    end = _epoch(expires_at)
+    if end is None:
+        return None
+    return dt.datetime.fromtimestamp(end - seconds, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def gke_recycle_notice(stack: str, max_run_seconds: int | None, lead_seconds: int = 0) -> str:
@@ -89,3 +135,44 @@ def gke_recycle_notice(stack: str, max_run_seconds: int | None, lead_seconds: in
         "moves, and the address stays. There is nothing to renew (renew_command is empty on "
         "backend gke)."
     )
+
+
+def _epoch(timestamp: str | None) -> float | None:
+    """An RFC 3339 time as the TPU API writes it (`...Z`, up to nanoseconds), or None."""
+    if not timestamp:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(str(timestamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def seconds_left(termination_time: str | None, now: float | None = None) -> float | None:
+    """Seconds until `termination_time`, or None when it is not known."""
+    end = _epoch(termination_time)
+    return None if end is None else end - (time.time() if now is None else now)
+
+
+def in_window(
+    state: str | None,
+    termination_time: str | None,
+    lead_seconds: float | None,
+    now: float | None = None,
+) -> bool:
+    """True when an ACTIVE node has less than `lead_seconds` of its run left: its successor
+    should be requested now. Ended and unknown states are not "in the window": they are
+    replaced the old way (delete first), and no lead (spot, on-demand) means never."""
+    if state != "ACTIVE" or not lead_seconds:
+        return False
+    left = seconds_left(termination_time, now)
+    return left is not None and left < float(lead_seconds)
+
+
+def minutes(seconds: float) -> str:
+    """`1 h 5 min`, `42 min`, `30 s` for progress lines: whole minutes above one minute."""
+    total = max(round(seconds), 0)
+    if total < 60:
+        return f"{total} s"
+    hours, rest = divmod(round(total / 60), 60)
+    return " ".join(p for p in (f"{hours} h" if hours else "", f"{rest} min" if rest else "") if p)

@@ -71,6 +71,10 @@ def queued_resource_props(
         "network": config.access.network,
         "metadata": dict(metadata),
         "timing": dict(timing or {}),
+        # Read at each diff (the renewal window) and at the delete of a replaced node (the
+        # drain); like `timing`, a change to them never replaces the TPU.
+        "renewal_lead_seconds": config.renewal.lead_seconds,
+        "drain_seconds": config.renewal.drain_seconds,
     }
 
 

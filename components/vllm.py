@@ -43,8 +43,6 @@ class VllmServerArgs:
     config: StackConfig
     connection: command.remote.ConnectionArgs
     host: pulumi.Input[str | None]
-    #: The stable name clients use (`dns.*`), else None: the endpoint then names `host`.
-    hostname: pulumi.Input[str] | None = None
     #: Commands that must finish first (the secret fetch); a change in them restarts the server.
     after: Sequence[command.remote.Command] = field(default_factory=list)
     #: The compile-cache bucket and grant; the start waits for the grant so its restore works.
@@ -99,7 +97,9 @@ class VllmServer(pulumi.ComponentResource):
         # Whether this start was warm, and from which generation (never None: an output).
         self.cache_restored = result.apply(lambda r: cache_result(r.get("cache")))
         # Depending on `ready` means consumers never see an endpoint that does not serve yet.
-        urls = endpoint_urls(args.host, args.hostname, config.vllm.port, self.ready.stdout)
+        # This node's own address: the stable name (`dns.*`) may only follow once it serves, so
+        # the backend builds the name's URLs after the record (components/vm_backend.py).
+        urls = endpoint_urls(args.host, None, config.vllm.port, self.ready.stdout)
         self.endpoint, self.endpoint_ip = urls.endpoint, urls.endpoint_ip
         self.openai_base_url = urls.openai_base_url
         self.register_outputs(

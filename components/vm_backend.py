@@ -1,8 +1,13 @@
 """The VM backend: one TPU VM from a flex-start queued resource, served over SSH.
 
-config -> TPU (with its org-policy gate) -> host key -> DNS name -> secrets -> compile cache ->
-server -> readiness. The resource names and parents are those the program has always used, so
+config -> TPU (with its org-policy gate) -> host key -> secrets -> compile cache -> server ->
+readiness -> DNS name. The resource names and parents are those the program has always used, so
 existing stacks see no replacement.
+
+The DNS record comes last on purpose: its address is known only once the readiness check on
+that node passed, so when a renewal starts the next node beside the current one (create before
+delete, components/queued_resource.py), the name moves only to a node that serves, and the old
+node is deleted a drain after that.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, ManagedZone
 from components.host_key import NodeHostKey
-from components.outputs import BackendOutputs
+from components.outputs import BackendOutputs, endpoint_urls
 from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.ssh import SshIdentity, ssh_command
@@ -33,11 +38,6 @@ def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOu
         opts=pulumi.ResourceOptions(parent=tpu),
     )
     connection = ssh.connection(tpu.external_ip, host_key.host_key)
-    name = (
-        EndpointName("endpoint-name", config, managed_zone, tpu.external_ip)
-        if managed_zone is not None
-        else None
-    )
     secrets = NodeSecrets(
         "secrets",
         NodeSecretsArgs(
@@ -61,19 +61,36 @@ def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOu
             config=config,
             connection=connection,
             host=tpu.external_ip,
-            hostname=name.hostname if name is not None else None,
             after=[secrets.fetch],
             cache=cache,
         ),
     )
-    # When the run ends and what renews it, printed at the end of `pulumi up`.
+    # The name follows a node only once its server answered: the record's address waits for
+    # the readiness check (startup complete, /health, /v1/models) on that node.
+    serving_address = pulumi.Output.all(tpu.external_ip, server.ready.stdout).apply(
+        lambda parts: parts[0]
+    )
+    name = (
+        EndpointName("endpoint-name", config, managed_zone, serving_address)
+        if managed_zone is not None
+        else None
+    )
+    urls = endpoint_urls(
+        tpu.external_ip,
+        name.hostname if name is not None else None,
+        config.vllm.port,
+        server.ready.stdout,
+    )
+    # When the run ends and when its successor is requested, printed at the end of `pulumi up`.
     tpu.expires_at.apply(
-        lambda at: pulumi.log.info(expiry_notice(config.stack, config.tpu.max_run_seconds, at))
+        lambda at: pulumi.log.info(
+            expiry_notice(config.stack, config.tpu.max_run_seconds, at, config.renewal.lead_seconds)
+        )
     )
     return BackendOutputs(
-        endpoint=server.endpoint,
-        endpoint_ip=server.endpoint_ip,
-        openai_base_url=server.openai_base_url,
+        endpoint=urls.endpoint,
+        endpoint_ip=urls.endpoint_ip,
+        openai_base_url=urls.openai_base_url,
         api_key=secrets.api_key,
         api_key_secret=secrets.api_key_secret,
         zone=tpu.zone,

@@ -58,6 +58,18 @@ class Budget:
     dial_timeout_s: float
     secrets_s: float
     readiness_s: float
+    #: `renewal.lead` and `renewal.drain` (0 lead: nothing ends, so nothing overlaps).
+    lead_s: float = 0.0
+    drain_s: float = 0.0
+
+    @property
+    def overlap_usd(self) -> float | None:
+        """The most a renewal's overlap bills on top of the runs: the next node is requested at
+        most `lead` before the current one's end, and the current one is deleted at the latest
+        a drain after the name moved, so both bill for at most lead + drain."""
+        if not self.lead_s:
+            return None
+        return round(self.hourly_usd * (self.lead_s + self.drain_s) / 3600, 2)
 
     @property
     def ssh_s(self) -> float:
@@ -238,6 +250,8 @@ def budget(stack: str, changes: Mapping[str, Any] | None = None) -> Budget:
         dial_timeout_s=float(connection["perDialTimeout"]),
         secrets_s=_script_number(str(fetch["create"]), r"deadline_seconds=(\d+)"),
         readiness_s=_script_number(str(ready["create"]), r"--timeout (\d+)"),
+        lead_s=float(qr.get("renewal_lead_seconds") or 0),
+        drain_s=float(qr.get("drain_seconds") or 0),
     )
 
 
@@ -278,6 +292,12 @@ def _max_run(usd: float | None, hours: float | None, note: str = "") -> str:
     if usd is None or hours is None:
         return "no bound: bills until `pulumi destroy`"
     return f"{_usd(usd)} ({hours:g} h `maxRunDuration`{note})"
+
+
+def _overlap(b: Budget) -> str:
+    if b.overlap_usd is None:
+        return "none: no run end to renew ahead of"
+    return f"{_usd(b.overlap_usd)} ({duration(b.lead_s)} + {duration(b.drain_s)})"
 
 
 def _gke_table(stacks: list[str]) -> str:
@@ -342,6 +362,10 @@ def _vm_table(stacks: list[str]) -> str:
         (
             "the most one run can cost (`max_run_cost_usd`)",
             [_max_run(b.max_run_usd, b.max_run_hours) for b in budgets],
+        ),
+        (
+            "a renewal's overlap, billed twice: at most `renewal.lead` + `renewal.drain`",
+            [_overlap(b) for b in budgets],
         ),
         ("zones tried (`tpu.zones`)", [str(b.zones) for b in budgets]),
         (

@@ -1,19 +1,30 @@
 #!/usr/bin/env python3
-"""Renew a tpu-vllm stack whose flex-start run has ended: `python scripts/renew.py STACK`.
+"""Renew a tpu-vllm stack before (or once) its flex-start run ends: `python scripts/renew.py STACK`.
 
 Why this exists: a flex-start TPU lives at most `maxRunDuration`; then Google deletes the VM,
 the queued resource goes to SUSPENDED, and the endpoint is dead until someone runs
-`pulumi up --refresh`. This script is that someone. It is safe to run at any time (from cron, by
-hand, or from `.github/workflows/renew.yml` every 15 minutes), because it changes something only
-when there is something to renew:
+`pulumi up --refresh`. This script is that someone, and it comes early: once less than
+`renewal.lead` of the run is left, `pulumi up --refresh` starts the next node beside the current
+one (the provider's diff replaces the queued resource create-before-delete), so clients see no
+gap when capacity is found in time. It is safe to run at any time (from cron, by hand, or from
+`.github/workflows/renew.yml` every 15 minutes), because it changes something only when there is
+something to renew:
 
-1. read `queued_resource` from `pulumi stack output --json -s STACK`;
-2. ask the TPU API for that queued resource's state, with the provider's own client
-   (`components/tpu_api.py`: the same credentials, retries and `TPU_API_ENDPOINT` override);
-3. ended (SUSPENDED, FAILED) or gone (404, or no `queued_resource` output at all): run
-   `pulumi up --refresh --yes -s STACK`, whose refresh sees the ended request and replaces it.
-   Anything else (ACTIVE, or still on its way up: WAITING_FOR_RESOURCES, PROVISIONING, ...):
-   do nothing. Nothing to do costs one API read: no TPU time, no stack change, no lock.
+1. read `queued_resource`, `renewal_lead_seconds` and `expires_at` from
+   `pulumi stack output --json -s STACK`;
+2. ask the TPU API for that queued resource's state and end time, with the provider's own
+   client (`components/tpu_api.py`: the same credentials, retries and `TPU_API_ENDPOINT`
+   override);
+3. ACTIVE with less than `renewal_lead_seconds` left (the renewal window), ended (SUSPENDED,
+   FAILED) or gone (404, or no `queued_resource` output at all): run
+   `pulumi up --refresh --yes -s STACK`. Anything else (ACTIVE with more time left, or still on
+   its way up: WAITING_FOR_RESOURCES, PROVISIONING, ...): do nothing. Nothing to do costs one
+   API read: no TPU time, no stack change, no lock. A stack deployed before the window existed
+   has no `renewal_lead_seconds` output and is renewed only once its run ended, until its next
+   `pulumi up`.
+
+The schedule's period must be shorter than the lead, or a scheduled check can miss the window
+(tests/test_renewal_window.py reads the cron in .github/workflows/renew.yml and checks it).
 
 A GKE stack (a non-empty `cluster` output) is never renewed: GKE replaces each ended node
 itself, so the script only says so.
@@ -41,6 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from components import renewal  # noqa: E402
 from components.tpu_api import ApiError, TpuApi  # noqa: E402
 from scripts import pulumi_cli  # noqa: E402
 
@@ -68,15 +80,42 @@ class Decision:
     reason: str
 
 
-def decide(state: str | None) -> Decision:
-    """Renew only when the queued resource has ended or is gone; otherwise leave it alone."""
+@dataclass(frozen=True)
+class QueuedResource:
+    """What the TPU API says about the stack's queued resource."""
+
+    state: str
+    #: RFC 3339 end of the flex-start run (`runDuration.terminationTime`), if the API gives it.
+    termination_time: str | None = None
+
+
+def decide(
+    state: str | None,
+    seconds_left: float | None = None,
+    lead_seconds: float | None = None,
+) -> Decision:
+    """Renew when the queued resource is inside its renewal window (ACTIVE, less than
+    `lead_seconds` of its run left), has ended or is gone; otherwise leave it alone."""
     if state is None:
         return Decision(True, "gone: there is no queued resource, so a new one is requested")
     if state in ENDED_STATES:
         what = "its run ended and the VM was deleted" if state == "SUSPENDED" else "it failed"
         return Decision(True, f"{state}: {what}; it is replaced by a new request")
     if state == "ACTIVE":
-        return Decision(False, "ACTIVE: the node is serving; nothing to do")
+        left = f", {renewal.minutes(seconds_left)} of its run left" if seconds_left else ""
+        if lead_seconds and seconds_left is not None and seconds_left < lead_seconds:
+            return Decision(
+                True,
+                f"ACTIVE{left}, inside the renewal window (renewal.lead "
+                f"{renewal.minutes(lead_seconds)}): the next node is requested beside it and "
+                "takes over the endpoint once it serves; this one is deleted a drain later",
+            )
+        when = (
+            f"; renewing from {renewal.minutes(lead_seconds)} before the end"
+            if lead_seconds
+            else ""
+        )
+        return Decision(False, f"ACTIVE: the node is serving; nothing to do{left}{when}")
     if state in LIVE_STATES:
         return Decision(
             False, f"{state}: the node is on its way up; nothing to do now (not renewing)"
@@ -135,8 +174,8 @@ class Pulumi:
             )
 
 
-def queued_resource_state(name: str) -> str | None:
-    """The queued resource's state from the TPU API; None when it is gone (404)."""
+def queued_resource_state(name: str) -> QueuedResource | None:
+    """The queued resource's state and end from the TPU API; None when it is gone (404)."""
     try:
         queued = TpuApi().get_queued_resource(name)
     except ApiError as error:
@@ -148,7 +187,10 @@ def queued_resource_state(name: str) -> str | None:
             f"the TPU API could not be asked about {name}: {type(error).__name__}: {error}. "
             "Fix: `gcloud auth application-default login` (or GOOGLE_OAUTH_ACCESS_TOKEN)"
         ) from None
-    return str(queued.get("state", {}).get("state") or "STATE_UNSPECIFIED")
+    return QueuedResource(
+        state=str(queued.get("state", {}).get("state") or "STATE_UNSPECIFIED"),
+        termination_time=queued.get("runDuration", {}).get("terminationTime") or None,
+    )
 
 
 def renew(stack: str, say: Callable[[str], None] = print) -> int:
@@ -169,13 +211,21 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
             )
             return 0
         name = str(outputs.get("queued_resource") or "")
+        queued: QueuedResource | None = None
         if name:
             log(f"asking the TPU API for the state of {name}")
-            state = queued_resource_state(name)
+            queued = queued_resource_state(name)
         else:
             log("the stack has no queued_resource output (never deployed, or its TPU is gone)")
-            state = None
-        decision = decide(state)
+        lead = _lead_seconds(outputs, log)
+        # The API's end time; the stack's `expires_at` when the queued resource does not say
+        # (the provider then read it from the node's schedulingConfig).
+        ends = (queued.termination_time if queued else None) or outputs.get("expires_at")
+        decision = decide(
+            queued.state if queued else None,
+            renewal.seconds_left(str(ends)) if ends else None,
+            lead,
+        )
         log(decision.reason)
         if not decision.renew:
             return 0
@@ -188,11 +238,29 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
     return 0
 
 
+def _lead_seconds(outputs: Mapping[str, Any], log: Callable[[str], None]) -> float | None:
+    """`renewal_lead_seconds` from the outputs; None (renew only once ended) without it."""
+    raw = outputs.get("renewal_lead_seconds")
+    if raw is None:
+        if outputs.get("expires_at"):
+            log(
+                "the stack has no renewal_lead_seconds output (deployed before renewal windows, "
+                "or no run limit): it is renewed once its run has ended; run `pulumi up` once "
+                "to renew ahead of the end"
+            )
+        return None
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        raise RenewError(f"the renewal_lead_seconds output is not a number: {raw!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=(
-            "Renew a tpu-vllm stack when its queued resource has ended (SUSPENDED, FAILED) or is "
-            "gone: runs `pulumi up --refresh --yes -s STACK` then, and nothing otherwise."
+            "Renew a tpu-vllm stack when its queued resource is inside its renewal window "
+            "(ACTIVE with less than renewal_lead_seconds left), has ended (SUSPENDED, FAILED) or "
+            "is gone: runs `pulumi up --refresh --yes -s STACK` then, and nothing otherwise."
         ),
     )
     parser.add_argument("stack", help="the Pulumi stack to renew, e.g. v5e1")

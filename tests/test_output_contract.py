@@ -63,6 +63,9 @@ CONTRACT: dict[str, Out] = {
     "internal_ip": Out(STR, empty=""),
     "expires_at": Out(STR, empty=""),  # "" for spot / on-demand, and on GKE
     "renew_command": Out(STR, empty=""),  # "" on GKE: it replaces an ended node itself
+    # How long before expires_at the next node is requested; absent without a run end (spot,
+    # on-demand) and on GKE.
+    "renewal_lead_seconds": Out((int,), optional=True),
     "ssh_command": Out(STR, empty=""),  # "" on GKE: no SSH
     "ssh_private_key": Out(STR, secret=True, empty=""),  # a secret "" on GKE
     "ssh_host_key": Out(STR, empty=""),  # "" with access.allowUnverifiedHostKey and no key
@@ -136,7 +139,10 @@ BACKEND_EMPTY = {
     ),
 }
 #: Optional outputs a backend never has: each GKE replica starts on its own.
-BACKEND_ABSENT = {"vm": frozenset[str](), "gke": frozenset({"startup_seconds"})}
+BACKEND_ABSENT = {
+    "vm": frozenset[str](),
+    "gke": frozenset({"startup_seconds", "renewal_lead_seconds"}),
+}
 
 
 @dataclass(frozen=True)
@@ -173,7 +179,7 @@ SITUATIONS: dict[str, Situation] = {
         SPOT,
         cloud_answers(qr=_qr(termination_time=None)),
         empty=frozenset({"expires_at"}),
-        absent=frozenset({"max_run_cost_usd"}),
+        absent=frozenset({"max_run_cost_usd", "renewal_lead_seconds"}),
     ),
     # A flex-start run ended and `pulumi refresh` read the SUSPENDED request: no node, no IPs.
     "expired": Situation(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from googleapiclient.errors import HttpError
 
+from components import renewal
 from components.queued_resource import Spec
 from components.renewal import renew_command
 from components.tpu import queued_resource_props
@@ -361,3 +363,101 @@ def test_a_gke_stack_is_never_renewed(
     assert fake_pulumi.argvs() == [STACK_OUTPUT]  # no `pulumi up`
     assert "GKE replaces each ended TPU node" in out
     assert tpu.requests == []
+
+
+# -- issue 18: renewing inside the window, before the run ends --------------------------------
+
+
+def windowed(
+    fake: FakePulumi, queued_resource: str, lead_seconds: float, expires_at: str | None = None
+) -> FakePulumi:
+    """A deployed stack whose outputs carry `renewal_lead_seconds` (issue 18's output)."""
+    outputs = {**stack_outputs(queued_resource), "renewal_lead_seconds": lead_seconds}
+    if expires_at is not None:
+        outputs["expires_at"] = expires_at
+    fake.add_stack(STACK, outputs, secrets=("api_key",), after_up=RENEWED)
+    return fake
+
+
+def test_active_inside_the_renewal_window_is_renewed_before_it_ends(
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The fake's run ends 4 h after ACTIVE (maxRunDuration 14400 s); a lead longer than what
+    is left puts it inside the window: `pulumi up --refresh` runs while it is still ACTIVE."""
+    name = in_state(tpu, "ACTIVE")
+    windowed(fake_pulumi, name, lead_seconds=4 * 3600 + 60)
+    status, out, _ = run_renew(capfd)
+    assert status == 0
+    assert fake_pulumi.argvs() == [STACK_OUTPUT, UP]
+    assert "inside the renewal window" in out
+    assert "of its run left" in out
+    assert tpu.state(name) == "ACTIVE"  # the script deletes nothing: `pulumi up` does, later
+
+
+def test_active_with_more_than_the_lead_left_is_left_alone(
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    name = in_state(tpu, "ACTIVE")
+    windowed(fake_pulumi, name, lead_seconds=3600)  # 4 h left, renew from 1 h before the end
+    status, out, _ = run_renew(capfd)
+    assert status == 0
+    assert fake_pulumi.argvs() == [STACK_OUTPUT]  # no `pulumi up`
+    assert "ACTIVE: the node is serving; nothing to do" in out
+    assert "renewing from 1 h before the end" in out
+
+
+def test_the_end_time_comes_from_the_api_before_the_stale_output(
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The outputs' `expires_at` says the run ends in 10 minutes (stale: written for another
+    node); the queued resource's own `runDuration.terminationTime` (4 h away) decides."""
+    name = in_state(tpu, "ACTIVE")
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 600))
+    windowed(fake_pulumi, name, lead_seconds=3600, expires_at=soon)
+    run_renew(capfd)
+    assert fake_pulumi.argvs() == [STACK_OUTPUT]
+    left = renewal.seconds_left(tpu.queued_resource(name)["runDuration"]["terminationTime"])
+    assert left is not None and left > 3600
+
+
+def test_the_outputs_end_time_is_used_when_the_api_gives_none(
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Without `runDuration.terminationTime` (the provider then read the node's
+    `schedulingConfig.terminationTimestamp` into `expires_at`), the output decides."""
+    tpu.qr_reports_termination_time = False
+    name = in_state(tpu, "ACTIVE")
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 600))
+    windowed(fake_pulumi, name, lead_seconds=3600, expires_at=soon)
+    run_renew(capfd)
+    assert fake_pulumi.argvs() == [STACK_OUTPUT, UP]
+
+
+def test_a_stack_without_the_lead_output_is_renewed_only_once_ended(
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Deployed before renewal windows existed: no `renewal_lead_seconds`, so ACTIVE is left
+    alone however little is left, and the log says how to get the window."""
+    deployed(fake_pulumi, in_state(tpu, "ACTIVE"))
+    status, out, _ = run_renew(capfd)
+    assert status == 0
+    assert fake_pulumi.argvs() == [STACK_OUTPUT]
+    assert "no renewal_lead_seconds output" in out
+
+
+@pytest.mark.parametrize(
+    ("state", "left", "lead", "renews"),
+    [
+        ("ACTIVE", 1800.0, 3900.0, True),
+        ("ACTIVE", -5.0, 3900.0, True),  # past its end, not yet SUSPENDING
+        ("ACTIVE", 7200.0, 3900.0, False),
+        ("ACTIVE", 1800.0, None, False),
+        ("ACTIVE", None, 3900.0, False),
+        ("PROVISIONING", 1800.0, 3900.0, False),
+        ("SUSPENDING", 10.0, 3900.0, False),
+    ],
+)
+def test_the_window_is_active_with_less_than_the_lead_left(
+    state: str, left: float | None, lead: float | None, renews: bool
+) -> None:
+    assert renew.decide(state, left, lead).renew is renews

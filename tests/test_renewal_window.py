@@ -1,0 +1,423 @@
+"""Issue 18, VM backend: the renewal window, its config, the provider's create-before-replace
+inside it, the drain before a replaced node is deleted, and what the program orders after it.
+
+The provider runs against the loopback TPU v2alpha1 fake (tests/fakes/tpu_api.py) with props as
+the engine hands them over (numbers as floats, `__provider`). The fake ends a run 4 h after
+ACTIVE, so a lead longer than that puts a fresh TPU inside its window at once and a short one
+keeps it outside.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+import yaml
+from pulumi.runtime import mocks
+
+from components import catalog, renewal
+from components.config import RENEWAL_PROVISIONING_SECONDS, parse_duration
+from components.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider, Spec
+from scripts import budget
+from tests.fakes.tpu_api import FakeTpuApi
+from tests.mock_outputs import MANAGED_ZONE, cloud_outputs
+from tests.pulumi_program import ROOT, refused, run_program
+from tests.test_queued_resource import outs_of, props_for, tpu_env  # noqa: F401 - a fixture
+
+WORKFLOW = ROOT / ".github" / "workflows" / "renew.yml"
+RUN = 4 * 3600  # both stacks' maxRunDuration
+INSIDE = float(RUN + 600)  # longer than any fresh run: inside the window at once
+OUTSIDE = 3600.0  # a fresh run has 4 h left
+ZONE = "us-west4-a"
+BASE = f"projects/test-project/locations/{ZONE}/queuedResources/tpu-vllm-v5e1"
+NEXT = BASE + RENEWAL_SUFFIX
+
+
+def props(lead: float | None, drain: float = 0.4, stack: str = "v5e1") -> dict[str, Any]:
+    """The provider's props with the renewal settings scaled for a test."""
+    return {**props_for(stack), "renewal_lead_seconds": lead, "drain_seconds": drain}
+
+
+# -- item 1: the config key -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("stack", "lead"), [("v5e1", 3900), ("v6e4", 4200)])
+def test_default_lead_is_schedule_capacity_wait_provisioning_warm_start_and_drain(
+    stack: str, lead: int
+) -> None:
+    """v5e1: 15 min + 30 min + 5 min + 497 s (seed 000's warm start) + 3 min = 61.3 min, up to
+    65 min; v6e4: the same with v6e's estimated 994 s = 69.6 min, up to 70 min."""
+    run = run_program(stack)
+    family = "v5e" if stack == "v5e1" else "v6e"
+    parts = (
+        renewal.SCHEDULE_MINUTES * 60
+        + parse_duration("30m")
+        + RENEWAL_PROVISIONING_SECONDS
+        + catalog.WARM_START_SECONDS[family]
+        + renewal.DEFAULT_DRAIN_SECONDS
+    )
+    assert parts <= lead < parts + 300
+    assert run.outputs["renewal_lead_seconds"] == lead
+    [qr] = [r for r in run.of_type("pulumi-python:dynamic:Resource") if "qr_id" in r.inputs]
+    assert qr.inputs["renewal_lead_seconds"] == lead
+    assert qr.inputs["drain_seconds"] == renewal.DEFAULT_DRAIN_SECONDS == 180
+
+
+def test_the_lead_follows_the_capacity_wait_and_the_key() -> None:
+    longer = run_program("v5e1", {"tpu-vllm:tpu.capacityWait": "1h"})
+    assert longer.outputs["renewal_lead_seconds"] == 3900 + 1800
+    chosen = run_program("v5e1", {"tpu-vllm:renewal.lead": "45m", "tpu-vllm:renewal.drain": "5m"})
+    assert chosen.outputs["renewal_lead_seconds"] == 2700
+    [qr] = [r for r in chosen.of_type("pulumi-python:dynamic:Resource") if "qr_id" in r.inputs]
+    assert (qr.inputs["renewal_lead_seconds"], qr.inputs["drain_seconds"]) == (2700, 300)
+
+
+@pytest.mark.parametrize("lead", ["4h", "5h", "240m"])
+def test_a_lead_not_shorter_than_the_run_is_refused_before_anything_exists(lead: str) -> None:
+    error = refused(
+        "v5e1",
+        {"tpu-vllm:renewal.lead": lead},
+        "tpu-vllm:renewal.lead",
+        [f"'{lead}'", "not shorter than tpu-vllm:tpu.maxRunDuration (4 h)", "Fix:"],
+    )
+    assert "None" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "text"),
+    [
+        ({"tpu-vllm:renewal.lead": "soon"}, "tpu-vllm:renewal.lead", "not a duration"),
+        ({"tpu-vllm:renewal.lead": "0s"}, "tpu-vllm:renewal.lead", "not a duration"),
+        ({"tpu-vllm:renewal.drain": "later"}, "tpu-vllm:renewal.drain", "not a duration"),
+        (
+            {"tpu-vllm:dns.managedZone": MANAGED_ZONE, "tpu-vllm:renewal.drain": "30s"},
+            "tpu-vllm:renewal.drain",
+            "shorter than the DNS record's TTL (60 s)",
+        ),
+        ({"tpu-vllm:renewal.laed": "1h"}, "tpu-vllm:renewal.laed", "did you mean `lead`"),
+    ],
+    ids=["lead", "zero lead", "drain", "drain under ttl", "typo"],
+)
+def test_bad_renewal_settings_are_refused(changes: dict[str, Any], key: str, text: str) -> None:
+    refused("v5e1", changes, key, [text])
+
+
+def test_a_short_drain_without_dns_is_accepted() -> None:
+    run = run_program("v5e1", {"tpu-vllm:renewal.drain": "30s"})
+    [qr] = [r for r in run.of_type("pulumi-python:dynamic:Resource") if "qr_id" in r.inputs]
+    assert qr.inputs["drain_seconds"] == 30
+
+
+def test_a_lead_inside_one_schedule_period_warns() -> None:
+    run = run_program("v5e1", {"tpu-vllm:renewal.lead": "10m"})
+    assert any("renewal.lead" in w and "renew schedule's period" in w for w in run.warnings)
+
+
+def test_a_default_lead_that_does_not_fit_a_short_run_is_halved_with_a_warning() -> None:
+    run = run_program("v5e1", {"tpu-vllm:tpu.maxRunDuration": "1h"})
+    assert run.outputs["renewal_lead_seconds"] == 1800
+    [warning] = [w for w in run.warnings if "renewal.lead" in w]
+    assert "not shorter than tpu.maxRunDuration (1 h)" in warning and "Fix:" in warning
+
+
+def test_spot_has_no_window() -> None:
+    run = run_program(
+        "v5e1",
+        {
+            "tpu-vllm:tpu.provisioning": "spot",
+            "tpu-vllm:tpu.maxRunDuration": None,
+            "tpu-vllm:renewal.lead": "1h",
+        },
+    )
+    assert "renewal_lead_seconds" not in run.outputs
+    assert any("renewal.lead is set" in w and "ignored" in w for w in run.warnings)
+
+
+# -- item 3: the schedule is shorter than the lead --------------------------------------------
+
+
+def _field(text: str, low: int, high: int) -> list[int]:
+    """The values a cron field (`*`, `*/15`, `7-59/15`, `0,30`, `5`) selects."""
+    values: set[int] = set()
+    for part in text.split(","):
+        span, _, step = part.partition("/")
+        if span == "*":
+            start, end = low, high
+        elif "-" in span:
+            start, end = (int(v) for v in span.split("-"))
+        else:
+            start = end = int(span)
+            if step:
+                end = high
+        values.update(range(start, end + 1, int(step or 1)))
+    return sorted(values)
+
+
+def cron_period_minutes(cron: str) -> int:
+    """The longest wait between two runs of a `M H * * *` schedule, in minutes."""
+    minute, hour, day, month, weekday = cron.split()
+    assert (day, month, weekday) == ("*", "*", "*"), f"day fields not modelled: {cron}"
+    runs = [h * 60 + m for h in _field(hour, 0, 23) for m in _field(minute, 0, 59)]
+    return max(b - a for a, b in zip(runs, [*runs[1:], runs[0] + 24 * 60], strict=True))
+
+
+@pytest.mark.parametrize(
+    ("cron", "period"),
+    [("*/15 * * * *", 15), ("7-59/15 * * * *", 15), ("0 * * * *", 60), ("5,20 */2 * * *", 105)],
+)
+def test_cron_period(cron: str, period: int) -> None:
+    assert cron_period_minutes(cron) == period
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+def test_the_renew_schedule_runs_more_often_than_the_lead(stack: str) -> None:
+    """A check must fall inside every window: the workflow's longest wait between two runs is
+    shorter than the stack's lead (README "Renew" says why), with room for a start."""
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    triggers = workflow.get("on", workflow.get(True))
+    [schedule] = triggers["schedule"]
+    period = cron_period_minutes(schedule["cron"]) * 60
+    lead = run_program(stack).outputs["renewal_lead_seconds"]
+    assert period < lead
+    assert period <= renewal.SCHEDULE_MINUTES * 60  # the period the default lead counts on
+
+
+# -- item 1: the provider's diff -------------------------------------------------------------
+
+
+def active(lead: float | None, termination_in: float) -> dict[str, Any]:
+    """Old outputs of an ACTIVE TPU whose run ends `termination_in` seconds from now."""
+    ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + termination_in))
+    return {**props(lead), "zone": ZONE, "state": "ACTIVE", "termination_time": ends}
+
+
+def test_inside_the_window_the_diff_replaces_creating_first() -> None:
+    diff = QueuedResourceProvider().diff(BASE, active(3900, 1800), props(3900))
+    assert diff.changes
+    assert diff.replaces == ["termination_time"]
+    assert diff.delete_before_replace is False
+
+
+@pytest.mark.parametrize(
+    ("lead", "left"),
+    [(3900, 7200), (None, 60), (0, 60)],
+    ids=["more left than the lead", "no lead (spot, old state)", "zero lead"],
+)
+def test_outside_the_window_the_diff_is_no_change(lead: float | None, left: float) -> None:
+    diff = QueuedResourceProvider().diff(BASE, active(lead, left), props(lead))
+    assert not diff.changes and not diff.replaces
+
+
+def test_changing_the_lead_or_drain_alone_is_no_change() -> None:
+    olds = active(3900, 7200)
+    diff = QueuedResourceProvider().diff(BASE, olds, props(4500, drain=600))
+    assert not diff.changes
+
+
+def test_an_ended_tpu_or_a_spec_change_is_still_replaced_deleting_first() -> None:
+    provider = QueuedResourceProvider()
+    ended = {**active(3900, 1800), "state": "SUSPENDED"}
+    assert provider.diff(BASE, ended, props(3900)).delete_before_replace
+    respec = {**props(3900), "runtime_version": "v2-alpha-tpuv5-lite-b"}
+    diff = provider.diff(BASE, active(3900, 1800), respec)
+    assert diff.replaces == ["runtime_version"] and diff.delete_before_replace
+
+
+# -- item 1: both exist at once, under their own ids -------------------------------------------
+
+
+def test_the_successor_is_created_beside_the_tpu_it_renews(tpu_env: FakeTpuApi) -> None:  # noqa: F811
+    provider = QueuedResourceProvider()
+    first = provider.create(props(INSIDE))
+    assert first.id == BASE
+    second = provider.create(props(INSIDE))  # the create step of a create-before-replace
+    assert second.id == NEXT
+    outs = outs_of(second)
+    assert outs["qr_name"] == NEXT
+    assert outs["node_name"].endswith("/nodes/tpu-vllm-v5e1-node" + RENEWAL_SUFFIX)
+    assert outs["qr_id"] == "tpu-vllm-v5e1"  # the input stays: the next diff is no change
+    assert outs["external_ip"] != outs_of(first)["external_ip"]
+    assert tpu_env.state(BASE) == tpu_env.state(NEXT) == "ACTIVE"  # both serve at once
+    refreshed = provider.read(NEXT, outs)
+    assert outs_of(refreshed)["node_name"] == outs["node_name"]
+    assert outs_of(refreshed)["external_ip"] == outs["external_ip"]
+    assert not provider.diff(NEXT, outs_of(refreshed), props(OUTSIDE)).changes
+    # The next renewal goes back to the stack's own ids, once the old pair is deleted.
+    provider.delete(BASE, {**outs_of(first), "drain_seconds": 0.0})
+    third = provider.create(props(INSIDE))
+    assert third.id == BASE
+
+
+def test_a_predecessor_that_ended_since_the_diff_is_stepped_around(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    """The diff saw it ACTIVE inside its window; by the create its run had ended (SUSPENDED,
+    still holding its ids until Pulumi deletes it at the end of the update)."""
+    provider = QueuedResourceProvider()
+    provider.create(props(INSIDE))
+    tpu_env.expire(BASE)
+    assert tpu_env.wait_for_state(BASE, "SUSPENDED", timeout=5) == "SUSPENDED"
+    assert provider.create(props(INSIDE)).id == NEXT
+
+
+def test_a_refresh_inside_the_window_says_what_up_will_do(
+    tpu_env: FakeTpuApi,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    provider = QueuedResourceProvider()
+    created = provider.create(props(INSIDE))
+    capsys.readouterr()
+    provider.read(BASE, outs_of(created))
+    err = capsys.readouterr().err
+    assert f"{BASE}: ACTIVE with 4 h of its run left, inside the renewal window" in err
+    assert "requests the next TPU beside it (create before delete)" in err
+
+
+def test_ids_held_by_a_tpu_outside_its_window_stop_the_create(tpu_env: FakeTpuApi) -> None:  # noqa: F811
+    """Not a renewal: an ACTIVE TPU with hours left under the stack's ids is something an
+    interrupted run left behind. It is neither stepped around nor deleted."""
+    QueuedResourceProvider().create(props(OUTSIDE))
+    with pytest.raises(Exception, match="already exists, probably left by an interrupted run"):
+        QueuedResourceProvider().create(props(OUTSIDE))
+    assert tpu_env.state(NEXT) is None
+    assert not tpu_env.requests_for("DELETE")
+
+
+def test_a_node_id_held_elsewhere_stops_the_create_naming_the_node(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    """ALREADY_EXISTS although no queued resource has the id: the node id is the one taken
+    (the fake, like the API, keeps node ids unique per zone). Named, never retried forever."""
+    spec = Spec.from_props(props(INSIDE))
+    body = spec.body(ZONE)
+    tpu_env.discovery_client().projects().locations().queuedResources().create(
+        parent=f"projects/test-project/locations/{ZONE}", queuedResourceId="other", body=body
+    ).execute()
+    with pytest.raises(Exception, match="the node id tpu-vllm-v5e1-node is probably held"):
+        QueuedResourceProvider().create(props(INSIDE))
+    assert len(tpu_env.requests_for("queuedResources.create")) == 2
+
+
+# -- item 2: the drain --------------------------------------------------------------------------
+
+
+def deleting_at(fake: FakeTpuApi, name: str) -> list[float]:
+    """Watch `name` in the fake; the list gets the time it stopped being ACTIVE."""
+    seen: list[float] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if fake.state(name) != "ACTIVE":
+                seen.append(time.monotonic())
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return seen
+
+
+def test_a_replaced_tpu_serves_on_for_the_drain_then_is_deleted(
+    tpu_env: FakeTpuApi,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    provider = QueuedResourceProvider()
+    old = outs_of(provider.create(props(INSIDE, drain=1.0)))
+    provider.create(props(INSIDE, drain=1.0))
+    capsys.readouterr()
+    ended = deleting_at(tpu_env, BASE)
+    started = time.monotonic()
+    provider.delete(BASE, old)
+    assert tpu_env.state(BASE) is None and tpu_env.state(NEXT) == "ACTIVE"
+    assert ended and ended[0] - started >= 1.0  # ACTIVE throughout the drain
+    err = capsys.readouterr().err
+    assert f"draining {BASE}: its successor {NEXT} serves" in err
+    assert "drained for 1 s; deleting it" in err
+
+
+def test_without_a_successor_the_delete_does_not_wait(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    """`pulumi destroy`, or a delete-before-replace: nothing else serves, nothing to drain."""
+    provider = QueuedResourceProvider()
+    old = outs_of(provider.create(props(INSIDE, drain=30.0)))
+    started = time.monotonic()
+    provider.delete(BASE, old)
+    assert time.monotonic() - started < 10
+    assert tpu_env.state(BASE) is None
+
+
+def test_the_drain_ends_when_the_run_does(tpu_env: FakeTpuApi) -> None:  # noqa: F811
+    provider = QueuedResourceProvider()
+    old = outs_of(provider.create(props(INSIDE, drain=30.0)))
+    provider.create(props(INSIDE, drain=30.0))
+    threading.Timer(0.5, tpu_env.expire, args=(BASE,)).start()
+    started = time.monotonic()
+    provider.delete(BASE, old)
+    assert time.monotonic() - started < 10
+    assert tpu_env.state(BASE) is None
+
+
+# -- item 2: the name moves only to a node that serves ------------------------------------------
+
+
+def test_the_record_waits_for_the_servers_readiness() -> None:
+    """The A record's address depends on the readiness command (startup complete, /health,
+    /v1/models): Pulumi changes the record only after that command succeeded on the node."""
+    run = run_program("v5e1", {"tpu-vllm:dns.managedZone": MANAGED_ZONE})
+    assert "vllm-ready" in run.dependencies["endpoint-name-a"]
+    assert run.outputs["endpoint"] == "http://v5e1.models.example.com:8000"
+
+
+def test_the_end_of_up_says_when_the_window_opens() -> None:
+    run = run_program("v5e1")
+    [notice] = [m for _, m in run.log if "flex-start run ends" in m]
+    assert "from 1 h 5 min before it (renewal.lead, at " in notice
+    assert "requests the next node beside this one" in notice
+    assert "If no capacity is found before the end" in notice
+
+
+# -- item 8: the output contract keeps its meaning across a renewal ---------------------------
+
+
+def test_after_a_renewal_the_outputs_name_the_new_node_and_keep_their_meaning() -> None:
+    """The state after a renewal holds the successor under the other id pair: `queued_resource`
+    and `node` name it, `expires_at` is its end, `renew_command` and `replicas` are unchanged."""
+    ends = "2026-12-01T04:00:00Z"
+
+    def renewed(args: mocks.MockResourceArgs) -> dict[str, Any]:
+        outputs = cloud_outputs(args)
+        if args.typ == "pulumi-python:dynamic:Resource" and "qr_id" in args.inputs:
+            outputs.update(
+                qr_name=NEXT,
+                node_name=f"projects/test-project/locations/{ZONE}/nodes/tpu-vllm-v5e1-node-b",
+                termination_time=ends,
+            )
+        return outputs
+
+    before, after = run_program("v5e1"), run_program("v5e1", outputs_for=renewed)
+    assert after.outputs["queued_resource"] == NEXT
+    assert after.outputs["node"].endswith("/nodes/tpu-vllm-v5e1-node" + RENEWAL_SUFFIX)
+    assert after.outputs["expires_at"] == ends
+    for same in ("renew_command", "replicas", "renewal_lead_seconds"):
+        assert after.outputs[same] == before.outputs[same]
+
+
+# -- item 4: the overlap is billed twice ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
+def test_the_overlap_is_billed_for_lead_plus_drain_at_most(stack: str) -> None:
+    b = budget.budget(stack)
+    assert (b.lead_s, b.drain_s) == (
+        run_program(stack).outputs["renewal_lead_seconds"],
+        renewal.DEFAULT_DRAIN_SECONDS,
+    )
+    assert b.overlap_usd == pytest.approx(round(b.hourly_usd * (b.lead_s + b.drain_s) / 3600, 2))
+    assert b.max_run_usd == pytest.approx(round(b.hourly_usd * 4, 2))  # still one run
+    table = budget.render_table([stack])
+    row = next(line for line in table.splitlines() if "billed twice" in line)
+    assert re.search(r"\$\d", row) and budget.duration(b.lead_s) in row
