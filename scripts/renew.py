@@ -204,7 +204,7 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
         log(f"reading the stack's outputs (`pulumi stack output --json -s {stack}`)")
         outputs = pulumi.outputs()
         if outputs.get("cluster"):
-            # Backend gke: an ended flex-start node is replaced by the node pool's autoscaler.
+            # Backend gke: the stack's ComputeClass has GKE recycle flex-start nodes itself.
             log(
                 f"a GKE stack (cluster {outputs['cluster']}): GKE replaces each ended TPU node "
                 "for its pending pod; nothing to renew"

@@ -100,14 +100,14 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
         "v6e4-gke",
         {"tpu-vllm:renewal.lead": "4h"},
         "tpu-vllm:renewal.lead = '4h'",
-        ["tpu-vllm:tpu.maxRunDuration = '4h'", "shorter"],
+        ["not shorter than tpu-vllm:tpu.maxRunDuration (4 h)", "Fix:"],
     ),
     (
         "recycling lead longer than the run",
         "v6e4-gke",
         {"tpu-vllm:renewal.lead": "3h", "tpu-vllm:tpu.maxRunDuration": "2h"},
         "tpu-vllm:renewal.lead = '3h'",
-        ["tpu-vllm:tpu.maxRunDuration = '2h'"],
+        ["not shorter than tpu-vllm:tpu.maxRunDuration (2 h)"],
     ),
     (
         "recycling lead that is not a duration",
