@@ -16,8 +16,8 @@ Concurrency, as the real service serves it (many connections at once; a bucket s
 5000 object reads per second, https://cloud.google.com/storage/docs/request-rate): a thread per
 request (``ThreadingHTTPServer``). ``latency`` (seconds, default 0) delays every answer, a
 stand-in for a Cloud Storage round trip, so that overlapping downloads can be seen and timed;
-``media_in_flight`` / ``max_media_in_flight`` count the object downloads (``alt=media``) being
-served at once, from the request's arrival to its last byte (``reset_counts`` starts over).
+``media_in_flight`` / ``max_media_in_flight`` count the object downloads (``alt=media``) waited
+on at once, from the request's arrival to the start of its answer (``reset_counts`` starts over).
 Objects are answered as Object resources (``name``, ``size``, ``md5Hash``, ``timeCreated``,
 ``updated``, ``customTime``, and the custom ``metadata`` map, where ``gcloud storage`` keeps a
 file's mtime as ``goog-reserved-file-mtime``, googlecloudsdk/command_lib/storage/posix_util.py).
@@ -112,18 +112,20 @@ class FakeGcsApi(LoopbackHttpServer):
                 try:
                     if fake.latency:
                         time.sleep(fake.latency)
-                    if headers.get("authorization") != f"Bearer {fake.token}":
-                        self._error(401, "Invalid Credentials")
-                        return
-                    parts = url.path.split("/")
-                    try:
-                        self._route(method, parts, query, body, headers)
-                    except StoreError as error:
-                        self._error(error.status, str(error))
                 finally:
+                    # Counted until the answer starts: a client sees it only after this, so a
+                    # pool of N never shows as more than N.
                     if media:
                         with fake._lock:
                             fake.media_in_flight -= 1
+                if headers.get("authorization") != f"Bearer {fake.token}":
+                    self._error(401, "Invalid Credentials")
+                    return
+                parts = url.path.split("/")
+                try:
+                    self._route(method, parts, query, body, headers)
+                except StoreError as error:
+                    self._error(error.status, str(error))
 
             def _route(
                 self,
