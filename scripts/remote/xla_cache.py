@@ -33,14 +33,18 @@ Cloud SDK without `storage rsync` or `storage objects update` refuses the comman
 uses the JSON API for the rest of the run. The first token fetch is retried (bounded): the GKE
 metadata server does not answer in a pod's first seconds (GKE docs, Workload Identity
 limitations). TPU_VLLM_CACHE_VIA=gcloud|api forces one; GCE_METADATA_HOST and
-STORAGE_API_ENDPOINT override the endpoints (tests). Stdlib only, Python 3.9+.
+STORAGE_API_ENDPOINT override the endpoints (tests). Both download many objects at once:
+`gcloud storage` on its own (see Gcloud), the JSON API path with a bounded pool of threads,
+TPU_VLLM_CACHE_WORKERS of them (default DEFAULT_WORKERS). Stdlib only, Python 3.9+.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -49,12 +53,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 MANIFEST = "MANIFEST.json"
@@ -77,6 +83,23 @@ MTIME_KEY = "goog-reserved-file-mtime"
 SETTLE_SECONDS = 1.0
 T = TypeVar("T")
 DEFAULT_SAVE_TIMEOUT = 1800.0
+#: How many objects the JSON API path downloads at once (TPU_VLLM_CACHE_WORKERS overrides it).
+#: A restore is a few hundred objects (seed 000: 197 MB for E2B) and each GET pays a round trip
+#: before its first byte, so one at a time spends most of the restore waiting. 16 is what
+#: `gcloud storage` itself starts for a multi-file transfer on a machine with 4+ CPUs (16
+#: processes, googlecloudsdk/command_lib/storage/optimize_parameters_util.py
+#: MULTI_FILE_HIGH_CPU_PROCESS_COUNT, each with 4 threads), far below a bucket's initial ~5000
+#: reads/s (Cloud Storage docs, request rate guidelines), and cheap here: each worker streams
+#: in BLOCK-sized pieces, so memory stays at workers x BLOCK whatever the entry sizes. Against
+#: a loopback fake with 30 ms per request (tests/bench_restore_speed.py) 16 gave 10-13x the
+#: serial MB/s and 32 only ~20% more than 16, for twice the connections.
+DEFAULT_WORKERS = 16
+WORKERS_ENV = "TPU_VLLM_CACHE_WORKERS"
+MAX_WORKERS = 64
+#: The piece a download worker reads and writes at a time (and checks the deadline between).
+BLOCK = 1 << 20
+#: How often a download logs its progress.
+PROGRESS_SECONDS = 10.0
 
 
 def log(message: str) -> None:
@@ -183,7 +206,16 @@ class GcloudUnusable(RuntimeError):
 
 
 class Gcloud:
-    """`gcloud storage` with the VM's own identity (its service account, via the metadata)."""
+    """`gcloud storage` with the VM's own identity (its service account, via the metadata).
+
+    Its `rsync` is already parallel: it runs its copy tasks with `parallelizable=True`
+    (surface/storage/rsync.py), and task_executor.execute_tasks then uses the parallel
+    TaskGraphExecutor with `storage/process_count` processes x `storage/thread_count` threads,
+    which, unless set, are 16 x 4 for a multi-file transfer on 4+ CPUs and 2 x 10 below that
+    (googlecloudsdk/command_lib/storage/tasks/task_executor.py, task_util.py
+    should_use_parallelism, optimize_parameters_util.py detect_and_set_best_config). So this
+    class adds no pool of its own.
+    """
 
     name = "gcloud"
 
@@ -288,15 +320,19 @@ class JsonApi:
     def __init__(self) -> None:
         self.endpoint = os.environ.get("STORAGE_API_ENDPOINT", "https://storage.googleapis.com")
         self.metadata = os.environ.get("GCE_METADATA_HOST", "metadata.google.internal")
+        self.workers = download_workers()
         self._token = ""
         self._expires = 0.0
+        # Download workers share the token: one of them renews it, the others wait for it.
+        self._token_lock = threading.Lock()
 
     def _bearer(self, deadline: Deadline) -> str:
-        if time.time() >= self._expires:
-            answer = self._fetch_token(deadline)
-            self._token = str(answer["access_token"])
-            self._expires = time.time() + float(answer.get("expires_in", 300)) - 60
-        return f"Bearer {self._token}"
+        with self._token_lock:
+            if time.time() >= self._expires:
+                answer = self._fetch_token(deadline)
+                self._token = str(answer["access_token"])
+                self._expires = time.time() + float(answer.get("expires_in", 300)) - 60
+            return f"Bearer {self._token}"
 
     def _fetch_token(self, deadline: Deadline) -> dict[str, Any]:
         """The metadata server's token, retried with backoff on connection errors and 5xx.
@@ -347,6 +383,19 @@ class JsonApi:
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> bytes:
+        with self._open(method, path, deadline, body, headers) as response:
+            return bytes(response.read())
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        deadline: Deadline,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """The response, to read from (a `with` closes it). The socket timeout is what is left
+        of the deadline (at most 120 s), so a stalled server cannot hold a call past it."""
         timeout = min(deadline.check(f"{method} {path}"), 120.0)
         request = urllib.request.Request(  # noqa: S310 - https endpoint (loopback in tests)
             self.endpoint.rstrip("/") + path,
@@ -354,8 +403,7 @@ class JsonApi:
             method=method,
             headers={"Authorization": self._bearer(deadline), **(headers or {})},
         )
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return bytes(response.read())
+        return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
 
     @staticmethod
     def _object_path(bucket: str, name: str) -> str:
@@ -435,27 +483,106 @@ class JsonApi:
         return base64.b64encode(md5.digest()).decode() == item.get("md5Hash")
 
     def download(self, url: str, dest: str, deadline: Deadline) -> None:
+        """Every object under `url` into `dest`, `self.workers` at a time.
+
+        As before the pool: an object already there with the same size and MD5 is kept; each
+        file gets the object's saved mtime; the first object that fails (an HTTP error, the
+        deadline) fails the whole download, and the objects not started yet are not started.
+        Each file appears only complete (written as `.part`, then renamed); what its bytes are
+        worth is the manifest check's business (`verify`), which drops what does not match.
+        """
         bucket, prefix = split_gs(url)
         listing = self._list(url, deadline)
         if not listing:
             raise RuntimeError(f"download {url}: Did not find existing container at: {url}")
-        for rel, item in sorted(listing.items()):
-            target = os.path.join(dest, rel)
-            if os.path.exists(target) and self._same(item, target):
-                continue
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            try:
-                data = self._call(
-                    "GET", self._object_path(bucket, prefix + rel) + "?alt=media", deadline
-                )
-            except urllib.error.HTTPError as error:
-                raise RuntimeError(f"download {url}{rel}: HTTP {error.code}") from None
-            with open(target + ".part", "wb") as handle:
-                handle.write(data)
+        # Largest first: with a pool, a big entry started last would finish alone at the end.
+        order = sorted(listing.items(), key=lambda kv: (-_size(kv[1]), kv[0]))
+        progress = Progress(url, len(order), sum(_size(item) for _, item in order))
+        workers = max(1, min(self.workers, len(order)))
+        log(
+            f"downloading {len(order)} objects ({progress.total_bytes / 1e6:.1f} MB) from {url} "
+            f"via the JSON API, {workers} at a time"
+        )
+        stop = threading.Event()
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xla-cache-get")
+        one = functools.partial(
+            self._download_one, bucket=bucket, prefix=prefix, dest=dest, deadline=deadline,
+            stop=stop, progress=progress,
+        )  # fmt: skip
+        futures = [pool.submit(one, rel, item) for rel, item in order]
+        pending: set[Future[None]] = set(futures)
+        try:
+            while pending:
+                wait_for = max(min(PROGRESS_SECONDS, deadline.left()), 0.0)
+                done, pending = wait(pending, timeout=wait_for, return_when=FIRST_EXCEPTION)
+                for future in futures:  # the first failure, in submission order
+                    if future in done and future.exception() is not None:
+                        future.result()
+                if pending:
+                    deadline.check(f"download {url}")
+                    progress.log_now()
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            # Let the running workers see `stop` (they check it between blocks), so nothing is
+            # still written into `dest` once the caller moves on; never past the deadline.
+            # (A cancelled future never counts as done for `wait`: leave those out.)
+            running = [future for future in pending if not future.cancelled()]
+            wait(running, timeout=max(min(5.0, deadline.left()), 0.0))
+            raise
+        pool.shutdown(wait=True)
+        progress.log_now(final=True)
+
+    def _download_one(
+        self,
+        rel: str,
+        item: dict[str, Any],
+        *,
+        bucket: str,
+        prefix: str,
+        dest: str,
+        deadline: Deadline,
+        stop: threading.Event,
+        progress: Progress,
+    ) -> None:
+        """One object into `dest/rel` (a pool worker)."""
+        if stop.is_set():
+            return
+        target = os.path.join(dest, rel)
+        if os.path.exists(target) and self._same(item, target):
+            progress.done(_size(item), kept=True)
+            return
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        part = target + ".part"
+        what = f"download gs://{bucket}/{prefix}{rel}"
+        try:
+            with self._open("GET", self._object_path(bucket, prefix + rel) + "?alt=media",
+                            deadline) as response, open(part, "wb") as handle:  # fmt: skip
+                # read1: at most one socket read per block, so a server that trickles bytes
+                # meets the deadline check below instead of holding a whole block's read.
+                read = getattr(response, "read1", response.read)
+                while True:
+                    if stop.is_set():
+                        raise RuntimeError(f"{what}: stopped (another download failed)")
+                    deadline.check(what)
+                    block = read(BLOCK)
+                    if not block:
+                        break
+                    handle.write(block)
+                    progress.add(len(block))
+            if stop.is_set():
+                raise RuntimeError(f"{what}: stopped (another download failed)")
             mtime = object_mtime(item)
             if mtime is not None:  # as `gcloud storage rsync` does for a download
-                os.utime(target + ".part", (mtime, mtime))
-            os.replace(target + ".part", target)
+                os.utime(part, (mtime, mtime))
+            os.replace(part, target)
+        except urllib.error.HTTPError as error:
+            _unlink(part)
+            raise RuntimeError(f"{what}: HTTP {error.code}") from None
+        except BaseException:
+            _unlink(part)
+            raise
+        progress.done(0)
 
     def upload(self, src: str, url: str, deadline: Deadline, custom_time: str) -> None:
         remote = self._list(url, deadline)
@@ -480,6 +607,87 @@ class JsonApi:
                 )
             except urllib.error.HTTPError as error:
                 raise RuntimeError(f"touch {url}{rel}: HTTP {error.code}") from None
+
+
+def _size(item: dict[str, Any]) -> int:
+    try:
+        return int(item.get("size", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def download_workers() -> int:
+    """The JSON API download pool's size: TPU_VLLM_CACHE_WORKERS, else DEFAULT_WORKERS."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_WORKERS
+    try:
+        workers = int(raw)
+    except ValueError:
+        workers = 0
+    if not 1 <= workers <= MAX_WORKERS:
+        log(
+            f"{WORKERS_ENV}={raw!r} is not a whole number from 1 to {MAX_WORKERS}; "
+            f"downloading {DEFAULT_WORKERS} objects at a time"
+        )
+        return DEFAULT_WORKERS
+    return workers
+
+
+class Progress:
+    """A download's objects and bytes, counted by its workers and logged by the caller's
+    thread (one line every PROGRESS_SECONDS, and a last one with the rate)."""
+
+    def __init__(self, url: str, objects: int, total_bytes: int) -> None:
+        self.url = url
+        self.objects = objects
+        self.total_bytes = total_bytes
+        self.finished = 0
+        self.kept = 0
+        self.received = 0
+        self.kept_bytes = 0
+        self.started = time.time()
+        self._logged = self.started
+        self._lock = threading.Lock()
+
+    def add(self, nbytes: int) -> None:
+        with self._lock:
+            self.received += nbytes
+
+    def done(self, nbytes: int, kept: bool = False) -> None:
+        with self._lock:
+            self.finished += 1
+            if kept:
+                self.kept += 1
+                self.kept_bytes += nbytes
+
+    def log_now(self, final: bool = False) -> None:
+        now = time.time()
+        if not final and now - self._logged < PROGRESS_SECONDS:
+            return
+        self._logged = now
+        with self._lock:
+            finished, kept, received = self.finished, self.kept, self.received
+            needed = self.total_bytes - self.kept_bytes
+        seconds = max(now - self.started, 1e-6)
+        rate = f"{received / 1e6 / seconds:.1f} MB/s"
+        already = f"; {kept} already there" if kept else ""
+        if final:
+            log(
+                f"downloaded {finished - kept} objects ({received / 1e6:.1f} MB) from "
+                f"{self.url} in {seconds:.1f}s, {rate}{already}"
+            )
+        else:
+            log(
+                f"downloading: {finished} of {self.objects} objects, "
+                f"{received / 1e6:.1f} of {needed / 1e6:.1f} MB after {seconds:.0f}s, "
+                f"{rate}{already}"
+            )
 
 
 def object_mtime(item: dict[str, Any]) -> int | None:

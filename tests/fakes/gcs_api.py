@@ -9,7 +9,15 @@ that tool calls, as documented in https://cloud.google.com/storage/docs/json_api
 - ``PATCH  /storage/v1/b/B/o/NAME``                     objects.patch (``customTime`` only moves
   forward: 400 otherwise, as on the real service)
 Every call needs ``Authorization: Bearer <token>`` (401 otherwise). Faults set on the store
-(``list``, ``read``, ``write``, ``touch``, ``put``) apply here too. ``requests`` records each call.
+(``list``, ``read``, ``write``, ``touch``, ``put``) apply here too; a ``read`` fault with
+``match`` hits only the object downloads whose name contains it. ``requests`` records each call.
+
+Concurrency, as the real service serves it (many connections at once; a bucket starts at about
+5000 object reads per second, https://cloud.google.com/storage/docs/request-rate): a thread per
+request (``ThreadingHTTPServer``). ``latency`` (seconds, default 0) delays every answer, a
+stand-in for a Cloud Storage round trip, so that overlapping downloads can be seen and timed;
+``media_in_flight`` / ``max_media_in_flight`` count the object downloads (``alt=media``) waited
+on at once, from the request's arrival to the start of its answer (``reset_counts`` starts over).
 Objects are answered as Object resources (``name``, ``size``, ``md5Hash``, ``timeCreated``,
 ``updated``, ``customTime``, and the custom ``metadata`` map, where ``gcloud storage`` keeps a
 file's mtime as ``goog-reserved-file-mtime``, googlecloudsdk/command_lib/storage/posix_util.py).
@@ -59,11 +67,14 @@ def resource(stored: dict[str, Any]) -> dict[str, Any]:
 class FakeGcsApi(LoopbackHttpServer):
     thread_name = "fake-gcs-api"
 
-    def __init__(self, root: Path, token: str = "test-token") -> None:
+    def __init__(self, root: Path, token: str = "test-token", latency: float = 0.0) -> None:
         super().__init__()
         self.store = GcsStore(str(root))
         self.token = token
+        self.latency = latency
         self.requests: list[dict[str, Any]] = []
+        self.media_in_flight = 0
+        self.max_media_in_flight = 0
         self._lock = threading.Lock()
         fake = self
 
@@ -88,10 +99,25 @@ class FakeGcsApi(LoopbackHttpServer):
                 query = dict(urllib.parse.parse_qsl(url.query))
                 body = self._body() if method in ("POST", "PATCH") else b""
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                media = method == "GET" and query.get("alt") == "media"
                 with fake._lock:
                     fake.requests.append(
                         {"method": method, "path": self.path, "headers": headers, "body": body}
                     )
+                    if media:
+                        fake.media_in_flight += 1
+                        fake.max_media_in_flight = max(
+                            fake.max_media_in_flight, fake.media_in_flight
+                        )
+                try:
+                    if fake.latency:
+                        time.sleep(fake.latency)
+                finally:
+                    # Counted until the answer starts: a client sees it only after this, so a
+                    # pool of N never shows as more than N.
+                    if media:
+                        with fake._lock:
+                            fake.media_in_flight -= 1
                 if headers.get("authorization") != f"Bearer {fake.token}":
                     self._error(401, "Invalid Credentials")
                     return
@@ -139,7 +165,7 @@ class FakeGcsApi(LoopbackHttpServer):
                     return
                 name = urllib.parse.unquote("/".join(parts[6:]))
                 if method == "GET" and query.get("alt") == "media":
-                    store.apply_fault("read")
+                    store.apply_fault("read", name)
                     self._answer(200, None, store.get(bucket, name))
                 elif method == "PATCH":
                     store.apply_fault("touch")
@@ -162,8 +188,22 @@ class FakeGcsApi(LoopbackHttpServer):
 
         self._handler = Handler
 
+    def reset_counts(self) -> None:
+        """Forget the requests and the most downloads in flight seen so far."""
+        with self._lock:
+            self.requests.clear()
+            self.max_media_in_flight = self.media_in_flight
+
     def start(self) -> FakeGcsApi:
-        return self._serve(ThreadingHTTPServer(("127.0.0.1", 0), self._handler))
+        return self._serve(_Server(("127.0.0.1", 0), self._handler))
+
+
+class _Server(ThreadingHTTPServer):
+    """socketserver's listen backlog is 5 (`request_queue_size`): a client opening more
+    connections at once than that has the extra SYNs dropped and retried a second later, which
+    the real service does not do. Room for any download pool the node tool may run."""
+
+    request_queue_size = 128
 
 
 def _multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], bytes]:

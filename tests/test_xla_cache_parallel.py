@@ -1,0 +1,241 @@
+"""The node tool's JSON API restore downloads in parallel, with every guarantee it had serially.
+
+The tool (scripts/remote/xla_cache.py) runs `fetch` then `install`, as the GKE init container
+does (`--in-pod`, the image named by digest: no docker), against the loopback fake of the Cloud
+Storage JSON API (tests/fakes/gcs_api.py) and the metadata server. The fake counts the object
+downloads it serves at once and can answer each request after a delay (a Cloud Storage round
+trip), which is what makes the overlap visible. No timing is asserted beyond the restore's own
+bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.compile_cache import generation_name
+from tests.fakes.gcs_api import FakeGcsApi
+from tests.fakes.gcs_store import GcsStore
+from tests.fakes.metadata_server import FakeMetadataServer
+from tests.test_compile_cache_node import load_tool
+
+BUCKET = "b"
+PREFIX = f"gs://{BUCKET}/xla-cache/KEY/"
+IMAGE = "docker.io/vllm/vllm-tpu@sha256:" + "ab12" * 16
+MTIME = 1_700_000_000
+#: Mixed sizes, as a JAX cache has them: many small entries, a few over the tool's 1 MiB block.
+SIZES = [700 + 37_000 * i for i in range(22)] + [2_500_000, 1_300_000]
+
+
+@dataclass
+class Bucket:
+    api: FakeGcsApi
+    store: GcsStore
+    entries: dict[str, bytes]
+
+    @property
+    def generation(self) -> str:
+        return generation_name(IMAGE)
+
+    def key(self, name: str) -> str:
+        return f"xla-cache/KEY/{self.generation}/{name}"
+
+    def object_gets(self) -> list[str]:
+        """The cache entries the tool downloaded (not LATEST, not the manifest)."""
+        return [
+            r["path"]
+            for r in self.api.requests
+            if r["method"] == "GET" and r["path"].endswith("-cache?alt=media")
+        ]
+
+
+@pytest.fixture
+def bucket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_metadata: FakeMetadataServer
+) -> Iterator[Bucket]:
+    """A saved generation (entries, MANIFEST.json, LATEST), as a node's save leaves it."""
+    root = tmp_path / "gcs"
+    store = GcsStore(str(root))
+    store.create_bucket(BUCKET)
+    entries = {f"jit_step_{i:02d}-{i:064x}-cache": os.urandom(size) for i, size in enumerate(SIZES)}
+    generation = generation_name(IMAGE)
+    manifest = {}
+    for name, data in entries.items():
+        store.put(BUCKET, f"xla-cache/KEY/{generation}/{name}", data, mtime=MTIME)
+        manifest[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    store.put(
+        BUCKET,
+        f"xla-cache/KEY/{generation}/MANIFEST.json",
+        json.dumps({"files": manifest}).encode(),
+    )
+    store.put(BUCKET, "xla-cache/KEY/LATEST", generation.encode())
+    api = FakeGcsApi(root, token=fake_metadata.access_token).start()
+    monkeypatch.setenv("TPU_VLLM_CACHE_VIA", "api")
+    monkeypatch.setenv("STORAGE_API_ENDPOINT", api.url)
+    monkeypatch.setenv("GCE_METADATA_HOST", fake_metadata.host)
+    monkeypatch.delenv("TPU_VLLM_CACHE_WORKERS", raising=False)
+    try:
+        yield Bucket(api, store, entries)
+    finally:
+        api.stop()
+
+
+def restore(tmp_path: Path, timeout: float = 60, tool: Any = None) -> dict[str, Any]:
+    """`fetch` then `install` on a fresh node (a new process each: a fresh module)."""
+    work, cache = tmp_path / "work", tmp_path / "xla_cache"
+    common = ["--work", str(work), "--prefix", PREFIX, "--timeout", str(timeout)]
+    assert (tool or load_tool()).main(["fetch", *common]) == 0
+    install = [*common, "--dir", str(cache), "--in-pod", "--image", IMAGE]
+    assert load_tool().main(["install", *install]) == 0
+    return dict(json.loads((work / "result.json").read_text()))
+
+
+def test_downloads_overlap_within_the_pool_bound(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a round trip per request, more than one download is in flight, never more than the
+    pool; and the restore is the serial one's: every entry, its bytes, its saved mtime."""
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "4")
+    bucket.api.latency = 0.1
+    result = restore(tmp_path)
+    assert result["restored"] is True, result
+    assert result["files"] == len(bucket.entries) and "reason" not in result
+    assert 1 < bucket.api.max_media_in_flight <= 4
+    assert len(bucket.object_gets()) == len(bucket.entries)  # each entry fetched once
+    cache = tmp_path / "xla_cache"
+    for name, data in bucket.entries.items():
+        assert (cache / name).read_bytes() == data
+        assert (cache / name).stat().st_mtime == MTIME  # goog-reserved-file-mtime
+    staging = tmp_path / "work" / "staging"
+    assert not list(staging.rglob("*.part"))
+
+
+def test_one_worker_downloads_one_at_a_time(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "1")
+    bucket.api.latency = 0.02
+    result = restore(tmp_path)
+    assert result["restored"] is True and result["files"] == len(bucket.entries)
+    assert bucket.api.max_media_in_flight == 1
+
+
+def test_the_default_pool_is_bounded(
+    bucket: Bucket, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tool = load_tool()
+    bucket.api.latency = 0.05
+    result = restore(tmp_path, tool=tool)
+    assert result["restored"] is True, result
+    assert 1 < bucket.api.max_media_in_flight <= tool.DEFAULT_WORKERS
+    assert f"{tool.DEFAULT_WORKERS} at a time" in capsys.readouterr().err
+
+
+def test_a_bad_pool_size_falls_back_to_the_default_and_says_so(
+    bucket: Bucket,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "zero")
+    tool = load_tool()
+    result = restore(tmp_path, tool=tool)
+    assert result["restored"] is True, result
+    err = capsys.readouterr().err
+    assert "TPU_VLLM_CACHE_WORKERS='zero' is not a whole number from 1 to 64" in err
+    assert f"{tool.DEFAULT_WORKERS} at a time" in err
+
+
+def test_progress_is_logged_while_the_download_runs(
+    bucket: Bucket,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "2")
+    bucket.api.latency = 0.1
+    tool = load_tool()
+    tool.PROGRESS_SECONDS = 0.2  # the real pause is 10 s
+    result = restore(tmp_path, tool=tool)
+    assert result["restored"] is True
+    err = capsys.readouterr().err
+    total = len(bucket.entries) + 1  # and the manifest
+    size = sum(SIZES) + len(bucket.store.get(BUCKET, bucket.key("MANIFEST.json")))
+    assert f"downloading {total} objects ({size / 1e6:.1f} MB)" in err
+    assert f"of {total} objects, " in err  # a progress line, while it ran
+    assert f"downloaded {total} objects ({size / 1e6:.1f} MB)" in err
+    assert "MB/s" in err
+
+
+def test_a_corrupt_entry_is_dropped_and_the_others_kept(
+    bucket: Bucket,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An object whose bytes no longer match the manifest: dropped (and logged) by the manifest
+    check after the parallel download, as after the serial one; the rest is installed."""
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "4")
+    bucket.api.latency = 0.02
+    victim = sorted(bucket.entries)[5]
+    path = Path(bucket.store.root) / BUCKET / bucket.key(victim)
+    path.write_bytes(b"garbage" + path.read_bytes()[7:])
+    result = restore(tmp_path)
+    assert result["restored"] is True, result
+    assert result["files"] == len(bucket.entries) - 1
+    assert result["reason"] == "1 corrupt or missing entries dropped"
+    assert f"dropping {victim}: does not match the manifest" in capsys.readouterr().err
+    cache = tmp_path / "xla_cache"
+    assert not (cache / victim).exists()
+    assert sorted(p.name for p in cache.iterdir()) == sorted(set(bucket.entries) - {victim})
+
+
+def test_a_failed_object_abandons_the_restore_and_starts_no_more(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One object answers 503: the download fails as the serial one did (the restore starts
+    cold, naming the object), the objects not started yet are never requested, and no partial
+    file is left behind."""
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "2")
+    bucket.api.latency = 0.05
+    largest = max(bucket.entries, key=lambda n: len(bucket.entries[n]))  # among the first sent
+    bucket.store.set_fault("read", fail="backendError: unavailable", match=largest)
+    work = tmp_path / "work"
+    fetch = ["fetch", "--work", str(work), "--prefix", PREFIX, "--timeout", "60"]
+    assert load_tool().main(fetch) == 0
+    fetched = json.loads((work / "fetch.json").read_text())
+    assert "fetched" not in fetched
+    assert fetched["error"] == f"download gs://{BUCKET}/{bucket.key(largest)}: HTTP 503"
+    assert len(bucket.object_gets()) < len(bucket.entries) // 2
+    assert not list((work / "staging").rglob("*.part"))
+
+    result = restore(tmp_path)  # the install tries once more, and fails alike
+    assert result["restored"] is False
+    assert result["reason"] == (
+        f"restore failed: download gs://{BUCKET}/{bucket.key(largest)}: HTTP 503"
+    )
+    assert not (tmp_path / "xla_cache").exists()
+
+
+def test_a_stalled_object_is_cut_off_at_the_restore_bound(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One object that never answers (within 30 s): the restore's bound (cache.restoreTimeout,
+    here 3 s) still holds with the other workers busy, and the start goes on cold."""
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "4")
+    victim = sorted(bucket.entries)[3]
+    bucket.store.set_fault("read", delay=30, match=victim)
+    began = time.monotonic()
+    result = restore(tmp_path, timeout=3)
+    assert time.monotonic() - began < 15  # the bound, not the 30 s stall
+    assert result["restored"] is False
+    assert "out of time" in result["reason"] or "timed out" in result["reason"], result
+    assert result["seconds"] <= 6, result
