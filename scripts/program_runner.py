@@ -39,6 +39,24 @@ class Registered:
     provider: str
 
 
+@dataclass(frozen=True)
+class Registration:
+    """One RegisterResource request as the engine receives it: what makes a resource's URN.
+
+    `parent` and `provider` are what the mock monitor answered for them (its URNs name only
+    the parent's own type, not the whole chain a real engine's do; `tests/urns.py` rebuilds
+    the engine's)."""
+
+    type: str
+    name: str
+    #: The parent's URN; the root stack's for a resource without an explicit parent.
+    parent: str
+    #: The explicit provider reference (`URN::ID`), "" for the default provider.
+    provider: str
+    #: The URN the mock monitor gave the resource.
+    urn: str
+
+
 @dataclass
 class ProgramRun:
     resources: list[Registered]
@@ -54,6 +72,8 @@ class ProgramRun:
     #: Resource name -> names of the resources it depends on (inputs and `depends_on`), as
     #: the engine is told: what orders creates in a real `pulumi up`.
     dependencies: dict[str, set[str]] = field(default_factory=dict)
+    #: Every RegisterResource request, in order, with the URN the mock monitor answered.
+    registrations: list[Registration] = field(default_factory=list)
 
     def urn_of(self, name: str) -> str:
         [urn] = [u for u in self.urns if u.endswith(f"::{name}")]
@@ -314,6 +334,7 @@ def _run(
     )
     pulumi.runtime.set_all_config(cli_config(config))
     dependencies = _record_dependencies()
+    registrations = _record_registrations()
 
     def program() -> None:
         runpy.run_path(str(program_file), run_name="__main__")
@@ -348,6 +369,7 @@ def _run(
         urns=urns,
         calls=recorder.calls,
         dependencies=dependencies,
+        registrations=registrations,
     )
 
 
@@ -364,6 +386,31 @@ def _record_dependencies() -> dict[str, set[str]]:
             names |= {str(urn).rsplit("::", 1)[-1] for urn in deps.urns}
         found.setdefault(request.name, set()).update(names)
         return register(request)
+
+    monitor.RegisterResource = recording
+    return found
+
+
+def _record_registrations() -> list[Registration]:
+    """Wrap the mock monitor's RegisterResource to keep each request's type, name, parent and
+    provider, with the URN it answered (the root stack's registration included)."""
+    monitor = pulumi.runtime.settings.get_monitor()
+    assert monitor is not None, "set_mocks installs a monitor"
+    register = monitor.RegisterResource
+    found: list[Registration] = []
+
+    def recording(request: Any) -> Any:
+        response = register(request)
+        found.append(
+            Registration(
+                str(request.type),
+                str(request.name),
+                str(request.parent),
+                str(request.provider),
+                str(response.urn),
+            )
+        )
+        return response
 
     monitor.RegisterResource = recording
     return found
