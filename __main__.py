@@ -10,10 +10,10 @@ import pulumi
 from components.compile_cache import compile_cache_output
 from components.config import load_stack_config
 from components.dns import require_managed_zone
-from components.gke_backend import build_gke
+from components.gke.backend import build_gke
 from components.outputs import object_or_empty, text_or_empty
 from components.secrets import require_hf_token_secret
-from components.vm_backend import build_vm
+from components.vm.backend import build_vm
 
 config = load_stack_config()
 for warning in config.warnings:

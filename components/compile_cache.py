@@ -43,7 +43,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.config import StackConfig
-from components.tpu import labels, resource_id
+from components.naming import labels, resource_id
 
 #: Bumped when the meaning of the key or the layout changes: old generations then go unused.
 KEY_SCHEMA = "tpu-vllm-xla-cache-v1"

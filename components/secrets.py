@@ -19,7 +19,7 @@ import pulumi_random as random
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.tpu import labels, resource_id
+from components.naming import labels, resource_id
 
 ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
 

@@ -56,8 +56,8 @@ from components.remote_scripts import (  # noqa: E402
     HF_TOKEN_FILE,
     REMOTE,
 )
-from components.ssh import SSH_USER  # noqa: E402
-from components.vllm import CONTAINER  # noqa: E402
+from components.vm.ssh import SSH_USER  # noqa: E402
+from components.vm.vllm import CONTAINER  # noqa: E402
 from scripts.stack_files import StackFileError, model_id, read_config, section  # noqa: E402
 
 PROG = "bench"

@@ -28,10 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from components import gke, k8s_workload  # noqa: E402
 from components.config import parse_duration  # noqa: E402
-from components.queued_resource import Timing  # noqa: E402
-from components.ssh import dial_budget_seconds  # noqa: E402
+from components.gke import cluster as gke  # noqa: E402
+from components.gke import k8s_workload  # noqa: E402
+from components.ssh_dial import dial_budget_seconds  # noqa: E402
+from components.vm.queued_resource import Timing  # noqa: E402
 from scripts.plan import PLACEHOLDER_PROJECT, after_apply  # noqa: E402
 from scripts.program_runner import ProgramRun, run_program, stack_file_config  # noqa: E402
 
@@ -73,7 +74,7 @@ class Budget:
 
     @property
     def ssh_s(self) -> float:
-        """pulumi-command's dial retries when every dial times out (components/ssh.py)."""
+        """pulumi-command's dial retries when every dial times out (components/ssh_dial.py)."""
         return dial_budget_seconds(self.dial_limit, self.dial_timeout_s)
 
     @property

@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from components import renewal  # noqa: E402
-from components.tpu_api import ApiError, TpuApi  # noqa: E402
+from components.vm.tpu_api import ApiError, TpuApi  # noqa: E402
 from scripts import pulumi_cli  # noqa: E402
 
 #: States in which the run is over and a new request is needed (the issue's "ended").

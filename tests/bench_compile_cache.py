@@ -47,7 +47,7 @@ def timed_start(lab: Lab, node: SshHost, scenario: dict[str, Any], enabled: bool
     ready = node.run(commands("v5e1", changes, start_stdout=container)[READY], timeout=300)
     total = time.monotonic() - began
     lab.open_up()
-    from components.vllm import parse_ready
+    from components.vm.vllm import parse_ready
 
     result = parse_ready(ready.stdout.decode())
     if ready.returncode or result["startup_seconds"] is None:

@@ -29,8 +29,8 @@ from typing import Any
 
 import pulumi.dynamic as dyn
 
-from components.host_key import NodeHostKeyProvider
-from components.queued_resource import QueuedResourceProvider
+from components.vm.host_key import NodeHostKeyProvider
+from components.vm.queued_resource import QueuedResourceProvider
 from tests import engine_order
 from tests.fakes.cloud_dns import CachingResolver, FakeManagedZone
 from tests.fakes.metadata_server import FakeMetadataServer

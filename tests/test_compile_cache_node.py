@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from components.compile_cache import generation_name
-from components.vllm import parse_ready
+from components.vm.vllm import parse_ready
 from tests.fakes.gcs_api import FakeGcsApi
 from tests.fakes.gcs_store import GcsStore
 from tests.fakes.metadata_server import FakeMetadataServer

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components import catalog, ssh
+from components import catalog, ssh_dial
 from components.config import ConfigError, parse_duration
 from tests import seed_facts
 from tests.pulumi_program import refused, run_program
@@ -495,7 +495,9 @@ def test_ssh_cidrs_left_to_default_warns_naming_the_key(preview: bool) -> None:
     assert "Fix: set tpu-vllm:access.sshCidrs to YOUR.IP/32." in warning
     # Outside sshCidrs the node's deny rule drops the packets, so every dial times out: the
     # wait is the timed-out dial budget (~32 min), not the ~10 min of refused dials.
-    timed_out = ssh.dial_budget_seconds(seconds_per_failed_dial=ssh.PER_DIAL_TIMEOUT_SECONDS)
+    timed_out = ssh_dial.dial_budget_seconds(
+        seconds_per_failed_dial=ssh_dial.PER_DIAL_TIMEOUT_SECONDS
+    )
     assert f"fails after ~{round(timed_out / 60)} min." in warning
     assert round(timed_out / 60) == 32
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from components.host_key import NodeHostKeyProvider, pick_host_key
-from components.org_policy import DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES
-from components.queued_resource import Spec
-from components.tpu_api import ApiError, TpuApi
+from components.vm.host_key import NodeHostKeyProvider, pick_host_key
+from components.vm.org_policy import DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES
+from components.vm.queued_resource import Spec
+from components.vm.tpu_api import ApiError, TpuApi
 from tests.fakes.resource_manager import FakeResourceManager
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.provider_host import provider_blob, run_provider

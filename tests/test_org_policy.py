@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from components.org_policy import (
+from components.vm.org_policy import (
     DISABLE_GUEST_ATTRIBUTES,
     MANAGED_DISABLE_GUEST_ATTRIBUTES,
     MANAGED_REQUIRE_OS_LOGIN,

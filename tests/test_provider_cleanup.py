@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from components import config as config_module
-from components.queued_resource import QueuedResourceProvider
-from components.tpu import queued_resource_props
+from components.vm.queued_resource import QueuedResourceProvider
+from components.vm.tpu import queued_resource_props
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.pulumi_program import stack_file_config
 

@@ -22,8 +22,8 @@ import pytest
 from googleapiclient.errors import HttpError
 
 from components import config as config_module
-from components.queued_resource import QueuedResourceProvider, Spec
-from components.tpu import queued_resource_props
+from components.vm.queued_resource import QueuedResourceProvider, Spec
+from components.vm.tpu import queued_resource_props
 from tests.fakes.tpu_api import FakeTpuApi, StateDurations
 from tests.pulumi_program import ROOT, run_program, stack_file_config
 
@@ -604,8 +604,8 @@ def test_a_bad_body_stops_at_once_naming_the_field(
 def test_refusals_are_classified_narrowly(
     status: str, message: str, failed: bool, verdict: str
 ) -> None:
-    from components.queued_resource import _RefusedError, _verdict
-    from components.tpu_api import ApiError
+    from components.vm.queued_resource import _RefusedError, _verdict
+    from components.vm.tpu_api import ApiError
 
     spec = Spec.from_props(props_for("v6e4"))
     refusal = _RefusedError(ApiError(400, status, message), failed=failed)

@@ -20,9 +20,9 @@ import pytest
 from googleapiclient.errors import HttpError
 
 from components import renewal
-from components.queued_resource import Spec
 from components.renewal import renew_command
-from components.tpu import queued_resource_props
+from components.vm.queued_resource import Spec
+from components.vm.tpu import queued_resource_props
 from scripts import renew
 from tests.fakes.fake_pulumi import FakePulumi
 from tests.fakes.tpu_api import FakeTpuApi, ManualClock

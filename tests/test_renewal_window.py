@@ -20,7 +20,7 @@ from pulumi.runtime import mocks
 
 from components import catalog, renewal
 from components.config import RENEWAL_PROVISIONING_SECONDS, parse_duration
-from components.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider, Spec
+from components.vm.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider, Spec
 from scripts import budget
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.mock_outputs import MANAGED_ZONE, cloud_outputs

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pulumi.runtime import mocks
 
-from components.ssh import PER_DIAL_TIMEOUT_SECONDS, dial_budget_seconds
+from components.ssh_dial import PER_DIAL_TIMEOUT_SECONDS, dial_budget_seconds
 from tests.mock_outputs import API_KEY_SENTINEL, HOST_KEY, SSH_PRIVATE_SENTINEL, SSH_PUBLIC_KEY
 from tests.pulumi_program import InvokeFailure, ProgramRun, run_program
 

@@ -3,14 +3,14 @@
 A node that has just turned ACTIVE refuses logins until the guest agent has created the
 `ssh-keys` user (the SSH fake models that window, see tests/fakes/ssh_host.py). Every such dial
 fails fast, so how long pulumi-command keeps trying is set by its backoff and
-`dial_error_limit` alone (components/ssh.py shows the arithmetic).
+`dial_error_limit` alone (components/ssh_dial.py shows the arithmetic).
 """
 
 from __future__ import annotations
 
 import subprocess
 
-from components.ssh import (
+from components.ssh_dial import (
     DIAL_ERROR_LIMIT,
     PER_DIAL_TIMEOUT_SECONDS,
     dial_budget_seconds,
@@ -34,7 +34,8 @@ def test_backoff_is_pulumi_commands() -> None:
 def test_fast_failures_get_the_promised_ten_minutes() -> None:
     budget = dial_budget_seconds()
     assert PROMISED_SECONDS <= budget <= PROMISED_SECONDS + 60
-    # The figures in components/ssh.py and the issue: 40 attempts lasted 161 s, the default ~11 s.
+    # The figures in components/ssh_dial.py and the issue: 40 attempts lasted 161 s, the
+    # default ~11 s.
     assert round(dial_budget_seconds(40)) == 161
     assert round(dial_budget_seconds(PULUMI_COMMAND_DEFAULT_LIMIT)) == 11
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from components.vllm import parse_ready
+from components.vm.vllm import parse_ready
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost, SshHostFactory

@@ -20,8 +20,8 @@ from components import compile_cache
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, ManagedZone
-from components.gke import GkeTpuCluster, GkeTpuClusterArgs
-from components.k8s_workload import GkeWorkload, GkeWorkloadArgs
+from components.gke.cluster import GkeTpuCluster, GkeTpuClusterArgs
+from components.gke.k8s_workload import GkeWorkload, GkeWorkloadArgs
 from components.outputs import BackendOutputs
 from components.renewal import gke_recycle_notice
 from components.secrets import NodeSecrets, NodeSecretsArgs

@@ -39,9 +39,10 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from components import catalog, k8s_manifests
+from components import catalog
 from components.config import ConfigError, GkeSettings, StackConfig
-from components.tpu import labels, resource_id
+from components.gke import k8s_manifests
+from components.naming import labels, resource_id
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RELEASE_CHANNEL = "REGULAR"

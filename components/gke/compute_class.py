@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.config import StackConfig
-from components.tpu import resource_id
+from components.naming import resource_id
 
 API_VERSION = "cloud.google.com/v1"
 KIND = "ComputeClass"

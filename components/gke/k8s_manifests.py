@@ -31,9 +31,10 @@ from typing import Any
 
 import pulumi
 
-from components import catalog, compute_class, jax_cache_env, remote_scripts
+from components import catalog, jax_cache_env, remote_scripts
 from components.config import StackConfig
-from components.tpu import resource_id
+from components.gke import compute_class
+from components.naming import resource_id
 
 APP = "tpu-vllm"
 #: The Kubernetes service account the pods run as, bound to the stack's GSA.

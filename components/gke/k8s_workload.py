@@ -27,11 +27,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import compute_class, remote_scripts
-from components import k8s_manifests as m
+from components import remote_scripts
 from components.config import StackConfig
+from components.gke import compute_class
+from components.gke import k8s_manifests as m
+from components.naming import resource_id
 from components.outputs import endpoint_urls
-from components.tpu import resource_id
 
 #: Beyond the Job's own deadline, for the Job to be scheduled and its image pulled.
 AWAIT_MARGIN_SECONDS = 300

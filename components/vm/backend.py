@@ -17,13 +17,13 @@ import pulumi
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, ManagedZone
-from components.host_key import NodeHostKey
 from components.outputs import BackendOutputs, endpoint_urls
 from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
-from components.ssh import SshIdentity, ssh_command
-from components.tpu import FlexStartTpu, FlexStartTpuArgs
-from components.vllm import VllmServer, VllmServerArgs
+from components.vm.host_key import NodeHostKey
+from components.vm.ssh import SshIdentity, ssh_command
+from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs
+from components.vm.vllm import VllmServer, VllmServerArgs
 
 
 def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOutputs:

@@ -15,8 +15,8 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 
-from components import org_policy
-from components.tpu_api import ApiError, TpuApi, poll_delays, report
+from components.vm import org_policy
+from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 
 QUERY_PATH = "hostkeys/"
 PREFERRED_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa")

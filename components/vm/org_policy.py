@@ -48,7 +48,7 @@ from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
 from components.google_credentials import google_credentials
-from components.tpu_api import report
+from components.vm.tpu_api import report
 
 #: Override of the Cloud Resource Manager endpoint, for Private Service Connect and for tests.
 ENDPOINT_ENV = "RESOURCE_MANAGER_API_ENDPOINT"

@@ -44,7 +44,7 @@ import pulumi
 import pulumi.dynamic as dyn
 
 from components import renewal
-from components.tpu_api import ApiError, TpuApi, poll_delays, report
+from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROVISIONING_MODELS = {"flex-start": "FLEX_START", "spot": "SPOT", "on-demand": "STANDARD"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,10 +10,10 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.config import StackConfig
-from components.org_policy import OrgPolicyGate
-from components.queued_resource import QueuedResource
+from components.naming import labels, resource_id
+from components.vm.org_policy import OrgPolicyGate
+from components.vm.queued_resource import QueuedResource
 
-PROGRAM = "tpu-vllm"
 SSH_PORT = 22
 # VPC firewall rules apply in priority order, lowest number first, and at equal priority a deny
 # wins over an allow (https://cloud.google.com/firewall/docs/firewalls, "Priority"). An auto-mode
@@ -27,22 +26,6 @@ SSH_PORT = 22
 ALLOW_PRIORITY = 1
 DENY_PRIORITY = 2
 EVERYWHERE = "0.0.0.0/0"
-
-
-def resource_id(stack: str, suffix: str = "") -> str:
-    """A GCP-safe id (`[a-z][-a-z0-9]*`, at most 30 chars) derived from the stack name."""
-    base = re.sub(r"[^a-z0-9-]+", "-", f"{PROGRAM}-{stack}".lower()).strip("-")
-    text = f"{base}{suffix}"
-    return text[:30].rstrip("-")
-
-
-def labels(config: StackConfig) -> dict[str, str]:
-    """Labels that say who made a TPU and for which stack, for billing reports and cleanup."""
-    return {
-        "stack": resource_id(config.stack)[len(PROGRAM) + 1 :] or "default",
-        "project": PROGRAM,
-        "managed-by": "pulumi",
-    }
 
 
 def queued_resource_props(
