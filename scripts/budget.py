@@ -32,7 +32,7 @@ from components.config import parse_duration  # noqa: E402
 from components.gke import cluster as gke  # noqa: E402
 from components.gke import k8s_workload  # noqa: E402
 from components.ssh_dial import dial_budget_seconds  # noqa: E402
-from components.vm.queued_resource import Timing  # noqa: E402
+from components.vm.queued_resource_spec import Timing  # noqa: E402
 from scripts.plan import PLACEHOLDER_PROJECT, after_apply  # noqa: E402
 from scripts.program_runner import ProgramRun, run_program, stack_file_config  # noqa: E402
 

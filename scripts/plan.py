@@ -35,7 +35,7 @@ from pulumi.runtime import mocks  # noqa: E402
 
 from components.config import ConfigError, StackConfig, parse_stack_config  # noqa: E402
 from components.messages import operator_line  # noqa: E402
-from components.vm.queued_resource import OUTPUT_KEYS  # noqa: E402
+from components.vm.queued_resource_spec import OUTPUT_KEYS  # noqa: E402
 from scripts.program_runner import (  # noqa: E402
     GET_MANAGED_ZONE,
     ProgramRun,

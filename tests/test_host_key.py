@@ -10,7 +10,7 @@ import pytest
 
 from components.vm.host_key import NodeHostKeyProvider, pick_host_key
 from components.vm.org_policy import DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES
-from components.vm.queued_resource import Spec
+from components.vm.queued_resource_spec import Spec
 from components.vm.tpu_api import ApiError, TpuApi
 from tests.fakes.resource_manager import FakeResourceManager
 from tests.fakes.tpu_api import FakeTpuApi
@@ -164,4 +164,4 @@ def test_host_key_provider_pickled_under_mocks_unpickles_in_a_fresh_process() ->
     blob = provider_blob(run_program("v5e1"), "node-host-key")
     done = run_provider(blob, "print(type(provider).__module__, type(provider).__name__)\n")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["components.host_key", "NodeHostKeyProvider"]
+    assert done.stdout.split() == ["components.vm.host_key", "NodeHostKeyProvider"]

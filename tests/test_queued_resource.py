@@ -22,7 +22,8 @@ import pytest
 from googleapiclient.errors import HttpError
 
 from components import config as config_module
-from components.vm.queued_resource import QueuedResourceProvider, Spec
+from components.vm.queued_resource import QueuedResourceProvider
+from components.vm.queued_resource_spec import Spec
 from components.vm.tpu import queued_resource_props
 from tests.fakes.tpu_api import FakeTpuApi, StateDurations
 from tests.pulumi_program import ROOT, run_program, stack_file_config
@@ -604,7 +605,7 @@ def test_a_bad_body_stops_at_once_naming_the_field(
 def test_refusals_are_classified_narrowly(
     status: str, message: str, failed: bool, verdict: str
 ) -> None:
-    from components.vm.queued_resource import _RefusedError, _verdict
+    from components.vm.queued_resource_create import _RefusedError, _verdict
     from components.vm.tpu_api import ApiError
 
     spec = Spec.from_props(props_for("v6e4"))

@@ -21,7 +21,7 @@ from googleapiclient.errors import HttpError
 
 from components import renewal
 from components.renewal import renew_command
-from components.vm.queued_resource import Spec
+from components.vm.queued_resource_spec import Spec
 from components.vm.tpu import queued_resource_props
 from scripts import renew
 from tests.fakes.fake_pulumi import FakePulumi

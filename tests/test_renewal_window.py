@@ -20,7 +20,8 @@ from pulumi.runtime import mocks
 
 from components import catalog, renewal
 from components.config import RENEWAL_PROVISIONING_SECONDS, parse_duration
-from components.vm.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider, Spec
+from components.vm.queued_resource import QueuedResourceProvider
+from components.vm.queued_resource_spec import RENEWAL_SUFFIX, Spec
 from scripts import budget
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.mock_outputs import MANAGED_ZONE, cloud_outputs

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from components import renewal as renewal_window
-from components.vm.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider
+from components.vm.queued_resource import QueuedResourceProvider
+from components.vm.queued_resource_spec import RENEWAL_SUFFIX
 from scripts import renew
 from tests.fakes.cloud_dns import CachingResolver, FakeManagedZone
 from tests.fakes.metadata_server import FakeMetadataServer

@@ -1,0 +1,144 @@
+"""Deleting a queued resource: the drain of a replaced node that still serves, then the
+force-delete, retried while the API refuses it in PROVISIONING, and waited on until it is gone.
+Part of the queued-resource provider (components/vm/queued_resource.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from components import renewal
+from components.vm.queued_resource_spec import UNDELETABLE_STATES, Spec, Timing
+from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
+
+#: Longest pause between two progress lines (and state reads) while a replaced node drains.
+DRAIN_REPORT_SECONDS = 30.0
+
+
+def _drain_if_succeeded(api: TpuApi, spec: Spec, name: str) -> None:
+    """Before deleting a TPU that still serves while its successor (the other id pair) is
+    ACTIVE, wait `spec.drain_seconds`: Pulumi deletes a create-before-replace's old resource
+    only after every update, so the DNS record already names the successor, and clients that
+    cached the old address (up to the record's TTL) or still run a request on it finish.
+
+    No successor (`pulumi destroy`, a delete-before-replace) or a TPU that no longer serves
+    (its run ended): deleted at once. The wait ends early if the run ends meanwhile."""
+    if spec.drain_seconds <= 0 or _state_or_gone(api, name) != "ACTIVE":
+        return
+    successor = _serving_successor(api, spec, name)
+    if successor is None:
+        return
+    drain, timing = spec.drain_seconds, spec.timing
+    report(
+        f"draining {name}: its successor {successor} serves and the DNS name has moved to it; "
+        f"{name} keeps serving for {renewal.minutes(drain)} (renewal.drain: the record's TTL "
+        "plus a margin) so clients that cached its address finish, then it is deleted"
+    )
+    start = time.monotonic()
+    last_report = start
+    while True:
+        left = drain - (time.monotonic() - start)
+        if left <= 0:
+            report(f"{name} drained for {renewal.minutes(drain)}; deleting it")
+            return
+        time.sleep(min(left, max(timing.poll_seconds, 1e-3), DRAIN_REPORT_SECONDS))
+        state = _state_or_gone(api, name)
+        if state != "ACTIVE":
+            report(f"{name} is {state} before the drain ended (its run is over); deleting it")
+            return
+        now = time.monotonic()
+        if now - last_report >= DRAIN_REPORT_SECONDS:
+            report(f"draining {name}: {renewal.minutes(drain - (now - start))} left")
+            last_report = now
+
+
+def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
+    """The ACTIVE queued resource under the other id pair, in this TPU's zone or the stack's
+    others, or None."""
+    zone = name.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in name else ""
+    successor = spec.other_slot()
+    for candidate_zone in dict.fromkeys([zone, *spec.zones]):
+        if candidate_zone and _state_or_gone(api, successor.qr_name(candidate_zone)) == "ACTIVE":
+            return successor.qr_name(candidate_zone)
+    return None
+
+
+def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
+    """Force-delete (nodes first) and wait until it is gone; gone already counts as success.
+
+    Seed 000 says a PROVISIONING queued resource cannot be deleted but not with which error
+    code, so any refusal is retried, with backoff, while the state read back is PROVISIONING or
+    CREATING; a refusal in any other state is raised."""
+    start = time.monotonic()
+    deadline = start + timing.delete_timeout_seconds
+    delay = timing.poll_seconds
+    while True:
+        try:
+            api.delete_queued_resource(name)
+            break
+        except ApiError as error:
+            if error.http_status == 404:
+                report(f"{name} is already gone")
+                return
+            state = _state_or_gone(api, name)
+            if state == "GONE":
+                report(f"{name} is already gone")
+                return
+            if state == "DELETING":
+                break  # someone else's delete is under way: wait for it
+            if state not in UNDELETABLE_STATES:
+                raise Exception(
+                    f"{name} could not be deleted: {error} (it is {state}). It may still bill. "
+                    "Fix: delete it with `gcloud alpha compute tpus queued-resources delete "
+                    "... --force`, or run `pulumi destroy` again."
+                ) from None
+            if time.monotonic() + delay > deadline:
+                raise Exception(
+                    f"{name} could not be deleted within {timing.delete_timeout_seconds:.0f} s: "
+                    f"{error}; it is still {state}. A queued resource cannot be deleted while it "
+                    "is PROVISIONING (seed 000 §1.2) and it bills meanwhile. Fix: run "
+                    "`pulumi destroy` (or `pulumi up`) again in a few minutes."
+                ) from None
+            report(f"{name} is {state}, not deletable yet ({error}); retrying in {delay:.0f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 120.0)
+    last = ""
+    delays = poll_delays(timing.poll_seconds)
+    while True:
+        state = _state_or_gone(api, name)
+        if state == "GONE":
+            report(f"{name} deleted after {time.monotonic() - start:.0f} s")
+            return
+        if state != last:
+            report(f"{name}: {state} (deleting)")
+            last = state
+        if time.monotonic() > deadline:
+            raise Exception(
+                f"{name} is still {state} {timing.delete_timeout_seconds:.0f} s after the "
+                "delete request. Fix: check it with `gcloud alpha compute tpus queued-resources "
+                "list` and run `pulumi destroy` again."
+            )
+        time.sleep(next(delays))
+
+
+def _state_or_gone(api: TpuApi, name: str) -> str:
+    """The queued resource's state, or GONE on 404."""
+    try:
+        qr = api.get_queued_resource(name)
+    except ApiError as error:
+        if error.http_status == 404:
+            return "GONE"
+        raise
+    return str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
+
+
+def _cleanup_after_crash(api: TpuApi, name: str, timing: Timing) -> None:
+    """A create that fails after the request went out must not leave a billing TPU behind:
+    Pulumi records nothing for a failed dynamic create, so it would never be deleted."""
+    try:
+        _delete_and_wait(api, name, timing)
+    except Exception as error:  # noqa: BLE001 - the original error matters more
+        report(
+            f"could not delete {name} after a failed create ({error}). It may still bill: "
+            f"delete it with `gcloud alpha compute tpus queued-resources delete ... --force`."
+        )

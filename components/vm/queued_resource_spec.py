@@ -1,0 +1,237 @@
+"""What a queued resource is asked for, and what is read back: the props, typed, and the outputs.
+
+`Spec` is the dynamic resource's props as the provider receives them (numbers as floats, the
+`__provider` key among them) turned into the v2alpha1 request body, with the two id pairs a
+renewal alternates between; `_describe` turns the API's answer into the resource's outputs.
+Part of the queued-resource provider (components/vm/queued_resource.py); like it, this module
+holds no clients and no config, since the provider host re-imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from components import renewal
+from components.vm.tpu_api import ApiError, TpuApi
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+PROVISIONING_MODELS = {"flex-start": "FLEX_START", "spot": "SPOT", "on-demand": "STANDARD"}
+#: States in which the TPU is gone or going and must be requested again.
+DEAD_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED", "DELETING"})
+#: States in which a delete may be refused for a while (seed 000 §1.2 names no error code).
+UNDELETABLE_STATES = frozenset({"PROVISIONING", "CREATING"})
+#: States of a predecessor whose ids a renewal may step around: its run ended (or is ending)
+#: between the diff that chose create-before-replace and the create.
+ENDED_STATES = frozenset({"SUSPENDING", "SUSPENDED", "FAILED"})
+#: The second id pair (queued resource and node): a renewal's request exists beside the current
+#: one, whose ids it cannot reuse. "" is the stack's own pair, so a stack's first node keeps the
+#: names it always had.
+RENEWAL_SUFFIX = "-b"
+SLOTS = ("", RENEWAL_SUFFIX)
+# Props whose change requires a new queued resource: the API has no update.
+SPEC_KEYS = (
+    "project",
+    "qr_id",
+    "node_id",
+    "accelerator_type",
+    "runtime_version",
+    "provisioning",
+    "max_run_seconds",
+    "capacity_wait_seconds",
+    "service_account_email",
+    "labels",
+    "tags",
+    "network",
+    "metadata",
+)
+OUTPUT_KEYS = (
+    "qr_name",
+    "node_name",
+    "zone",
+    "state",
+    "external_ip",
+    "internal_ip",
+    "create_time",
+    "termination_time",
+    "zone_errors",
+)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long to wait and how often to ask. Changing these never replaces the TPU."""
+
+    poll_seconds: float = 15.0
+    #: Beyond the capacity wait: PROVISIONING to ACTIVE takes minutes.
+    provisioning_timeout_seconds: float = 1200.0
+    delete_timeout_seconds: float = 1800.0
+    #: Attempts per API call; google-api-python-client retries 429/5xx in between.
+    retry_attempts: int = 6
+    #: Scales the library's backoff (rand() x 2^n s); 2.0 keeps it as the library has it.
+    retry_base_seconds: float = 2.0
+    #: How long a create that names the service account is retried in the same zone: a new
+    #: service account can stay invisible to the TPU API for a minute or more.
+    iam_wait_seconds: float = 300.0
+    #: A 404 on the new queued resource this soon after the create is eventual consistency.
+    consistency_grace_seconds: float = 60.0
+
+    @classmethod
+    def from_props(cls, raw: Any) -> Timing:
+        values = dict(raw or {})
+        known = {k: values[k] for k in cls.__dataclass_fields__ if k in values}
+        if "retry_attempts" in known:
+            known["retry_attempts"] = int(known["retry_attempts"])
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The props, typed. Numbers cross the engine as floats; they are made ints here."""
+
+    project: str
+    zones: tuple[str, ...]
+    qr_id: str
+    node_id: str
+    accelerator_type: str
+    runtime_version: str
+    provisioning: str
+    max_run_seconds: int | None
+    capacity_wait_seconds: int
+    #: None only when driven without one (tests, mocks): the node then gets the default.
+    service_account_email: str | None
+    labels: Mapping[str, str]
+    tags: tuple[str, ...]
+    metadata: Mapping[str, str]
+    timing: Timing
+    #: The VPC network (`access.network`); the API's own default is `default` too.
+    network: str = "default"
+    #: `renewal.lead`: an ACTIVE TPU with less left than this is replaced create-first. None:
+    #: never (spot, on-demand, or a state written before the key existed).
+    lead_seconds: float | None = None
+    #: `renewal.drain`: how long a replaced TPU serves on once its successor took the name.
+    drain_seconds: float = float(renewal.DEFAULT_DRAIN_SECONDS)
+    #: Which id pair this request uses: "" (the stack's own) or RENEWAL_SUFFIX.
+    slot: str = ""
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> Spec:
+        max_run = props.get("max_run_seconds")
+        lead = props.get("renewal_lead_seconds")
+        drain = props.get("drain_seconds")
+        return cls(
+            project=str(props["project"]),
+            zones=tuple(str(z) for z in props["zones"]),
+            qr_id=str(props["qr_id"]),
+            node_id=str(props["node_id"]),
+            accelerator_type=str(props["accelerator_type"]),
+            runtime_version=str(props["runtime_version"]),
+            provisioning=str(props["provisioning"]),
+            max_run_seconds=int(max_run) if max_run is not None else None,
+            capacity_wait_seconds=int(props["capacity_wait_seconds"]),
+            service_account_email=props.get("service_account_email") or None,
+            labels={str(k): str(v) for k, v in dict(props.get("labels") or {}).items()},
+            tags=tuple(str(t) for t in props.get("tags") or ()),
+            metadata={str(k): str(v) for k, v in dict(props.get("metadata") or {}).items()},
+            timing=Timing.from_props(props.get("timing")),
+            network=str(props.get("network") or "default"),
+            lead_seconds=float(lead) if lead else None,
+            drain_seconds=float(renewal.DEFAULT_DRAIN_SECONDS if drain is None else drain),
+        )
+
+    def in_slot(self, slot: str) -> Spec:
+        """This request under the ids of `slot` (one of SLOTS)."""
+        qr_id = self.qr_id.removesuffix(self.slot) if self.slot else self.qr_id
+        node_id = self.node_id.removesuffix(self.slot) if self.slot else self.node_id
+        return dataclasses.replace(self, qr_id=qr_id + slot, node_id=node_id + slot, slot=slot)
+
+    def other_slot(self) -> Spec:
+        """The other id pair: where the successor of this request goes."""
+        return self.in_slot(RENEWAL_SUFFIX if self.slot == "" else "")
+
+    def for_name(self, qr_name: str) -> Spec:
+        """The request whose ids made `qr_name`, in whichever slot; the props' own otherwise."""
+        qr_id = qr_name.rsplit("/", 1)[-1]
+        for slot in SLOTS:
+            candidate = self.in_slot(slot)
+            if candidate.qr_id == qr_id:
+                return candidate
+        return self
+
+    def qr_name(self, zone: str) -> str:
+        return f"projects/{self.project}/locations/{zone}/queuedResources/{self.qr_id}"
+
+    def node_name(self, zone: str) -> str:
+        return f"projects/{self.project}/locations/{zone}/nodes/{self.node_id}"
+
+    def body(self, zone: str) -> dict[str, Any]:
+        """The QueuedResource body, in the v2alpha1 discovery document's shape exactly."""
+        node: dict[str, Any] = {
+            "acceleratorType": self.accelerator_type,
+            "runtimeVersion": self.runtime_version,
+            # The proto default is false; without it the node has no external IP at all.
+            "networkConfig": {"network": self.network, "enableExternalIps": True},
+            "serviceAccount": {
+                **({"email": self.service_account_email} if self.service_account_email else {}),
+                "scope": [CLOUD_PLATFORM_SCOPE],
+            },
+            "labels": dict(self.labels),
+            "tags": list(self.tags),
+            "metadata": dict(self.metadata),
+        }
+        body: dict[str, Any] = {
+            "tpu": {
+                "nodeSpec": [
+                    {
+                        "parent": f"projects/{self.project}/locations/{zone}",
+                        "nodeId": self.node_id,
+                        "node": node,
+                    }
+                ]
+            },
+            "provisioningModel": PROVISIONING_MODELS[self.provisioning],
+            # Without a deadline a capacity wait can last forever; with it the request fails
+            # and the next zone is tried.
+            "queueingPolicy": {"validUntilDuration": f"{self.capacity_wait_seconds}s"},
+        }
+        if self.provisioning == "flex-start":
+            assert self.max_run_seconds is not None
+            body["runDuration"] = {"maxRunDuration": f"{self.max_run_seconds}s"}
+        elif self.provisioning == "spot":
+            body["spot"] = {}
+        return body
+
+
+def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict[str, Any]:
+    """The resource's outputs: state, IPs, times. The node exists only while ACTIVE."""
+    state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
+    external_ip = internal_ip = None
+    termination_time = qr.get("runDuration", {}).get("terminationTime") or None
+    node_name = spec.node_name(zone)
+    if state == "ACTIVE":
+        try:
+            node = api.get_node(node_name)
+        except ApiError as error:
+            if error.http_status != 404:
+                raise
+        else:
+            endpoint = (node.get("networkEndpoints") or [{}])[0]
+            internal_ip = endpoint.get("ipAddress")
+            external_ip = endpoint.get("accessConfig", {}).get("externalIp")
+            # Google's flex-start doc tells users to read the end time here; the queued
+            # resource's runDuration.terminationTime may be empty.
+            termination_time = termination_time or (
+                node.get("schedulingConfig", {}).get("terminationTimestamp") or None
+            )
+    return {
+        "qr_name": spec.qr_name(zone),
+        "node_name": node_name,
+        "zone": zone,
+        "state": state,
+        "external_ip": external_ip,
+        "internal_ip": internal_ip,
+        "create_time": qr.get("createTime"),
+        "termination_time": termination_time,
+    }
