@@ -29,7 +29,7 @@ import pulumi_kubernetes as k8s
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.gke import compute_class
+from components.gke import cache_manifests, compute_class
 from components.gke import k8s_manifests as m
 from components.naming import resource_id
 from components.outputs import endpoint_urls
@@ -104,10 +104,10 @@ class GkeWorkload(pulumi.ComponentResource):
         extras = None
         files = m.script_files()
         if args.cache_prefix:
-            extras = m.compile_cache_extras(
+            extras = cache_manifests.compile_cache_extras(
                 config, args.cache_prefix, args.cache_restore_timeout_seconds
             )
-            files.update(m.cache_script_files())
+            files.update(cache_manifests.cache_script_files())
             self._pod_reader(name, config, in_ns)
         scripts = m.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
@@ -200,11 +200,11 @@ class GkeWorkload(pulumi.ComponentResource):
         self.register_outputs(urls.as_outputs())
 
     def _pod_reader(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions) -> None:
-        role = m.pod_reader_role(config)
+        role = cache_manifests.pod_reader_role(config)
         self.pod_reader = k8s.rbac.v1.Role(
             f"{name}-pod-reader", metadata=_k8s(role["metadata"]), rules=role["rules"], opts=opts
         )
-        binding = m.pod_reader_binding(config)
+        binding = cache_manifests.pod_reader_binding(config)
         self.pod_reader_binding = k8s.rbac.v1.RoleBinding(
             f"{name}-pod-reader-binding",
             metadata=_k8s(binding["metadata"]),

@@ -1,0 +1,109 @@
+"""The GKE backend's Kubernetes objects for the XLA compile cache (components/compile_cache.py).
+
+An init container restores the cache before the server starts and a sidecar saves it once the
+server is ready, with the same node tool and the same prefix (key) as the VM path; a Role lets
+the pods read their own status (the pulled image's digest, scripts/remote/pod_image.py). Pure
+functions beside components/gke/k8s_manifests.py, whose pod they extend (`PodExtras`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components import remote_scripts
+from components.config import StackConfig
+from components.gke.k8s_manifests import (
+    KSA,
+    SCRIPTS_DIR,
+    VLLM_CACHE_DIR,
+    PodExtras,
+    _meta,
+    namespace_name,
+)
+
+CACHE_WORK_DIR = "/var/lib/tpu-vllm/xla-cache"
+#: The VM path's LOCAL_CACHE_DIR (~/.cache/vllm/xla_cache) as the container sees it.
+CACHE_DIR = f"{VLLM_CACHE_DIR}/xla_cache"
+RESTORE_CONTAINER = "xla-cache-restore"
+SAVE_CONTAINER = "xla-cache-save"
+POD_READER = "tpu-vllm-pod-reader"
+
+
+def cache_script_files() -> dict[str, str]:
+    """The node tool shared with the VM path, and the two GKE steps around it."""
+    return {
+        "xla_cache.py": remote_scripts.REMOTE.joinpath("xla_cache.py").read_text(),
+        "pod_image.py": remote_scripts.REMOTE.joinpath("pod_image.py").read_text(),
+        "cache_restore.sh": remote_scripts.HEADER
+        + remote_scripts.REMOTE.joinpath("gke_cache_restore.sh").read_text(),
+        "cache_save.sh": remote_scripts.HEADER
+        + remote_scripts.REMOTE.joinpath("gke_cache_save.sh").read_text(),
+    }
+
+
+def _downward(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def compile_cache_extras(config: StackConfig, prefix: str, timeout_seconds: int) -> PodExtras:
+    """An init container that restores the cache before the server starts, and a sidecar that
+    saves it once this pod's server is ready: the same prefix (key) as the VM path."""
+    env = [
+        {"name": "TOOLS", "value": SCRIPTS_DIR},
+        {"name": "CACHE_PREFIX", "value": prefix},
+        {"name": "CACHE_WORK", "value": CACHE_WORK_DIR},
+        {"name": "CACHE_DIR", "value": CACHE_DIR},
+        {"name": "CACHE_TIMEOUT", "value": str(timeout_seconds)},
+    ]
+    mounts = [
+        {"name": "vllm-cache", "mountPath": VLLM_CACHE_DIR},
+        {"name": "xla-cache-work", "mountPath": CACHE_WORK_DIR},
+        {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},
+    ]
+    restore = {
+        "name": RESTORE_CONTAINER,
+        "image": config.vllm.image,
+        "command": ["bash", f"{SCRIPTS_DIR}/cache_restore.sh"],
+        "env": [
+            *env,
+            {"name": "SERVER_IMAGE", "value": config.vllm.image},
+            {"name": "CONTAINER_NAME", "value": RESTORE_CONTAINER},
+            _downward("POD_NAME", "metadata.name"),
+            _downward("POD_NAMESPACE", "metadata.namespace"),
+        ],
+        "volumeMounts": mounts,
+    }
+    save = {
+        "name": SAVE_CONTAINER,
+        "image": config.vllm.image,
+        "command": ["bash", f"{SCRIPTS_DIR}/cache_save.sh"],
+        "env": [*env, {"name": "SERVER_PORT", "value": str(config.vllm.port)}],
+        "volumeMounts": mounts,
+    }
+    return PodExtras(
+        init_containers=(restore,),
+        sidecars=(save,),
+        volumes=({"name": "xla-cache-work", "emptyDir": {}},),
+        annotations={"tpu-vllm/compile-cache": prefix},
+    )
+
+
+def pod_reader_role(config: StackConfig) -> dict[str, Any]:
+    """Lets the pods read their own status (the pulled image's digest); nothing else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(POD_READER, namespace_name(config.stack), config),
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    }
+
+
+def pod_reader_binding(config: StackConfig) -> dict[str, Any]:
+    ns = namespace_name(config.stack)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(POD_READER, ns, config),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": POD_READER},
+        "subjects": [{"kind": "ServiceAccount", "name": KSA, "namespace": ns}],
+    }
