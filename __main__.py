@@ -1,7 +1,7 @@
 """tpu-vllm: load config -> build the backend's components -> export. Nothing else lives here.
 
-`tpu-vllm:backend` picks the builder: `vm` (components/vm_backend.py, one TPU VM over SSH) or
-`gke` (components/gke_backend.py, N flex-start TPU replicas behind one address). Both hand back
+`tpu-vllm:backend` picks the builder: `vm` (components/vm/backend.py, one TPU VM over SSH) or
+`gke` (components/gke/backend.py, N flex-start TPU replicas behind one address). Both hand back
 the same outputs, so the contract below holds whichever ran.
 """
 

@@ -141,7 +141,8 @@ FLEX_START_REJECTION_TEXT = (
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
 
 # A warm start (compile cache restored) of the stack's model, per chip family: the longest part
-# of starting the next node before the current one ends (config.py `renewal.lead`).
+# of starting the next node before the current one ends (`renewal.lead`,
+# components/config/renewal.py).
 # v5e: seed 000 §1.3, measured: gemma-4-E2B-it on v5e-1 restarts in 497 s with ~/.cache/vllm
 # mounted (857 s cold, 685 s of it XLA compilation).
 # v6e: seed 003 (gemma-4-31B-it on v6e-4) gives no load or compile times at all, so this is an

@@ -5,7 +5,7 @@ one fails at preview, before a TPU is requested) and grants the node's service a
 to that one secret. The vLLM API key is generated per stack, kept as a Pulumi secret and as a
 Secret Manager version the node can read. On the VM, one command copies both into 0600 files
 with the VM's own identity; on GKE there is no such command: the Secret Manager add-on mounts
-both into the pods (components/k8s_workload.py), read with the same service account.
+both into the pods (components/gke/k8s_workload.py), read with the same service account.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ something to renew:
 1. read `queued_resource`, `renewal_lead_seconds` and `expires_at` from
    `pulumi stack output --json -s STACK`;
 2. ask the TPU API for that queued resource's state and end time, with the provider's own
-   client (`components/tpu_api.py`: the same credentials, retries and `TPU_API_ENDPOINT`
+   client (`components/vm/tpu_api.py`: the same credentials, retries and `TPU_API_ENDPOINT`
    override);
 3. ACTIVE with less than `renewal_lead_seconds` left (the renewal window), ended (SUSPENDED,
    FAILED) or gone (404, or no `queued_resource` output at all): run

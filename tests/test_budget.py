@@ -18,7 +18,7 @@ def test_readme_table_matches_the_stack_files_catalog_and_timeouts() -> None:
 def test_v5e1_worst_case_adds_up_from_its_parts() -> None:
     b = budget.budget("v5e1")
     # One zone: 30 min capacity wait + 20 min provisioning; then a 10 min host-key wait, the
-    # dial retries with every dial timing out (components/ssh.py: 611.3 s of backoff plus
+    # dial retries with every dial timing out (components/ssh_dial.py: 611.3 s of backoff plus
     # 131 x 10 s), a 10 min secret fetch and the 30 min readiness timeout.
     assert (b.zones, b.capacity_wait_s, b.provisioning_s) == (1, 1800, 1200)
     assert (b.dial_limit, b.dial_timeout_s) == (130, 10)

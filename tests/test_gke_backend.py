@@ -305,7 +305,8 @@ def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
     assert scripts["entrypoint.sh"] == (ROOT / "scripts/remote/vllm_entrypoint.sh").read_text()
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["HF_HOME"] == "/dev/shm"  # the VM path's HF cache in memory
-    # Not the VM path's /run/secrets: above the service-account token (components/k8s_manifests.py).
+    # Not the VM path's /run/secrets: above the service-account token
+    # (components/gke/k8s_manifests.py).
     assert env["HF_TOKEN_PATH"] == "/etc/tpu-vllm/secrets/hf_token"
     volumes = {v["name"]: v for v in server_pod(run)["volumes"]}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}

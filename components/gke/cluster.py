@@ -2,7 +2,7 @@
 address the Service serves on.
 
 The TPU nodes are not a node pool of this component: the stack's ComputeClass
-(components/compute_class.py) asks GKE to create flex-start (or spot / on-demand) TPU node pools
+(components/gke/compute_class.py) asks GKE to create flex-start (or spot / on-demand) TPU node pools
 for the pods that select it, and to recycle a flex-start node `renewal.lead` before its run
 ends, which a node pool the stack made could not get (see that module for why and the sources).
 That needs GKE 1.33.3-gke.1136000 (catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION), or an older

@@ -1,7 +1,7 @@
 """The GKE backend's Kubernetes objects, as plain manifests (dicts) built from the stack config.
 
-Pure functions, so the same dicts are what Pulumi sends (components/k8s_workload.py) and what the
-tests validate against the Kubernetes OpenAPI schema offline. Values that only exist after
+Pure functions, so the same dicts are what Pulumi sends (components/gke/k8s_workload.py) and
+what the tests validate against the Kubernetes OpenAPI schema offline. Values that only exist after
 `pulumi up` (the service account's email, the reserved address's name, the TPU node pool's name,
 the API key's version) are passed in as Pulumi inputs and nested as they are.
 
@@ -192,7 +192,7 @@ def secrets_volume(name: str, provider_class: str) -> dict[str, Any]:
 
 def node_selector(config: StackConfig) -> dict[str, str]:
     """The TPU node this replica needs: one of the stack's own ComputeClass (which creates and
-    recycles them, components/compute_class.py), with the slice GKE labels every TPU node with
+    recycles them, components/gke/compute_class.py), with the slice GKE labels every TPU node with
     (the class's `tpu` rule; GKE accepts such system labels beside a class from
     1.32.3-gke.1499000, docs "About custom ComputeClasses")."""
     gke = config.tpu.chip.gke

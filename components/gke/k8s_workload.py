@@ -13,7 +13,7 @@ Its await timeout is `tpu.capacityWait + vllm.readinessTimeout` plus a margin; t
 probe allows `vllm.readinessTimeout` from container start. The Job runs in the cluster, so the
 API key never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
 
-The TPU nodes come from the stack's own ComputeClass (components/compute_class.py), which GKE
+The TPU nodes come from the stack's own ComputeClass (components/gke/compute_class.py), which GKE
 uses to create node pools and to recycle flex-start nodes ahead of their end; a
 PodDisruptionBudget keeps one replica serving while a node is drained.
 """

@@ -6,7 +6,7 @@ existing stacks see no replacement.
 
 The DNS record comes last on purpose: its address is known only once the readiness check on
 that node passed, so when a renewal starts the next node beside the current one (create before
-delete, components/queued_resource.py), the name moves only to a node that serves, and the old
+delete, components/vm/queued_resource.py), the name moves only to a node that serves, and the old
 node is deleted a drain after that.
 """
 

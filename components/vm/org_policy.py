@@ -7,7 +7,7 @@ v2 replacements of the legacy `compute.*` ones; Compute Engine docs, "Managed co
 - OS Login forced on: `compute.requireOsLogin` (legacy) makes Compute Engine reject requests that
   set `enable-oslogin` to false in VM or project metadata (and puts `enable-oslogin=true` in the
   metadata of new projects); `compute.managed.requireOsLogin` evaluates the same `enable-oslogin`
-  metadata key. The node needs OS Login off (`enable-oslogin: FALSE`, components/ssh.py): with it
+  metadata key. The node needs OS Login off (`enable-oslogin: FALSE`, components/vm/ssh.py): with it
   on, the guest agent creates no account from the `ssh-keys` metadata. The agent itself knows
   nothing of organization policies: it reads only the project's and the instance's
   `enable-oslogin` metadata, the instance's winning (guest-agent `google_guest_agent/oslogin.go`,

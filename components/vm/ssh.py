@@ -12,6 +12,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_tls as tls
 
+# How long a connection keeps dialling a booting node, and why: components/ssh_dial.py (shared,
+# because the config states the budget in a warning).
 from components.ssh_dial import DIAL_ERROR_LIMIT, PER_DIAL_TIMEOUT_SECONDS
 
 #: The dedicated login the guest agent creates from the `ssh-keys` metadata entry.

@@ -98,7 +98,7 @@ class VllmServer(pulumi.ComponentResource):
         self.cache_restored = result.apply(lambda r: cache_result(r.get("cache")))
         # Depending on `ready` means consumers never see an endpoint that does not serve yet.
         # This node's own address: the stable name (`dns.*`) may only follow once it serves, so
-        # the backend builds the name's URLs after the record (components/vm_backend.py).
+        # the backend builds the name's URLs after the record (components/vm/backend.py).
         urls = endpoint_urls(args.host, None, config.vllm.port, self.ready.stdout)
         self.endpoint, self.endpoint_ip = urls.endpoint, urls.endpoint_ip
         self.openai_base_url = urls.openai_base_url

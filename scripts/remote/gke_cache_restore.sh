@@ -5,8 +5,8 @@
 # published it) where the VM asks docker; `--in-pod` keeps the tool from ever calling docker,
 # which a pod does not have. The fetch of the newest generation runs while pod_image.py waits.
 # Never fails the pod: a failed, partial or slow restore (bounded by CACHE_TIMEOUT) means a cold
-# start, and the reason is logged. Rendered by components/k8s_manifests.py; values come from the
-# container's env.
+# start, and the reason is logged. Rendered by components/gke/cache_manifests.py; values come
+# from the container's env.
 python3 "$TOOLS/xla_cache.py" fetch \
   --work "$CACHE_WORK" \
   --prefix "$CACHE_PREFIX" \

@@ -2,7 +2,7 @@
 # Once this pod's server answers /health (after `Application startup complete.`), save what is
 # new in the compile cache (scripts/remote/xla_cache.py `save`, the same prefix and generation
 # the init container recorded in CACHE_WORK), then idle: a sidecar that exits is restarted.
-# Rendered by components/k8s_manifests.py; values come from the container's env.
+# Rendered by components/gke/cache_manifests.py; values come from the container's env.
 #
 # Signals: bash is this container's PID 1, and PID 1 receives only the signals it has a handler
 # for (kill(2), pid_namespaces(7)), so without the trap below a pod deletion would wait out its

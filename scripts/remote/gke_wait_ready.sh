@@ -1,4 +1,4 @@
-# Runs in the readiness Job's pod on GKE (components/k8s_manifests.py `readiness_job`), with
+# Runs in the readiness Job's pod on GKE (components/gke/k8s_manifests.py `readiness_job`), with
 # /bin/sh of a small curl image. `pulumi up` waits for this Job to complete, so it is the
 # GKE backend's "ready": at least one replica answers through the Service, which routes only to
 # Ready pods. It mirrors the VM's wait_ready.py checks: /health answers 200, then /v1/models

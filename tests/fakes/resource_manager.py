@@ -1,6 +1,6 @@
 """Loopback fake of the two organization-policy reads the node-access gate makes.
 
-The org-policy check (`components/org_policy.py`) asks whether a boolean constraint is enforced
+The org-policy check (`components/vm/org_policy.py`) asks whether a boolean constraint is enforced
 on the project: the legacy constraints through Cloud Resource Manager v1, the managed ones
 (`compute.managed.*`) through the Organization Policy API v2. One server answers both; the tests
 point both endpoint variables at it.
