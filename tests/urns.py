@@ -29,32 +29,22 @@ from typing import Any
 
 from pulumi.runtime import mocks
 
-from scripts.program_runner import Registration, managed_zone_lookup
+from scripts.program_runner import GET_MANAGED_ZONE, Registration, managed_zone_lookup
 from tests.mock_outputs import MANAGED_ZONE, MANAGED_ZONES
 from tests.pulumi_program import ROOT, run_program
+from tests.test_gke_backend import existing_cluster
 
 FIXTURES = ROOT / "tests" / "fixtures" / "urns"
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
-GET_CLUSTER = "gcp:container/getCluster:getCluster"
 
 
-def existing_cluster(args: mocks.MockCallArgs) -> dict[str, Any]:
-    """An existing GKE cluster fit for the stack (what `gke.cluster` looks up), and the test
-    project's DNS zones; other invokes echo their arguments, as the runner's default does."""
-    if args.token == GET_CLUSTER:
-        return {
-            "name": args.args["name"],
-            "location": args.args["location"],
-            "project": args.args["project"],
-            "endpoint": "192.0.2.55",
-            "masterAuths": [{"clusterCaCertificate": "Q0E="}],
-            "masterVersion": "1.34.1-gke.1829001",
-            "workloadIdentityConfigs": [{"workloadPool": "test-project.svc.id.goog"}],
-            "secretManagerConfigs": [{"enabled": True, "rotationConfigs": []}],
-        }
-    if args.token == "gcp:dns/getManagedZone:getManagedZone":
+def existing_cluster_and_zones(args: mocks.MockCallArgs) -> dict[str, Any]:
+    """An existing GKE cluster fit for the stack (what `gke.cluster` looks up, answered as
+    tests/test_gke_backend.py does), and the test project's Cloud DNS zones."""
+    if args.token == GET_MANAGED_ZONE:
         return managed_zone_lookup(MANAGED_ZONES)(args)
-    return dict(args.args)
+    answer: dict[str, Any] = existing_cluster()(args)
+    return answer
 
 
 @dataclass(frozen=True)
@@ -84,7 +74,7 @@ CASES: Mapping[str, Case] = {
     "v6e4-gke-cache-off": Case("v6e4-gke", CACHE_OFF),
     "v6e4-gke-cache-bucket": Case("v6e4-gke", CACHE_BUCKET),
     "v6e4-gke-existing-cluster": Case(
-        "v6e4-gke", {"tpu-vllm:gke.cluster": "shared", **DNS}, existing_cluster
+        "v6e4-gke", {"tpu-vllm:gke.cluster": "shared", **DNS}, existing_cluster_and_zones
     ),
 }
 

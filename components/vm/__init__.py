@@ -17,7 +17,14 @@ compile_cache, remote_scripts, dns, renewal, ssh_dial, outputs, messages, google
 and its own modules; scripts/ may import it (scripts/renew.py uses tpu_api).
 Must not import: components.gke. What both backends need belongs in the shared top.
 
-The three dynamic providers (queued_resource, org_policy, host_key) are pickled into the stack's
-state by module path: moving or renaming one of their modules needs an alias at the old path,
-as components/queued_resource.py is (tests/test_provider_state.py).
+Dynamic providers (queued_resource, org_policy, host_key): Pulumi keeps each dynamic resource's
+provider in the stack's state as the `__provider` property, a dill pickle that names the
+provider class by module path (pulumi/dynamic/dynamic.py `serialize_provider`). The provider
+host unpickles the one in the state for `delete` and `read` (pulumi/dynamic/__main__.py
+`get_provider`, from `request.properties`), and a resource whose diff finds no change keeps the
+`__provider` of its last create or update, possibly for good. So moving or renaming one of these
+modules needs an alias at the old path: components/queued_resource.py, components/org_policy.py
+and components/host_key.py are the paths of states written before components/vm/ existed, and
+stay (tests/test_provider_state.py unpickles providers taken before the move). The move itself
+is no change to such a stack: each provider's `diff` ignores `__provider`.
 """
