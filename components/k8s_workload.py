@@ -164,7 +164,24 @@ class GkeWorkload(pulumi.ComponentResource):
             f"{name}-service",
             metadata=_k8s(service["metadata"]),
             spec=_k8s(service["spec"]),
-            opts=in_ns,
+            opts=pulumi.ResourceOptions.merge(
+                in_ns,
+                pulumi.ResourceOptions(
+                    # GKE will not turn a target-pool load balancer into the backend-service one
+                    # (`cloud.google.com/l4-rbs`): its controller records CanNotMigrateTargetPool
+                    # ToRBS and deletes the annotation (ingress-gce pkg/l4/controllers/
+                    # l4netlbcontroller.go `preventExistingTargetPoolToRBSMigration`). A Service
+                    # applied without it (every stack deployed before it was added, whose
+                    # Service had no annotations at all) must be created anew, once: a change of
+                    # the annotations replaces it. They are all fixed per stack (the RBS flag,
+                    # the reserved address's name, skipAwait), and pulumi-kubernetes compares
+                    # only the annotations the program set (`pruneMap`), not those GKE adds, so
+                    # nothing else triggers it. Its name is fixed, so the old one goes first;
+                    # pulumi-kubernetes asks for that only when it itself wants the replacement.
+                    replace_on_changes=["metadata.annotations"],
+                    delete_before_replace=True,
+                ),
+            ),
         )
         budget = m.pod_disruption_budget(config)
         self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pulumi.runtime import mocks
 
 from tests.pulumi_program import ProgramRun, run_program
 from tests.test_gke_backend import existing_cluster
@@ -244,6 +245,43 @@ def test_service_is_an_rbs_network_load_balancer_on_the_reserved_address_by_name
     assert "loadBalancerIP" not in spec  # deprecated since Kubernetes 1.24
     assert spec["type"] == "LoadBalancer"
     assert spec["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+
+
+SERVICE_URN = (
+    "urn:pulumi:v6e4-gke::tpu-vllm::tpu-vllm:index:GkeWorkload"
+    "$kubernetes:core/v1:Service::vllm-service"
+)
+
+
+def test_a_service_applied_without_the_rbs_annotation_is_replaced_not_patched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ingress-gce `pkg/l4/controllers/l4netlbcontroller.go`
+    (`preventExistingTargetPoolToRBSMigration`): adding `cloud.google.com/l4-rbs` to a
+    Service that already has a target-pool load balancer only earns a CanNotMigrateTargetPool
+    ToRBS event, and the controller deletes the annotation. So a change of the Service's
+    annotations (the stacks deployed before it had none) must replace it: the engine turns a
+    change under a `replaceOnChanges` path into a replacement (pulumi `step_generator.go`
+    `applyReplaceOnChanges`, path `Contains`), and pulumi-kubernetes asks to delete first only
+    when it wants the replacement itself (`provider.go` Diff), so the program asks for it: the
+    name is fixed. The URN is the one the README's `pulumi up --replace` names."""
+    requests: dict[str, Any] = {}
+    register = mocks.MockMonitor.RegisterResource
+
+    def recording(self: mocks.MockMonitor, request: Any) -> Any:
+        requests[request.name] = request
+        return register(self, request)
+
+    monkeypatch.setattr(mocks.MockMonitor, "RegisterResource", recording)
+    run = run_program(STACK)
+    service = requests["vllm-service"]
+    assert service.type == SERVICE
+    assert list(service.replaceOnChanges) == ["metadata.annotations"]
+    assert service.deleteBeforeReplace is True
+    assert "cloud.google.com/l4-rbs" in run.one(SERVICE).inputs["metadata"]["annotations"]
+    assert run.urn_of("vllm-service") == SERVICE_URN
+    # Nothing else the workload owns is replaced on an annotation change.
+    assert not requests["vllm-deployment"].replaceOnChanges
 
 
 # --- 7. the pods run on the stack's own TPU nodes ---------------------------------------------
