@@ -33,6 +33,7 @@ from components.compile_cache import generation_name
 from tests.fakes.gcs_api import FakeGcsApi
 from tests.fakes.gcs_store import GcsStore
 from tests.fakes.metadata_server import FakeMetadataServer
+from tests.privileged import skip_or_fail
 from tests.pulumi_program import ProgramRun, run_program
 from tests.test_compile_cache_node import load_tool
 from tests.test_pod_image import TOKEN, FakeApi
@@ -400,7 +401,7 @@ def test_the_save_sidecar_as_pid_1_exits_promptly_on_sigterm(
         ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, check=False
     )
     if probe.returncode != 0:
-        pytest.skip(f"cannot create a PID namespace here: {probe.stderr.decode().strip()}")
+        skip_or_fail(f"cannot create a PID namespace here: {probe.stderr.decode().strip()}")
     pod = Pod(program, cloud, tmp_path, "vllm-7d9f-hhhhh")
     if phase == "idle after the save":
         seed_generation(program.outputs["compile_cache"], cloud["store"])
