@@ -162,6 +162,34 @@ def test_every_secret_file_the_containers_read_lies_in_the_mounted_directory(
     assert env["API_KEY_FILE"] == f"{_secrets_dir(probe, job_pod)}/vllm_api_key"
 
 
+#: The scripts that read the API key, and the variable naming the file each reads. Their own
+#: defaults are the VM's `/run/secrets` (vllm_entrypoint.sh, where docker mounts it) or none
+#: (gke_wait_ready.sh fails without it): every pod that runs one must set the variable.
+KEY_READERS = {
+    "/tpu-vllm/entrypoint.sh": "VLLM_API_KEY_FILE",
+    "/tpu-vllm/wait_ready.sh": "API_KEY_FILE",
+}
+
+
+def test_every_container_that_reads_the_key_names_its_file_in_the_mounted_directory(
+    run: ProgramRun,
+) -> None:
+    found = set()
+    for resource in run.resources:
+        for pod in pod_specs(resource.inputs) if resource.type.startswith("kubernetes:") else []:
+            for container in all_containers(pod):
+                command = [*container.get("command", []), *container.get("args", [])]
+                for script, variable in KEY_READERS.items():
+                    if script in command:
+                        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+                        where = (resource.name, container["name"], variable)
+                        assert env.get(variable) == (
+                            f"{_secrets_dir(container, pod)}/vllm_api_key"
+                        ), where
+                        found.add(script)
+    assert found == set(KEY_READERS)
+
+
 # --- 2. the Workload Identity binding waits for a cluster the stack creates ------------------
 
 
