@@ -338,3 +338,21 @@ def test_readiness_job_is_created_after_the_deployment(run: ProgramRun) -> None:
     old pods serving, and `pulumi up` would report success before the new pods serve."""
     job = run.one(JOB)
     assert "vllm-deployment" in run.dependencies[job.name]
+
+
+# --- the pods start only once they may read their own status ----------------------------------
+
+
+def test_the_deployment_waits_for_the_pod_reader_grant_when_the_cache_is_on(
+    run: ProgramRun,
+) -> None:
+    """scripts/remote/pod_image.py reads the pod's own status (its image digest) and takes 401/
+    403/404 as final: a pod started before its Role and RoleBinding exist would start cold.
+    With the cache off there is no init container to read anything, and no grant."""
+    roles = {r.name for r in run.resources if r.type.startswith("kubernetes:rbac.")}
+    deployment = run.dependencies["vllm-deployment"]
+    if "cache_restore.sh" in run.one("kubernetes:core/v1:ConfigMap").inputs["data"]:
+        assert roles == {"vllm-pod-reader", "vllm-pod-reader-binding"}
+        assert roles <= deployment
+    else:
+        assert roles == set()
