@@ -10,7 +10,7 @@ the named source, under Pulumi mocks, over every pod spec and variant the progra
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -294,7 +294,7 @@ def test_a_service_applied_without_the_rbs_annotation_is_replaced_not_patched(
     when it wants the replacement itself (`provider.go` Diff), so the program asks for it: the
     name is fixed. The URN is the one the README's `pulumi up --replace` names."""
     requests: dict[str, Any] = {}
-    register = mocks.MockMonitor.RegisterResource
+    register: Callable[[mocks.MockMonitor, Any], Any] = mocks.MockMonitor.RegisterResource
 
     def recording(self: mocks.MockMonitor, request: Any) -> Any:
         requests[request.name] = request
