@@ -173,8 +173,10 @@ def readme_setup(start: str, end: str) -> str:
 )
 def test_readme_setup_enables_the_iam_credentials_api(workflow: str, start: str, end: str) -> None:
     """Workload Identity Federation through a service account calls the IAM Service Account
-    Credentials API (google-github-actions/auth README "Setup"; `generateAccessToken` in its
-    `src/client/workload_identity_federation.ts`): each workflow's setup must enable it."""
+    Credentials API: without `token_format` the auth step only calls STS and writes a credentials
+    file whose `service_account_impersonation_url` is `generateAccessToken` (google-github-actions/
+    auth v2.1.13 `src/main.ts`, `src/client/workload_identity_federation.ts`), so the run's first
+    Google API call needs the API: each workflow's setup must enable it."""
     setup = readme_setup(start, end)
     blocks = re.findall(r"```bash\n(.*?)```", setup, re.DOTALL)
     commands = [" ".join(b.replace("\\\n", " ").split()) for b in blocks]
