@@ -17,7 +17,7 @@ from components.config.reader import _Reader, parse_duration
 from components.messages import show
 
 # `renewal.lead` by default on GKE (the ComputeClass's nodeRecycling.leadTimeSeconds): a capacity
-# wait (30 min, tpu.capacityWait's default) plus a warm start (497 s on v5e-1, seed 000 §1.4; the
+# wait (30 min, tpu.capacityWait's default) plus a warm start (497 s on v5e-1, seed 000 §1.3; the
 # 31B start on v6e-4 is longer), rounded up to the hour GoogleCloudPlatform/accelerated-platforms'
 # v6e ComputeClass uses (platforms/gke/base/core/custom_compute_class/templates/manifests/tpu/v6e/
 # custom-compute-tpu-v6e-2x2.yaml, leadTimeSeconds: 3600). No renew schedule or DNS drain is in
@@ -26,12 +26,13 @@ from components.messages import show
 DEFAULT_GKE_RENEWAL_LEAD = "1h"
 # `renewal.lead` by default: the next node must serve before the current one ends, so the window
 # holds everything between "less than lead left" and "the next node serves and the old one has
-# drained": up to one period of the renew schedule before the check notices (15 min), one zone's
-# capacity wait (`tpu.capacityWait`, 30 min by default), PROVISIONING to ACTIVE plus first boot,
-# host key and secret fetch (RENEWAL_PROVISIONING_SECONDS: not measured in either seed, so an
-# estimate of 5 min), a warm start of the chip's model (catalog.WARM_START_SECONDS: v5e-1 497 s,
-# seed 000; v6e ~17 min, estimated, seed 003 has no times) and the drain (3 min), rounded up to
-# 5 minutes: 1 h 5 min for v5e1, 1 h 10 min for v6e4, under a third of a 4 h run.
+# drained": the time until a scheduled check notices (renewal.detection_seconds(): one period of
+# the renew schedule, 15 min, plus one more for a run GitHub drops at high load, so 30 min), one
+# zone's capacity wait (`tpu.capacityWait`, 30 min by default), PROVISIONING to ACTIVE plus first
+# boot, host key and secret fetch (RENEWAL_PROVISIONING_SECONDS: not measured in either seed, so
+# an estimate of 5 min), a warm start of the chip's model (catalog.WARM_START_SECONDS: v5e-1
+# 497 s, seed 000; v6e ~17 min, estimated, seed 003 has no times) and the drain (3 min), rounded
+# up to 5 minutes: 1 h 20 min for v5e1, 1 h 25 min for v6e4, about a third of a 4 h run.
 RENEWAL_PROVISIONING_SECONDS = 300
 RENEWAL_ROUND_SECONDS = 300
 
@@ -136,7 +137,7 @@ def _parse_renewal(
 def _default_lead(chip: Chip, capacity_wait_seconds: int, drain_seconds: int) -> int:
     """`renewal.lead`'s default (see RENEWAL_PROVISIONING_SECONDS), rounded up to 5 minutes."""
     total = (
-        renewal.SCHEDULE_MINUTES * 60
+        renewal.detection_seconds()
         + capacity_wait_seconds
         + RENEWAL_PROVISIONING_SECONDS
         + catalog.WARM_START_SECONDS[chip.family.name]

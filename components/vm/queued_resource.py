@@ -22,9 +22,18 @@ delete step is generated 'later' on, after all creates/updates finish"). Both mu
 once, so each request has one of two id pairs, the stack's own ids or the same with
 `RENEWAL_SUFFIX`; the inputs always carry the stack's own, so the diff is still "no change"
 outside the window. The create takes the stack's ids unless the API says they are taken by the
-node being renewed, then the other pair; renewals alternate between the two, and the resource's
-id and outputs name the pair in use. The delete of a replaced node that still serves while its
-successor does waits `renewal.drain` first, so clients that cached the old address finish.
+node being renewed, then the other pair; when the zone beside it has no capacity, the next zone
+is tried under the stack's own ids, so a successor may hold either pair in any of the stack's
+zones. The resource's id and outputs name the pair and zone in use. The delete of a replaced
+node that still serves while a successor does waits `renewal.drain` first, so clients that
+cached the old address finish.
+
+Which TPU is whose is read from the node's labels, never from its ids alone: the stack's labels
+(`components/naming.py` `labels`) tell this stack's nodes from those of a stack whose own name ends
+in `RENEWAL_SUFFIX` (stacks `foo` and `foo-b` share the id `tpu-vllm-foo-b`), and a per-request
+label (`REQUEST_LABEL`, the create's `requestId`) tells the node a create made from one that
+already held its ids: a retried create whose first send failed (503) meets the TPU being renewed
+with ALREADY_EXISTS too, and must not adopt it.
 
 Pulumi pickles the provider object with dill and re-imports this module (and so its siblings)
 in its provider host, so they hold no clients and no config: everything arrives in the

@@ -18,9 +18,22 @@ from typing import Any, Literal
 
 from components import renewal
 from components.vm.queued_resource_delete import _cleanup_after_crash, _delete_and_wait
-from components.vm.queued_resource_spec import DEAD_STATES, ENDED_STATES, Spec, _describe
+from components.vm.queued_resource_spec import (
+    DEAD_STATES,
+    ENDED_STATES,
+    RENEWAL_SUFFIX,
+    REQUEST_LABEL,
+    Spec,
+    _describe,
+    _node_labels,
+    _of_this_stack,
+)
 from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 
+#: How much earlier than this create's first send a queued resource may have been created and
+#: still be this create's, when its labels cannot be read (clocks of client and API differ).
+#: The TPU being renewed is older by a run minus the lead: hours, or at least half a run.
+ADOPT_CLOCK_SKEW_SECONDS = 300.0
 #: INVALID_ARGUMENT texts that mean "not in this zone", like seed 000's `FLEX_START provisioning
 #: model is not supported for accelerator type "v5litepod-1"`. The subject must be the
 #: accelerator or the provisioning model: `Runtime version "x" is not supported for accelerator
@@ -110,8 +123,12 @@ def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dic
             return attempt.run()
         except _TakenError:
             taken.add(spec.slot)
-            spec = _slot_beside_predecessor(api, spec, zone, taken)
-            continue
+            try:
+                spec = _slot_beside_predecessor(api, spec, zone, taken)
+            except ZoneFailedError as failure:
+                reason = str(failure)
+            else:
+                continue
         except ZoneFailedError as failure:
             reason = str(failure)
         except _RefusedError as refusal:
@@ -152,9 +169,11 @@ def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dic
 
 def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]) -> Spec:
     """Where to request the TPU when `spec`'s ids are taken in `zone`: beside the TPU being
-    renewed (ACTIVE inside its window, or ended since the diff), under the other id pair.
-    Anything else holding the ids stops the create, as a queued resource left by an
-    interrupted run always did: it is not adopted, not deleted and not silently stepped around."""
+    renewed (this stack's, by its labels; ACTIVE inside its window, or ended since the diff),
+    under the other id pair. Another stack's TPU under these ids (stacks `foo` and `foo-b`)
+    sends the request to the next zone (ZoneFailedError). Anything else holding the ids stops
+    the create, as a queued resource left by an interrupted run always did: it is not adopted,
+    not deleted and not silently stepped around."""
     name = spec.qr_name(zone)
     try:
         occupant = api.get_queued_resource(name)
@@ -167,6 +186,8 @@ def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]
             f"behind. Fix: delete it (`gcloud alpha compute tpus tpu-vm delete {spec.node_id} "
             f"--zone {zone}`), then run `pulumi up` again."
         ) from None
+    if not _of_this_stack(api, spec, zone, occupant):
+        raise ZoneFailedError(_other_stack_text(name, occupant, spec))
     state = str(occupant.get("state", {}).get("state", "STATE_UNSPECIFIED"))
     termination = _describe(api, spec, zone, occupant)["termination_time"]
     renewed = renewal.in_window(state, termination, spec.lead_seconds) or state in ENDED_STATES
@@ -186,6 +207,20 @@ def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]
     )
 
 
+def _other_stack_text(name: str, qr: Mapping[str, Any], spec: Spec) -> str:
+    """Why another stack's queued resource under this request's ids sends it to the next zone."""
+    node = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0]
+    owner = dict((node.get("node") or {}).get("labels") or {}).get("stack", "none")
+    return (
+        f"{name} is not this stack's TPU: its node is {node.get('nodeId')} (label stack="
+        f"{owner}), this stack's would be {spec.node_id} (stack={spec.labels.get('stack')}). "
+        f"Two stacks whose names differ by {RENEWAL_SUFFIX!r} (foo, foo{RENEWAL_SUFFIX}) share "
+        f"the queued-resource id {spec.qr_id}, one's renewal id being the other's own; it is "
+        f"left alone. Fix: rename one of the stacks so that neither is the other's name plus "
+        f"{RENEWAL_SUFFIX!r}, or give them different tpu.zones"
+    )
+
+
 class _ZoneAttempt:
     """One create in one zone. Its `requestId` (the API's idempotency UUID) is fixed here, so
     every retry of this create, which the library sends to the same URI, carries the same one."""
@@ -200,6 +235,8 @@ class _ZoneAttempt:
         self.maybe_created = False
         self.adopted = False
         self.accepted_at = 0.0
+        #: Wall-clock time of the first send, for `_made_here` when no label can be read.
+        self.sent_at = 0.0
 
     def run(self) -> dict[str, Any]:
         operation = self._create()
@@ -218,17 +255,20 @@ class _ZoneAttempt:
         spec, name = self.spec, self.name
         report(f"requesting {spec.accelerator_type} ({spec.provisioning}) in {self.zone} as {name}")
         self.maybe_created = True  # from here on the request may have reached the API
+        self.sent_at = time.time()
         try:
             operation = self.api.create_queued_resource(
                 f"projects/{spec.project}/locations/{self.zone}",
                 spec.qr_id,
-                spec.body(self.zone),
+                spec.body(self.zone, self.request_id),
                 self.request_id,
             )
         except ApiError as error:
             if error.status == "ALREADY_EXISTS" and error.attempts > 1:
-                # An earlier send of this very request (same requestId) created it and its
-                # answer was lost; the retry met it. Adopt it: it bills, it must not be orphaned.
+                # An earlier send of this very request (same requestId) may have created it and
+                # its answer was lost; the retry met it. Adopt it: it bills, it must not be
+                # orphaned. Or the first send failed and the ids were taken all along (the TPU
+                # being renewed): `_check_adopted` tells the two apart by the node's labels.
                 report(f"{name} was created by an earlier attempt of this request; adopting it")
                 self.adopted = True
                 self.accepted_at = time.monotonic()
@@ -292,20 +332,37 @@ class _ZoneAttempt:
             time.sleep(next(delays))
 
     def _check_adopted(self, qr: Mapping[str, Any]) -> None:
-        """An adopted queued resource must be the one this request asked for."""
+        """An adopted queued resource must be the one this request made: the same node spec,
+        and a node labelled with this request's id. One that held the ids before (the TPU
+        being renewed has the same spec) is not adopted and never deleted: the ids are taken,
+        as a 409 on the first send would have said (`_TakenError`), and
+        `_slot_beside_predecessor` decides where the request goes, or stops it."""
         self.adopted = False
         wanted = self.spec.body(self.zone)["tpu"]["nodeSpec"][0]
         found = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0]
         keys = ("acceleratorType", "runtimeVersion")
-        if found.get("nodeId") != wanted["nodeId"] or any(
-            found.get("node", {}).get(k) != wanted["node"][k] for k in keys
-        ):
-            self.maybe_created = False  # not ours: never delete it
-            raise Exception(
-                f"{self.name} already exists with another node spec, probably left by an "
-                f"earlier run. Fix: delete it (`gcloud alpha compute tpus queued-resources "
-                f"delete {self.spec.qr_id} --zone {self.zone} --force`), then run `pulumi up`."
-            )
+        same_spec = found.get("nodeId") == wanted["nodeId"] and all(
+            found.get("node", {}).get(k) == wanted["node"][k] for k in keys
+        )
+        if same_spec and self._made_here(qr):
+            return
+        self.maybe_created = False  # not ours: never delete it
+        report(
+            f"{self.name} was there before this request (its node does not carry "
+            f"{REQUEST_LABEL}={self.request_id}): the first send failed and the retry met its "
+            "ids taken; not adopting it"
+        )
+        raise _TakenError(self.name)
+
+    def _made_here(self, qr: Mapping[str, Any]) -> bool:
+        """Whether this request created `qr`: its node carries the request's label. When no
+        labels can be read, whether it was created after the first send (less clock skew)."""
+        labels = _node_labels(self.api, self.spec, self.zone, qr)
+        if labels is not None:
+            return labels.get(REQUEST_LABEL) == self.request_id
+        # createTime minus the first send; None when the API gave no createTime.
+        created_after_send = renewal.seconds_left(qr.get("createTime"), now=self.sent_at)
+        return created_after_send is None or created_after_send >= -ADOPT_CLOCK_SKEW_SECONDS
 
     def clean_up(self) -> None:
         """Delete what this attempt may have created and wait until it is gone."""

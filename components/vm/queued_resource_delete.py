@@ -8,7 +8,13 @@ from __future__ import annotations
 import time
 
 from components import renewal
-from components.vm.queued_resource_spec import UNDELETABLE_STATES, Spec, Timing
+from components.vm.queued_resource_spec import (
+    SLOTS,
+    UNDELETABLE_STATES,
+    Spec,
+    Timing,
+    _of_this_stack,
+)
 from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 
 #: Longest pause between two progress lines (and state reads) while a replaced node drains.
@@ -53,13 +59,28 @@ def _drain_if_succeeded(api: TpuApi, spec: Spec, name: str) -> None:
 
 
 def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
-    """The ACTIVE queued resource under the other id pair, in this TPU's zone or the stack's
-    others, or None."""
+    """Another ACTIVE queued resource of this stack (by its node's labels), or None: under
+    either id pair, in this TPU's zone or any of the stack's others. A successor that found no
+    capacity beside its predecessor was requested in the next zone under the stack's own ids,
+    which may be this TPU's own ids in another zone."""
     zone = name.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in name else ""
-    successor = spec.other_slot()
     for candidate_zone in dict.fromkeys([zone, *spec.zones]):
-        if candidate_zone and _state_or_gone(api, successor.qr_name(candidate_zone)) == "ACTIVE":
-            return successor.qr_name(candidate_zone)
+        if not candidate_zone:
+            continue
+        for slot in SLOTS:
+            candidate = spec.in_slot(slot)
+            other = candidate.qr_name(candidate_zone)
+            if other == name:
+                continue
+            try:
+                qr = api.get_queued_resource(other)
+            except ApiError as error:
+                if error.http_status == 404:
+                    continue
+                raise
+            state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
+            if state == "ACTIVE" and _of_this_stack(api, candidate, candidate_zone, qr):
+                return other
     return None
 
 

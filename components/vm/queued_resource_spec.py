@@ -31,6 +31,10 @@ ENDED_STATES = frozenset({"SUSPENDING", "SUSPENDED", "FAILED"})
 #: names it always had.
 RENEWAL_SUFFIX = "-b"
 SLOTS = ("", RENEWAL_SUFFIX)
+#: The node label that names the create (its `requestId`, a UUID: 36 characters of [0-9a-f-],
+#: a valid label value, which must match [a-z0-9_-]{0,63}) that made the node. Node.labels is
+#: a plain string map in the v2alpha1 discovery document (revision 20261001).
+REQUEST_LABEL = "tpu-vllm-request"
 # Props whose change requires a new queued resource: the API has no update.
 SPEC_KEYS = (
     "project",
@@ -166,8 +170,9 @@ class Spec:
     def node_name(self, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}/nodes/{self.node_id}"
 
-    def body(self, zone: str) -> dict[str, Any]:
-        """The QueuedResource body, in the v2alpha1 discovery document's shape exactly."""
+    def body(self, zone: str, request_id: str | None = None) -> dict[str, Any]:
+        """The QueuedResource body, in the v2alpha1 discovery document's shape exactly. With
+        `request_id`, the node is labelled with it (REQUEST_LABEL): the create that made it."""
         node: dict[str, Any] = {
             "acceleratorType": self.accelerator_type,
             "runtimeVersion": self.runtime_version,
@@ -177,7 +182,7 @@ class Spec:
                 **({"email": self.service_account_email} if self.service_account_email else {}),
                 "scope": [CLOUD_PLATFORM_SCOPE],
             },
-            "labels": dict(self.labels),
+            "labels": {**self.labels, **({REQUEST_LABEL: request_id} if request_id else {})},
             "tags": list(self.tags),
             "metadata": dict(self.metadata),
         }
@@ -235,3 +240,36 @@ def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict
         "create_time": qr.get("createTime"),
         "termination_time": termination_time,
     }
+
+
+def _node_labels(
+    api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]
+) -> Mapping[str, str] | None:
+    """The labels of `qr`'s node: as the queued resource's node spec holds them, else from the
+    node itself while it exists (ACTIVE); None when neither shows any."""
+    found = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0].get("node") or {}
+    if "labels" in found:
+        return {str(k): str(v) for k, v in dict(found["labels"] or {}).items()}
+    if qr.get("state", {}).get("state") != "ACTIVE":
+        return None
+    try:
+        node = api.get_node(spec.node_name(zone))
+    except ApiError as error:
+        if error.http_status == 404:
+            return None
+        raise
+    if "labels" not in node:
+        return None
+    return {str(k): str(v) for k, v in dict(node["labels"] or {}).items()}
+
+
+def _of_this_stack(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> bool:
+    """Whether `qr`, found under `spec`'s ids, is this stack's: its node id is `spec`'s and its
+    node carries every one of the stack's labels (`stack`, `project`, `managed-by`). The ids
+    alone do not tell: stack `foo`'s renewal id `tpu-vllm-foo-b` is stack `foo-b`'s own. A node
+    whose labels cannot be read is judged by its node id alone."""
+    node_id = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0].get("nodeId")
+    if node_id is not None and node_id != spec.node_id:
+        return False
+    labels = _node_labels(api, spec, zone, qr)
+    return labels is None or all(labels.get(k) == v for k, v in spec.labels.items())
