@@ -130,12 +130,13 @@ DEFAULT_GKE_RENEWAL_LEAD = "1h"
 DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
 # `renewal.lead` by default: the next node must serve before the current one ends, so the window
 # holds everything between "less than lead left" and "the next node serves and the old one has
-# drained": up to one period of the renew schedule before the check notices (15 min), one zone's
-# capacity wait (`tpu.capacityWait`, 30 min by default), PROVISIONING to ACTIVE plus first boot,
-# host key and secret fetch (RENEWAL_PROVISIONING_SECONDS: not measured in either seed, so an
-# estimate of 5 min), a warm start of the chip's model (catalog.WARM_START_SECONDS: v5e-1 497 s,
-# seed 000; v6e ~17 min, estimated, seed 003 has no times) and the drain (3 min), rounded up to
-# 5 minutes: 1 h 5 min for v5e1, 1 h 10 min for v6e4, under a third of a 4 h run.
+# drained": the time until a scheduled check notices (renewal.detection_seconds(): one period of
+# the renew schedule, 15 min, plus one more for a run GitHub drops at high load, so 30 min), one
+# zone's capacity wait (`tpu.capacityWait`, 30 min by default), PROVISIONING to ACTIVE plus first
+# boot, host key and secret fetch (RENEWAL_PROVISIONING_SECONDS: not measured in either seed, so
+# an estimate of 5 min), a warm start of the chip's model (catalog.WARM_START_SECONDS: v5e-1
+# 497 s, seed 000; v6e ~17 min, estimated, seed 003 has no times) and the drain (3 min), rounded
+# up to 5 minutes: 1 h 20 min for v5e1, 1 h 25 min for v6e4, about a third of a 4 h run.
 RENEWAL_PROVISIONING_SECONDS = 300
 RENEWAL_ROUND_SECONDS = 300
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
@@ -1096,7 +1097,7 @@ def _parse_renewal(
 def _default_lead(chip: Chip, capacity_wait_seconds: int, drain_seconds: int) -> int:
     """`renewal.lead`'s default (see RENEWAL_PROVISIONING_SECONDS), rounded up to 5 minutes."""
     total = (
-        renewal.SCHEDULE_MINUTES * 60
+        renewal.detection_seconds()
         + capacity_wait_seconds
         + RENEWAL_PROVISIONING_SECONDS
         + catalog.WARM_START_SECONDS[chip.family.name]

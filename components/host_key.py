@@ -81,6 +81,16 @@ class NodeHostKeyProvider(dyn.ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         node = str(props["node_name"])
+        outs = {k: v for k, v in props.items() if k != "__provider"}
+        if props.get("allow_unverified"):
+            # The node's metadata leaves out `enable-guest-attributes` then (components/ssh.py),
+            # so no key would appear: polling would only bill TPU time for the full bound.
+            report(
+                f"{node}: SSH host key not read: {org_policy.UNVERIFIED_KEY} is true, so the "
+                "node's metadata does not enable guest attributes, and every remote command "
+                "connects WITHOUT host-key verification."
+            )
+            return dyn.CreateResult(id_=f"{node}/hostkey", outs={**outs, "host_key": None})
         timeout = float(props.get("timeout_seconds") or 600)
         poll = float(props.get("poll_seconds") or 10)
         api = TpuApi(
@@ -103,18 +113,10 @@ class NodeHostKeyProvider(dyn.ResourceProvider):
             if host_key or time.monotonic() - start >= timeout:
                 break
             time.sleep(next(delays))
+        if not host_key:
+            raise Exception(_no_host_key_reason(node, timeout, refused))
         elapsed = time.monotonic() - start
-        if host_key:
-            report(f"{node}: SSH host key {host_key.split()[0]} read after {elapsed:.0f} s")
-        else:
-            why = _no_host_key_reason(node, timeout, refused)
-            if not props.get("allow_unverified"):
-                raise Exception(why)
-            report(
-                f"{why}\nConnecting WITHOUT host-key verification because "
-                f"{org_policy.UNVERIFIED_KEY} is true."
-            )
-        outs = {k: v for k, v in props.items() if k != "__provider"}
+        report(f"{node}: SSH host key {host_key.split()[0]} read after {elapsed:.0f} s")
         return dyn.CreateResult(id_=f"{node}/hostkey", outs={**outs, "host_key": host_key})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:

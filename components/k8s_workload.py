@@ -102,12 +102,15 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         extras = None
         files = m.script_files()
+        # The restore's pod_image.py reads the pod's own status with this Role and takes a 403
+        # as final (a cold start): the pods must not start before the grant exists.
+        pod_reader: list[pulumi.Resource] = []
         if args.cache_prefix:
             extras = m.compile_cache_extras(
                 config, args.cache_prefix, args.cache_restore_timeout_seconds
             )
             files.update(m.cache_script_files())
-            self._pod_reader(name, config, in_ns)
+            pod_reader = self._pod_reader(name, config, in_ns)
         scripts = m.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
             f"{name}-scripts", metadata=_k8s(scripts["metadata"]), data=scripts["data"], opts=in_ns
@@ -152,6 +155,7 @@ class GkeWorkload(pulumi.ComponentResource):
                         self.scripts,
                         self.server_secrets,
                         self.compute_class,
+                        *pod_reader,
                         *args.after,
                     ]
                 ),
@@ -164,7 +168,24 @@ class GkeWorkload(pulumi.ComponentResource):
             f"{name}-service",
             metadata=_k8s(service["metadata"]),
             spec=_k8s(service["spec"]),
-            opts=in_ns,
+            opts=pulumi.ResourceOptions.merge(
+                in_ns,
+                pulumi.ResourceOptions(
+                    # GKE will not turn a target-pool load balancer into the backend-service one
+                    # (`cloud.google.com/l4-rbs`): its controller records CanNotMigrateTargetPool
+                    # ToRBS and deletes the annotation (ingress-gce pkg/l4/controllers/
+                    # l4netlbcontroller.go `preventExistingTargetPoolToRBSMigration`). A Service
+                    # applied without it (every stack deployed before it was added, whose
+                    # Service had no annotations at all) must be created anew, once: a change of
+                    # the annotations replaces it. They are all fixed per stack (the RBS flag,
+                    # the reserved address's name, skipAwait), and pulumi-kubernetes compares
+                    # only the annotations the program set (`pruneMap`), not those GKE adds, so
+                    # nothing else triggers it. Its name is fixed, so the old one goes first;
+                    # pulumi-kubernetes asks for that only when it itself wants the replacement.
+                    replace_on_changes=["metadata.annotations"],
+                    delete_before_replace=True,
+                ),
+            ),
         )
         budget = m.pod_disruption_budget(config)
         self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(
@@ -198,7 +219,10 @@ class GkeWorkload(pulumi.ComponentResource):
         self.openai_base_url = urls.openai_base_url
         self.register_outputs(urls.as_outputs())
 
-    def _pod_reader(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions) -> None:
+    def _pod_reader(
+        self, name: str, config: StackConfig, opts: pulumi.ResourceOptions
+    ) -> list[pulumi.Resource]:
+        """The Role that lets the pods read their own status, and its binding to their KSA."""
         role = m.pod_reader_role(config)
         self.pod_reader = k8s.rbac.v1.Role(
             f"{name}-pod-reader", metadata=_k8s(role["metadata"]), rules=role["rules"], opts=opts
@@ -213,6 +237,7 @@ class GkeWorkload(pulumi.ComponentResource):
                 opts, pulumi.ResourceOptions(depends_on=[self.pod_reader])
             ),
         )
+        return [self.pod_reader, self.pod_reader_binding]
 
     @staticmethod
     def _secret_provider_class(

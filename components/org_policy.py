@@ -258,16 +258,19 @@ def guest_attributes_error(project: str, constraint: str = DISABLE_GUEST_ATTRIBU
 
 
 def unverified_warning(project: str, constraint: str) -> str:
-    refused = (
-        " The node's metadata still asks for guest attributes (`enable-guest-attributes: "
-        "TRUE`): if the TPU API applies this managed constraint to it, the request is refused."
+    """With the opt-in, the node's metadata leaves out `enable-guest-attributes`
+    (components/ssh.py), so the managed constraint, which evaluates that key, finds nothing to
+    refuse; the legacy one only blocks reading, which the run no longer tries."""
+    metadata = (
+        f" The node's metadata leaves out `{MANAGED_METADATA_KEY[constraint]}`, the key this "
+        "managed constraint evaluates, so it does not refuse the request."
         if is_managed(constraint)
         else ""
     )
     return (
         f"the organization policy {constraint} is enforced on project {project}: the node's "
         f"SSH host key cannot be read, and {UNVERIFIED_KEY} is true, so the node will be used "
-        f"WITHOUT host-key verification.{refused}"
+        f"WITHOUT host-key verification.{metadata}"
     )
 
 

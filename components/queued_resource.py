@@ -21,9 +21,18 @@ delete step is generated 'later' on, after all creates/updates finish"). Both mu
 once, so each request has one of two id pairs, the stack's own ids or the same with
 `RENEWAL_SUFFIX`; the inputs always carry the stack's own, so the diff is still "no change"
 outside the window. The create takes the stack's ids unless the API says they are taken by the
-node being renewed, then the other pair; renewals alternate between the two, and the resource's
-id and outputs name the pair in use. The delete of a replaced node that still serves while its
-successor does waits `renewal.drain` first, so clients that cached the old address finish.
+node being renewed, then the other pair; when the zone beside it has no capacity, the next zone
+is tried under the stack's own ids, so a successor may hold either pair in any of the stack's
+zones. The resource's id and outputs name the pair and zone in use. The delete of a replaced
+node that still serves while a successor does waits `renewal.drain` first, so clients that
+cached the old address finish.
+
+Which TPU is whose is read from the node's labels, never from its ids alone: the stack's labels
+(`components/tpu.py` `labels`) tell this stack's nodes from those of a stack whose own name ends
+in `RENEWAL_SUFFIX` (stacks `foo` and `foo-b` share the id `tpu-vllm-foo-b`), and a per-request
+label (`REQUEST_LABEL`, the create's `requestId`) tells the node a create made from one that
+already held its ids: a retried create whose first send failed (503) meets the TPU being renewed
+with ALREADY_EXISTS too, and must not adopt it.
 
 Pulumi pickles the provider object with dill and re-imports this module in its provider host,
 so the module holds no clients and no config: everything arrives in the resource's props, and
@@ -60,6 +69,14 @@ ENDED_STATES = frozenset({"SUSPENDING", "SUSPENDED", "FAILED"})
 #: names it always had.
 RENEWAL_SUFFIX = "-b"
 SLOTS = ("", RENEWAL_SUFFIX)
+#: The node label that names the create (its `requestId`, a UUID: 36 characters of [0-9a-f-],
+#: a valid label value, which must match [a-z0-9_-]{0,63}) that made the node. Node.labels is
+#: a plain string map in the v2alpha1 discovery document (revision 20261001).
+REQUEST_LABEL = "tpu-vllm-request"
+#: How much earlier than this create's first send a queued resource may have been created and
+#: still be this create's, when its labels cannot be read (clocks of client and API differ).
+#: The TPU being renewed is older by a run minus the lead: hours, or at least half a run.
+ADOPT_CLOCK_SKEW_SECONDS = 300.0
 #: Longest pause between two progress lines (and state reads) while a replaced node drains.
 DRAIN_REPORT_SECONDS = 30.0
 #: INVALID_ARGUMENT texts that mean "not in this zone", like seed 000's `FLEX_START provisioning
@@ -211,8 +228,9 @@ class Spec:
     def node_name(self, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}/nodes/{self.node_id}"
 
-    def body(self, zone: str) -> dict[str, Any]:
-        """The QueuedResource body, in the v2alpha1 discovery document's shape exactly."""
+    def body(self, zone: str, request_id: str | None = None) -> dict[str, Any]:
+        """The QueuedResource body, in the v2alpha1 discovery document's shape exactly. With
+        `request_id`, the node is labelled with it (REQUEST_LABEL): the create that made it."""
         node: dict[str, Any] = {
             "acceleratorType": self.accelerator_type,
             "runtimeVersion": self.runtime_version,
@@ -222,7 +240,7 @@ class Spec:
                 **({"email": self.service_account_email} if self.service_account_email else {}),
                 "scope": [CLOUD_PLATFORM_SCOPE],
             },
-            "labels": dict(self.labels),
+            "labels": {**self.labels, **({REQUEST_LABEL: request_id} if request_id else {})},
             "tags": list(self.tags),
             "metadata": dict(self.metadata),
         }
@@ -469,8 +487,12 @@ def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dic
             return attempt.run()
         except _TakenError:
             taken.add(spec.slot)
-            spec = _slot_beside_predecessor(api, spec, zone, taken)
-            continue
+            try:
+                spec = _slot_beside_predecessor(api, spec, zone, taken)
+            except ZoneFailedError as failure:
+                reason = str(failure)
+            else:
+                continue
         except ZoneFailedError as failure:
             reason = str(failure)
         except _RefusedError as refusal:
@@ -511,9 +533,11 @@ def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dic
 
 def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]) -> Spec:
     """Where to request the TPU when `spec`'s ids are taken in `zone`: beside the TPU being
-    renewed (ACTIVE inside its window, or ended since the diff), under the other id pair.
-    Anything else holding the ids stops the create, as a queued resource left by an
-    interrupted run always did: it is not adopted, not deleted and not silently stepped around."""
+    renewed (this stack's, by its labels; ACTIVE inside its window, or ended since the diff),
+    under the other id pair. Another stack's TPU under these ids (stacks `foo` and `foo-b`)
+    sends the request to the next zone (ZoneFailedError). Anything else holding the ids stops
+    the create, as a queued resource left by an interrupted run always did: it is not adopted,
+    not deleted and not silently stepped around."""
     name = spec.qr_name(zone)
     try:
         occupant = api.get_queued_resource(name)
@@ -526,6 +550,8 @@ def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]
             f"behind. Fix: delete it (`gcloud alpha compute tpus tpu-vm delete {spec.node_id} "
             f"--zone {zone}`), then run `pulumi up` again."
         ) from None
+    if not _of_this_stack(api, spec, zone, occupant):
+        raise ZoneFailedError(_other_stack_text(name, occupant, spec))
     state = str(occupant.get("state", {}).get("state", "STATE_UNSPECIFIED"))
     termination = _describe(api, spec, zone, occupant)["termination_time"]
     renewed = renewal.in_window(state, termination, spec.lead_seconds) or state in ENDED_STATES
@@ -559,6 +585,8 @@ class _ZoneAttempt:
         self.maybe_created = False
         self.adopted = False
         self.accepted_at = 0.0
+        #: Wall-clock time of the first send, for `_made_here` when no label can be read.
+        self.sent_at = 0.0
 
     def run(self) -> dict[str, Any]:
         operation = self._create()
@@ -577,17 +605,20 @@ class _ZoneAttempt:
         spec, name = self.spec, self.name
         report(f"requesting {spec.accelerator_type} ({spec.provisioning}) in {self.zone} as {name}")
         self.maybe_created = True  # from here on the request may have reached the API
+        self.sent_at = time.time()
         try:
             operation = self.api.create_queued_resource(
                 f"projects/{spec.project}/locations/{self.zone}",
                 spec.qr_id,
-                spec.body(self.zone),
+                spec.body(self.zone, self.request_id),
                 self.request_id,
             )
         except ApiError as error:
             if error.status == "ALREADY_EXISTS" and error.attempts > 1:
-                # An earlier send of this very request (same requestId) created it and its
-                # answer was lost; the retry met it. Adopt it: it bills, it must not be orphaned.
+                # An earlier send of this very request (same requestId) may have created it and
+                # its answer was lost; the retry met it. Adopt it: it bills, it must not be
+                # orphaned. Or the first send failed and the ids were taken all along (the TPU
+                # being renewed): `_check_adopted` tells the two apart by the node's labels.
                 report(f"{name} was created by an earlier attempt of this request; adopting it")
                 self.adopted = True
                 self.accepted_at = time.monotonic()
@@ -651,20 +682,37 @@ class _ZoneAttempt:
             time.sleep(next(delays))
 
     def _check_adopted(self, qr: Mapping[str, Any]) -> None:
-        """An adopted queued resource must be the one this request asked for."""
+        """An adopted queued resource must be the one this request made: the same node spec,
+        and a node labelled with this request's id. One that held the ids before (the TPU
+        being renewed has the same spec) is not adopted and never deleted: the ids are taken,
+        as a 409 on the first send would have said (`_TakenError`), and
+        `_slot_beside_predecessor` decides where the request goes, or stops it."""
         self.adopted = False
         wanted = self.spec.body(self.zone)["tpu"]["nodeSpec"][0]
         found = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0]
         keys = ("acceleratorType", "runtimeVersion")
-        if found.get("nodeId") != wanted["nodeId"] or any(
-            found.get("node", {}).get(k) != wanted["node"][k] for k in keys
-        ):
-            self.maybe_created = False  # not ours: never delete it
-            raise Exception(
-                f"{self.name} already exists with another node spec, probably left by an "
-                f"earlier run. Fix: delete it (`gcloud alpha compute tpus queued-resources "
-                f"delete {self.spec.qr_id} --zone {self.zone} --force`), then run `pulumi up`."
-            )
+        same_spec = found.get("nodeId") == wanted["nodeId"] and all(
+            found.get("node", {}).get(k) == wanted["node"][k] for k in keys
+        )
+        if same_spec and self._made_here(qr):
+            return
+        self.maybe_created = False  # not ours: never delete it
+        report(
+            f"{self.name} was there before this request (its node does not carry "
+            f"{REQUEST_LABEL}={self.request_id}): the first send failed and the retry met its "
+            "ids taken; not adopting it"
+        )
+        raise _TakenError(self.name)
+
+    def _made_here(self, qr: Mapping[str, Any]) -> bool:
+        """Whether this request created `qr`: its node carries the request's label. When no
+        labels can be read, whether it was created after the first send (less clock skew)."""
+        labels = _node_labels(self.api, self.spec, self.zone, qr)
+        if labels is not None:
+            return labels.get(REQUEST_LABEL) == self.request_id
+        # createTime minus the first send; None when the API gave no createTime.
+        created_after_send = renewal.seconds_left(qr.get("createTime"), now=self.sent_at)
+        return created_after_send is None or created_after_send >= -ADOPT_CLOCK_SKEW_SECONDS
 
     def clean_up(self) -> None:
         """Delete what this attempt may have created and wait until it is gone."""
@@ -747,14 +795,76 @@ def _drain_if_succeeded(api: TpuApi, spec: Spec, name: str) -> None:
 
 
 def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
-    """The ACTIVE queued resource under the other id pair, in this TPU's zone or the stack's
-    others, or None."""
+    """Another ACTIVE queued resource of this stack (by its node's labels), or None: under
+    either id pair, in this TPU's zone or any of the stack's others. A successor that found no
+    capacity beside its predecessor was requested in the next zone under the stack's own ids,
+    which may be this TPU's own ids in another zone."""
     zone = name.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in name else ""
-    successor = spec.other_slot()
     for candidate_zone in dict.fromkeys([zone, *spec.zones]):
-        if candidate_zone and _state_or_gone(api, successor.qr_name(candidate_zone)) == "ACTIVE":
-            return successor.qr_name(candidate_zone)
+        if not candidate_zone:
+            continue
+        for slot in SLOTS:
+            candidate = spec.in_slot(slot)
+            other = candidate.qr_name(candidate_zone)
+            if other == name:
+                continue
+            try:
+                qr = api.get_queued_resource(other)
+            except ApiError as error:
+                if error.http_status == 404:
+                    continue
+                raise
+            state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
+            if state == "ACTIVE" and _of_this_stack(api, candidate, candidate_zone, qr):
+                return other
     return None
+
+
+def _node_labels(
+    api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]
+) -> Mapping[str, str] | None:
+    """The labels of `qr`'s node: as the queued resource's node spec holds them, else from the
+    node itself while it exists (ACTIVE); None when neither shows any."""
+    found = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0].get("node") or {}
+    if "labels" in found:
+        return {str(k): str(v) for k, v in dict(found["labels"] or {}).items()}
+    if qr.get("state", {}).get("state") != "ACTIVE":
+        return None
+    try:
+        node = api.get_node(spec.node_name(zone))
+    except ApiError as error:
+        if error.http_status == 404:
+            return None
+        raise
+    if "labels" not in node:
+        return None
+    return {str(k): str(v) for k, v in dict(node["labels"] or {}).items()}
+
+
+def _of_this_stack(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> bool:
+    """Whether `qr`, found under `spec`'s ids, is this stack's: its node id is `spec`'s and its
+    node carries every one of the stack's labels (`stack`, `project`, `managed-by`). The ids
+    alone do not tell: stack `foo`'s renewal id `tpu-vllm-foo-b` is stack `foo-b`'s own. A node
+    whose labels cannot be read is judged by its node id alone."""
+    node_id = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0].get("nodeId")
+    if node_id is not None and node_id != spec.node_id:
+        return False
+    labels = _node_labels(api, spec, zone, qr)
+    return labels is None or all(labels.get(k) == v for k, v in spec.labels.items())
+
+
+def _other_stack_text(name: str, qr: Mapping[str, Any], spec: Spec) -> str:
+    """Why another stack's queued resource under this request's ids sends it to the next zone."""
+    node = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0]
+    owner = dict((node.get("node") or {}).get("labels") or {}).get("stack", "none")
+    return (
+        f"{name} is not this stack's TPU: its node is {node.get('nodeId')} (label stack="
+        f"{owner}), this stack's would be {spec.node_id} (stack={spec.labels.get('stack')}). "
+        f"Two stacks whose names differ by {RENEWAL_SUFFIX!r} (foo, foo{RENEWAL_SUFFIX}) share "
+        f"the queued-resource id {spec.qr_id}, one's renewal id being the other's own; it is "
+        f"left alone. Fix: rename one of the stacks so that neither is the other's name plus "
+        f"{RENEWAL_SUFFIX!r}, or give them different tpu.zones"
+    )
 
 
 def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:

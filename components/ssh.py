@@ -69,17 +69,24 @@ class SshIdentity(pulumi.ComponentResource):
         self.private_key_openssh = pulumi.Output.secret(self.key.private_key_openssh)
         self.register_outputs({"public_key_openssh": self.public_key_openssh})
 
-    @property
-    def metadata(self) -> dict[str, pulumi.Input[str]]:
-        """Node metadata: the login key, guest attributes so the host key can be read, and OS
-        Login off: with it on (a project-wide `enable-oslogin: TRUE`), the guest agent creates
-        no user from `ssh-keys` (guest-agent `oslogin.go`, `non_windows_accounts.go`); the
-        instance's value overrides the project's."""
-        return {
+    def metadata(self, *, publish_host_key: bool) -> dict[str, pulumi.Input[str]]:
+        """Node metadata: the login key, OS Login off, and guest attributes so the host key can
+        be read. OS Login off: with it on (a project-wide `enable-oslogin: TRUE`), the guest
+        agent creates no user from `ssh-keys` (guest-agent `oslogin.go`,
+        `non_windows_accounts.go`); the instance's value overrides the project's.
+
+        `publish_host_key` is False when the host key will not be verified
+        (`access.allowUnverifiedHostKey`): then `enable-guest-attributes` is left out, because
+        the managed constraint `compute.managed.disableGuestAttributesAccess` evaluates exactly
+        that metadata key (Compute Engine, "Managed constraints"), and the opt-in exists for
+        projects where that constraint is enforced."""
+        metadata: dict[str, pulumi.Input[str]] = {
             "ssh-keys": self.public_key_openssh.apply(lambda key: f"{SSH_USER}:{key} {SSH_USER}"),
-            "enable-guest-attributes": "TRUE",
-            "enable-oslogin": "FALSE",
         }
+        if publish_host_key:
+            metadata["enable-guest-attributes"] = "TRUE"
+        metadata["enable-oslogin"] = "FALSE"
+        return metadata
 
     def connection(
         self, host: pulumi.Input[str | None], host_key: pulumi.Input[str | None]

@@ -29,7 +29,8 @@ from components.vllm import VllmServer, VllmServerArgs
 def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOutputs:
     """Register the VM backend's components and return its part of the outputs."""
     ssh = SshIdentity("ssh")
-    tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=ssh.metadata))
+    metadata = ssh.metadata(publish_host_key=not config.access.allow_unverified_host_key)
+    tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=metadata))
     host_key = NodeHostKey(
         "node-host-key",
         node_name=tpu.node,

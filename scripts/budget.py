@@ -64,12 +64,23 @@ class Budget:
 
     @property
     def overlap_usd(self) -> float | None:
-        """The most a renewal's overlap bills on top of the runs: the next node is requested at
-        most `lead` before the current one's end, and the current one is deleted at the latest
-        a drain after the name moved, so both bill for at most lead + drain."""
+        """The most a renewal's overlap bills on top of the runs, as issue 18 states the bound:
+        the next node is requested at most `lead` before the current one's end, and the current
+        one is deleted at the latest a drain after the name moved, so both bill for at most
+        lead + drain. A loose upper bound: see `overlap_tight_usd`."""
         if not self.lead_s:
             return None
         return round(self.hourly_usd * (self.lead_s + self.drain_s) / 3600, 2)
+
+    @property
+    def overlap_tight_usd(self) -> float | None:
+        """The tight bound: `lead` alone. Google deletes the old VM at its run end whatever the
+        drain (the provider's drain ends early when the run does), and the successor starts
+        billing no earlier than its request, at most `lead` before that end; so the drain
+        cannot extend the overlap past the old run's end."""
+        if not self.lead_s:
+            return None
+        return round(self.hourly_usd * self.lead_s / 3600, 2)
 
     @property
     def ssh_s(self) -> float:
@@ -295,9 +306,12 @@ def _max_run(usd: float | None, hours: float | None, note: str = "") -> str:
 
 
 def _overlap(b: Budget) -> str:
-    if b.overlap_usd is None:
+    if b.overlap_usd is None or b.overlap_tight_usd is None:
         return "none: no run end to renew ahead of"
-    return f"{_usd(b.overlap_usd)} ({duration(b.lead_s)} + {duration(b.drain_s)})"
+    return (
+        f"{_usd(b.overlap_usd)} ({duration(b.lead_s)} + {duration(b.drain_s)}); tighter: "
+        f"{_usd(b.overlap_tight_usd)} ({duration(b.lead_s)})"
+    )
 
 
 def _gke_table(stacks: list[str]) -> str:
@@ -364,7 +378,8 @@ def _vm_table(stacks: list[str]) -> str:
             [_max_run(b.max_run_usd, b.max_run_hours) for b in budgets],
         ),
         (
-            "a renewal's overlap, billed twice: at most `renewal.lead` + `renewal.drain`",
+            "a renewal's overlap, billed twice: at most `renewal.lead` + `renewal.drain` (a "
+            "loose bound; tighter: `renewal.lead`, as the drain ends by the old run's end)",
             [_overlap(b) for b in budgets],
         ),
         ("zones tried (`tpu.zones`)", [str(b.zones) for b in budgets]),

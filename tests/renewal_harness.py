@@ -52,6 +52,8 @@ TTL = 0.5
 DRAIN = 1.5
 #: The window opens this long after the first node turned ACTIVE: after the first deployment.
 WINDOW_AFTER = 6.0
+#: v5e1's zone, and a second one for a renewal that finds no capacity beside its predecessor.
+ZONE_A, ZONE_B = "us-west4-a", "us-west4-b"
 
 
 @dataclass
@@ -140,7 +142,8 @@ class Node:
 
 
 class Renewal:
-    """The stack deployed once (the node being renewed), then renewed in the engine's order."""
+    """The stack deployed once (the node being renewed), then renewed in the engine's order.
+    `zones` replaces the stack's `tpu.zones` (v5e1 has one)."""
 
     def __init__(
         self,
@@ -148,13 +151,14 @@ class Renewal:
         hosts: list[SshHost],
         api_key_version: str,
         zone: FakeManagedZone,
+        zones: list[str] | None = None,
     ) -> None:
         self.fake = fake
         self.hosts = hosts
         self.version = api_key_version
         self.zone = zone
         self.provider = QueuedResourceProvider()
-        self.props = self._props()
+        self.props = self._props(zones)
         #: IP -> fake VM, bound as the fake API hands out node IPs.
         self.nodes: dict[str, Node] = {}
         self.ports: dict[str, int] = {}
@@ -168,10 +172,11 @@ class Renewal:
         self.stopped: dict[str, float] = {}  # QR name -> when its VM stopped serving
 
     @staticmethod
-    def _props() -> dict[str, Any]:
+    def _props(zones: list[str] | None) -> dict[str, Any]:
         """The stack's props as the engine hands them over, with the window and drain scaled."""
         lead = RUN_SECONDS - WINDOW_AFTER
-        return {**props_for(STACK), "renewal_lead_seconds": lead, "drain_seconds": DRAIN}
+        props = {**props_for(STACK), "renewal_lead_seconds": lead, "drain_seconds": DRAIN}
+        return {**props, "zones": list(zones)} if zones else props
 
     # -- what each step does -------------------------------------------------------------
 

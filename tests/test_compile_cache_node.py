@@ -32,6 +32,7 @@ from tests.fakes.gcs_store import GcsStore
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost, SshHostFactory
+from tests.privileged import skip_or_fail
 from tests.remote_stack import FETCH, IMAGE, READY, START, commands, container_log, rfc3339
 
 HF_SENTINEL = "hf_CACHEsentinelNEVERinCACHE0123456789"
@@ -520,7 +521,7 @@ def test_a_restore_works_in_the_cache_directory_the_root_server_created(lab: Lab
     cold_then_saved(lab)  # another node saved this configuration's generation
     node = lab.node()
     if not node.root_modelled:
-        pytest.skip("the fake container writes as root only when the tests run as root")
+        skip_or_fail("the fake container writes as root only when the tests run as root")
     # Other flags, so that the restore below has every file to write, none to keep.
     first = lab.start(node, {"tpu-vllm:cache.enabled": False, "tpu-vllm:vllm.maxModelLen": 16384})
     assert first.code == 0, first.stdout

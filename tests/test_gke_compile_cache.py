@@ -33,7 +33,9 @@ from components.compile_cache import generation_name
 from tests.fakes.gcs_api import FakeGcsApi
 from tests.fakes.gcs_store import GcsStore
 from tests.fakes.metadata_server import FakeMetadataServer
+from tests.privileged import skip_or_fail
 from tests.pulumi_program import ProgramRun, run_program
+from tests.test_compile_cache_node import load_tool
 from tests.test_pod_image import TOKEN, FakeApi
 
 STACK = "v6e4-gke"
@@ -276,6 +278,67 @@ def test_the_first_token_fetch_is_retried_while_the_metadata_server_starts(
     assert "the metadata server gave no token yet (HTTP 503); retrying" in pod.restore_log
 
 
+@pytest.mark.parametrize(
+    ("knob", "logged"),
+    [
+        # googleapis/google-auth-library-python#745: 404 `Not Found` while the server starts.
+        ("not_found_for", "(HTTP 404); retrying"),
+        # The connection closed with no answer at all.
+        ("closed_for", "Remote end closed connection without response"),
+    ],
+)
+def test_a_starting_metadata_servers_404_and_closed_connections_are_retried_in_a_pod(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path, knob: str, logged: str
+) -> None:
+    """In a pod the restore's token fetch (`--in-pod`) retries, within its bound, what a GKE
+    metadata server that is not ready yet answers, instead of starting cold."""
+    generation = seed_generation(program.outputs["compile_cache"], cloud["store"])
+    setattr(cloud["metadata"], knob, 3)
+    pod = Pod(program, cloud, tmp_path, f"vllm-7d9f-{knob[:5]}")
+    result = pod.restore()
+    assert result["restored"] is True, (result, pod.restore_log)
+    assert result["generation"] == generation
+    assert cloud["metadata"].refused == 3
+    assert logged in pod.restore_log, pod.restore_log
+
+
+def test_refused_connections_to_a_starting_metadata_server_are_retried(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path
+) -> None:
+    """googleapis/google-auth-library-python#1261: the GKE metadata server refuses connections
+    in a pod's first seconds. Nothing listens on its port for 2 s here (a refused TCP connect,
+    ECONNREFUSED); the restore keeps asking and restores."""
+    generation = seed_generation(program.outputs["compile_cache"], cloud["store"])
+    late = FakeMetadataServer(cloud["metadata"].access_token).start(refuse_for=2.0)
+    try:
+        pod = Pod(program, cloud, tmp_path, "vllm-7d9f-refus")
+        result = pod.restore(GCE_METADATA_HOST=late.host)
+    finally:
+        late.stop()
+    assert result["restored"] is True, (result, pod.restore_log)
+    assert result["generation"] == generation
+    assert "Connection refused" in pod.restore_log, pod.restore_log
+    assert late.requests  # it was this server that answered in the end
+
+
+def test_a_token_refusal_is_final_on_a_vm_and_explained_when_it_lasts_in_a_pod(
+    fake_metadata: FakeMetadataServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a VM a 404 means no service account: asked once, not for a minute. In a pod a 404
+    that lasts the whole bound names the likely cause (no Workload Identity binding)."""
+    tool = load_tool()
+    monkeypatch.setenv("GCE_METADATA_HOST", fake_metadata.host)
+    fake_metadata.not_found_for = 10**6
+    with pytest.raises(RuntimeError, match="refused a token: HTTP 404"):
+        tool.JsonApi()._fetch_token(tool.Deadline(60))
+    assert fake_metadata.refused == 1
+    monkeypatch.setattr(tool, "TOKEN_RETRY_SECONDS", 1.0)
+    monkeypatch.setattr(tool.JsonApi, "in_pod", True)
+    with pytest.raises(RuntimeError, match=r"attempts \(HTTP 404\); .*Workload Identity"):
+        tool.JsonApi()._fetch_token(tool.Deadline(60))
+    assert fake_metadata.refused > 2
+
+
 def test_a_pod_never_calls_docker_and_says_why_it_starts_cold(
     program: ProgramRun, cloud: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -338,7 +401,7 @@ def test_the_save_sidecar_as_pid_1_exits_promptly_on_sigterm(
         ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, check=False
     )
     if probe.returncode != 0:
-        pytest.skip(f"cannot create a PID namespace here: {probe.stderr.decode().strip()}")
+        skip_or_fail(f"cannot create a PID namespace here: {probe.stderr.decode().strip()}")
     pod = Pod(program, cloud, tmp_path, "vllm-7d9f-hhhhh")
     if phase == "idle after the save":
         seed_generation(program.outputs["compile_cache"], cloud["store"])

@@ -91,6 +91,39 @@ def test_the_right_key_passes(program: ProgramRun, server: FakeOpenAI, tmp_path:
     assert server.paths()[-2:] == ["/health", "/v1/models"]
 
 
+def test_without_a_key_file_variable_the_job_fails_at_once_naming_it(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The secrets live in components/k8s_manifests.py's SECRETS_DIR, not the VM path's
+    /run/secrets (issue 16): a Job without API_KEY_FILE must not fall back to a guessed path
+    and spend its deadline on 401s, but stop at once and say which variable is missing."""
+    script = tmp_path / "wait_ready.sh"
+    script.write_text(program.one("kubernetes:core/v1:ConfigMap").inputs["data"]["wait_ready.sh"])
+    host, port = server.url.removeprefix("http://").split(":")
+    env = {
+        **job_env(program),
+        "TARGET_HOST": host,
+        "TARGET_PORT": port,
+        "POD_NAMESPACE": "tpu-vllm-v6e4-gke",
+        "POLL_SECONDS": "1",
+        "PATH": os.environ["PATH"],
+    }
+    env.pop("API_KEY_FILE", None)
+    done = subprocess.run(
+        [*SHELL, str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode != 0, done.stdout
+    assert "API_KEY_FILE" in done.stderr and "is not set" in done.stderr
+    assert "/run/secrets" not in done.stdout + done.stderr
+    assert server.paths() == []  # it asked nothing
+
+
 def test_a_refused_key_fails_the_job_and_names_the_key(
     program: ProgramRun, server: FakeOpenAI, tmp_path: Path
 ) -> None:

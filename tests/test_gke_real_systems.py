@@ -10,10 +10,11 @@ the named source, under Pulumi mocks, over every pod spec and variant the progra
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pulumi.runtime import mocks
 
 from tests.pulumi_program import ProgramRun, run_program
 from tests.test_gke_backend import existing_cluster
@@ -161,6 +162,34 @@ def test_every_secret_file_the_containers_read_lies_in_the_mounted_directory(
     assert env["API_KEY_FILE"] == f"{_secrets_dir(probe, job_pod)}/vllm_api_key"
 
 
+#: The scripts that read the API key, and the variable naming the file each reads. Their own
+#: defaults are the VM's `/run/secrets` (vllm_entrypoint.sh, where docker mounts it) or none
+#: (gke_wait_ready.sh fails without it): every pod that runs one must set the variable.
+KEY_READERS = {
+    "/tpu-vllm/entrypoint.sh": "VLLM_API_KEY_FILE",
+    "/tpu-vllm/wait_ready.sh": "API_KEY_FILE",
+}
+
+
+def test_every_container_that_reads_the_key_names_its_file_in_the_mounted_directory(
+    run: ProgramRun,
+) -> None:
+    found = set()
+    for resource in run.resources:
+        for pod in pod_specs(resource.inputs) if resource.type.startswith("kubernetes:") else []:
+            for container in all_containers(pod):
+                command = [*container.get("command", []), *container.get("args", [])]
+                for script, variable in KEY_READERS.items():
+                    if script in command:
+                        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+                        where = (resource.name, container["name"], variable)
+                        assert env.get(variable) == (
+                            f"{_secrets_dir(container, pod)}/vllm_api_key"
+                        ), where
+                        found.add(script)
+    assert found == set(KEY_READERS)
+
+
 # --- 2. the Workload Identity binding waits for a cluster the stack creates ------------------
 
 
@@ -246,6 +275,43 @@ def test_service_is_an_rbs_network_load_balancer_on_the_reserved_address_by_name
     assert spec["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
 
 
+SERVICE_URN = (
+    "urn:pulumi:v6e4-gke::tpu-vllm::tpu-vllm:index:GkeWorkload"
+    "$kubernetes:core/v1:Service::vllm-service"
+)
+
+
+def test_a_service_applied_without_the_rbs_annotation_is_replaced_not_patched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ingress-gce `pkg/l4/controllers/l4netlbcontroller.go`
+    (`preventExistingTargetPoolToRBSMigration`): adding `cloud.google.com/l4-rbs` to a
+    Service that already has a target-pool load balancer only earns a CanNotMigrateTargetPool
+    ToRBS event, and the controller deletes the annotation. So a change of the Service's
+    annotations (the stacks deployed before it had none) must replace it: the engine turns a
+    change under a `replaceOnChanges` path into a replacement (pulumi `step_generator.go`
+    `applyReplaceOnChanges`, path `Contains`), and pulumi-kubernetes asks to delete first only
+    when it wants the replacement itself (`provider.go` Diff), so the program asks for it: the
+    name is fixed. The URN is the one docs/gke.md's `pulumi up --replace` names."""
+    requests: dict[str, Any] = {}
+    register: Callable[[mocks.MockMonitor, Any], Any] = mocks.MockMonitor.RegisterResource
+
+    def recording(self: mocks.MockMonitor, request: Any) -> Any:
+        requests[request.name] = request
+        return register(self, request)
+
+    monkeypatch.setattr(mocks.MockMonitor, "RegisterResource", recording)
+    run = run_program(STACK)
+    service = requests["vllm-service"]
+    assert service.type == SERVICE
+    assert list(service.replaceOnChanges) == ["metadata.annotations"]
+    assert service.deleteBeforeReplace is True
+    assert "cloud.google.com/l4-rbs" in run.one(SERVICE).inputs["metadata"]["annotations"]
+    assert run.urn_of("vllm-service") == SERVICE_URN
+    # Nothing else the workload owns is replaced on an annotation change.
+    assert not requests["vllm-deployment"].replaceOnChanges
+
+
 # --- 7. the pods run on the stack's own TPU nodes ---------------------------------------------
 
 
@@ -272,3 +338,21 @@ def test_readiness_job_is_created_after_the_deployment(run: ProgramRun) -> None:
     old pods serving, and `pulumi up` would report success before the new pods serve."""
     job = run.one(JOB)
     assert "vllm-deployment" in run.dependencies[job.name]
+
+
+# --- the pods start only once they may read their own status ----------------------------------
+
+
+def test_the_deployment_waits_for_the_pod_reader_grant_when_the_cache_is_on(
+    run: ProgramRun,
+) -> None:
+    """scripts/remote/pod_image.py reads the pod's own status (its image digest) and takes 401/
+    403/404 as final: a pod started before its Role and RoleBinding exist would start cold.
+    With the cache off there is no init container to read anything, and no grant."""
+    roles = {r.name for r in run.resources if r.type.startswith("kubernetes:rbac.")}
+    deployment = run.dependencies["vllm-deployment"]
+    if "cache_restore.sh" in run.one("kubernetes:core/v1:ConfigMap").inputs["data"]:
+        assert roles == {"vllm-pod-reader", "vllm-pod-reader-binding"}
+        assert roles <= deployment
+    else:
+        assert roles == set()

@@ -90,6 +90,21 @@ def test_absent_host_key_is_allowed_only_when_asked(
     assert result.outs["host_key"] is None
 
 
+def test_an_allowed_unverified_host_key_is_not_polled_for(
+    fake_tpu: FakeTpuApi, active_node: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the opt-in the node's metadata has no `enable-guest-attributes` (components/ssh.py),
+    so no key can appear: asking for one would only bill the full wait. Even a key that is
+    there is not used: the opt-in means the node is not verified."""
+    fake_tpu.host_key_mode = "present"
+    result = NodeHostKeyProvider().create(
+        props(active_node, timeout_seconds=600, allow_unverified=True)
+    )
+    assert result.outs is not None and result.outs["host_key"] is None
+    assert not [r for r in fake_tpu.requests if r.path.endswith(":getGuestAttributes")]
+    assert "WITHOUT host-key verification" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "constraint",
     [DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES],

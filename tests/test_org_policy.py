@@ -89,7 +89,9 @@ def test_enforced_managed_guest_attributes_are_handled_like_the_legacy_constrain
     warned = capsys.readouterr().err
     assert MANAGED_DISABLE_GUEST_ATTRIBUTES in warned
     assert "WITHOUT host-key verification" in warned
-    assert "enable-guest-attributes" in warned  # what the managed constraint looks at
+    # What the managed constraint looks at, and that the node's metadata leaves it out.
+    assert "leaves out `enable-guest-attributes`" in warned
+    assert "still asks" not in warned
 
 
 @pytest.mark.parametrize("cause", ["v2_disabled", "forbidden"])

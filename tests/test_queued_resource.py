@@ -122,7 +122,15 @@ def test_create_sends_a_valid_flex_start_body_and_waits_for_active(
         "email": SA_EMAIL,
         "scope": ["https://www.googleapis.com/auth/cloud-platform"],
     }
-    assert node["labels"] == {"stack": stack, "project": "tpu-vllm", "managed-by": "pulumi"}
+    # The stack's labels, and the create that made the node (its requestId): what tells this
+    # stack's nodes from another's, and a node this create made from one that held its ids.
+    [create] = tpu_env.requests_for("queuedResources.create")
+    assert node["labels"] == {
+        "stack": stack,
+        "project": "tpu-vllm",
+        "managed-by": "pulumi",
+        "tpu-vllm-request": create.query["requestId"],
+    }
     assert node["tags"] == [f"tpu-vllm-{stack}"]
     assert all(r.headers.get("authorization") == "Bearer test-token" for r in tpu_env.requests)
     # Each state change is reported for the operator.

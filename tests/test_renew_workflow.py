@@ -53,7 +53,7 @@ def test_runs_on_a_schedule_and_by_hand_never_for_pull_requests() -> None:
     assert set(triggers) == {"schedule", "workflow_dispatch"}
     assert "pull_request" not in triggers and "pull_request_target" not in triggers
     [schedule] = triggers["schedule"]
-    assert schedule["cron"] == renewal.schedule_cron()  # the schedule the README quotes
+    assert schedule["cron"] == renewal.schedule_cron()  # the schedule docs/renewal.md quotes
     assert SCHEDULE_MINUTES == 15
 
 

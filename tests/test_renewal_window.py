@@ -9,6 +9,7 @@ keeps it outside.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -20,20 +21,40 @@ from pulumi.runtime import mocks
 
 from components import catalog, renewal
 from components.config import RENEWAL_PROVISIONING_SECONDS, parse_duration
-from components.queued_resource import RENEWAL_SUFFIX, QueuedResourceProvider, Spec
+from components.queued_resource import (
+    ADOPT_CLOCK_SKEW_SECONDS,
+    RENEWAL_SUFFIX,
+    REQUEST_LABEL,
+    QueuedResourceProvider,
+    Spec,
+    _ZoneAttempt,
+)
+from components.tpu import queued_resource_props, resource_id
+from components.tpu_api import TpuApi
 from scripts import budget
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.mock_outputs import MANAGED_ZONE, cloud_outputs
 from tests.pulumi_program import ROOT, refused, run_program
-from tests.test_queued_resource import outs_of, props_for, tpu_env  # noqa: F401 - a fixture
+from tests.test_queued_resource import (  # noqa: F401 - tpu_env is a fixture
+    FAST,
+    SA_EMAIL,
+    as_engine,
+    outs_of,
+    props_for,
+    stack_config,
+    tpu_env,
+)
 
 WORKFLOW = ROOT / ".github" / "workflows" / "renew.yml"
 RUN = 4 * 3600  # both stacks' maxRunDuration
 INSIDE = float(RUN + 600)  # longer than any fresh run: inside the window at once
 OUTSIDE = 3600.0  # a fresh run has 4 h left
 ZONE = "us-west4-a"
+ZONE_B = "us-west4-b"
 BASE = f"projects/test-project/locations/{ZONE}/queuedResources/tpu-vllm-v5e1"
 NEXT = BASE + RENEWAL_SUFFIX
+#: The stack's own ids in its second zone: where a successor goes when none fits beside.
+BASE_IN_B = BASE.replace(ZONE, ZONE_B)
 
 
 def props(lead: float | None, drain: float = 0.4, stack: str = "v5e1") -> dict[str, Any]:
@@ -44,16 +65,18 @@ def props(lead: float | None, drain: float = 0.4, stack: str = "v5e1") -> dict[s
 # -- item 1: the config key -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("stack", "lead"), [("v5e1", 3900), ("v6e4", 4200)])
-def test_default_lead_is_schedule_capacity_wait_provisioning_warm_start_and_drain(
+@pytest.mark.parametrize(("stack", "lead"), [("v5e1", 4800), ("v6e4", 5100)])
+def test_default_lead_is_detection_capacity_wait_provisioning_warm_start_and_drain(
     stack: str, lead: int
 ) -> None:
-    """v5e1: 15 min + 30 min + 5 min + 497 s (seed 000's warm start) + 3 min = 61.3 min, up to
-    65 min; v6e4: the same with v6e's estimated 994 s = 69.6 min, up to 70 min."""
+    """v5e1: 30 min (two schedule periods: one scheduled run may be dropped) + 30 min + 5 min
+    + 497 s (seed 000's warm start) + 3 min = 76.3 min, up to 80 min; v6e4: the same with v6e's
+    estimated 994 s = 84.6 min, up to 85 min."""
     run = run_program(stack)
     family = "v5e" if stack == "v5e1" else "v6e"
+    assert renewal.detection_seconds() == 2 * renewal.SCHEDULE_MINUTES * 60
     parts = (
-        renewal.SCHEDULE_MINUTES * 60
+        renewal.detection_seconds()
         + parse_duration("30m")
         + RENEWAL_PROVISIONING_SECONDS
         + catalog.WARM_START_SECONDS[family]
@@ -68,7 +91,7 @@ def test_default_lead_is_schedule_capacity_wait_provisioning_warm_start_and_drai
 
 def test_the_lead_follows_the_capacity_wait_and_the_key() -> None:
     longer = run_program("v5e1", {"tpu-vllm:tpu.capacityWait": "1h"})
-    assert longer.outputs["renewal_lead_seconds"] == 3900 + 1800
+    assert longer.outputs["renewal_lead_seconds"] == 4800 + 1800
     chosen = run_program("v5e1", {"tpu-vllm:renewal.lead": "45m", "tpu-vllm:renewal.drain": "5m"})
     assert chosen.outputs["renewal_lead_seconds"] == 2700
     [qr] = [r for r in chosen.of_type("pulumi-python:dynamic:Resource") if "qr_id" in r.inputs]
@@ -182,7 +205,9 @@ def test_the_renew_schedule_runs_more_often_than_the_lead(stack: str) -> None:
     period = cron_period_minutes(schedule["cron"]) * 60
     lead = run_program(stack).outputs["renewal_lead_seconds"]
     assert period < lead
-    assert period <= renewal.SCHEDULE_MINUTES * 60  # the period the default lead counts on
+    # The default lead counts on this period, and on one more for a dropped run.
+    assert period <= renewal.SCHEDULE_MINUTES * 60
+    assert period * (1 + renewal.DROPPED_RUNS_ALLOWED) <= renewal.detection_seconds()
 
 
 # -- item 1: the provider's diff -------------------------------------------------------------
@@ -301,6 +326,158 @@ def test_a_node_id_held_elsewhere_stops_the_create_naming_the_node(
     assert len(tpu_env.requests_for("queuedResources.create")) == 2
 
 
+def two_zones(lead: float | None, drain: float = 0.4) -> dict[str, Any]:
+    return {**props(lead, drain), "zones": [ZONE, ZONE_B]}
+
+
+def test_a_successor_with_no_room_beside_its_predecessor_goes_to_the_next_zone_and_drains(
+    tpu_env: FakeTpuApi,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Zone A has no capacity for the successor, zone B has: the successor takes the stack's
+    own ids there (the other pair is taken only beside the predecessor). The old node is still
+    drained before it is deleted: the successor is found under either pair in any zone."""
+    provider = QueuedResourceProvider()
+    old = outs_of(provider.create(two_zones(INSIDE, drain=1.0)))
+    assert old["qr_name"] == BASE
+    tpu_env.set_zone(ZONE, "fail", f"There is no more capacity in the zone {ZONE}")
+    new = provider.create(two_zones(INSIDE, drain=1.0))
+    assert new.id == BASE_IN_B
+    assert outs_of(new)["zone_errors"] and tpu_env.state(NEXT) is None  # tried, cleaned up
+    capsys.readouterr()
+    ended = deleting_at(tpu_env, BASE)
+    started = time.monotonic()
+    provider.delete(BASE, old)
+    assert ended and ended[0] - started >= 1.0  # served on through the drain
+    assert tpu_env.state(BASE) is None and tpu_env.state(BASE_IN_B) == "ACTIVE"
+    assert f"draining {BASE}: its successor {BASE_IN_B} serves" in capsys.readouterr().err
+
+
+def test_a_failed_first_send_then_409_does_not_adopt_the_tpu_being_renewed(
+    tpu_env: FakeTpuApi,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Inside the window the successor's create is answered 503 (not carried out); the
+    library's retry, same requestId, meets the predecessor's ids: 409. That node is not this
+    request's (its node lacks the request's label), so it is neither adopted nor deleted, and
+    the successor is requested beside it."""
+    provider = QueuedResourceProvider()
+    old = provider.create(props(INSIDE))
+    tpu_env.fail_next(1, 503, methods=["queuedResources.create"])
+    new = provider.create(props(INSIDE))
+    assert old.id == BASE and new.id == NEXT
+    assert tpu_env.state(BASE) == tpu_env.state(NEXT) == "ACTIVE"
+    assert not tpu_env.requests_for("DELETE")
+    creates = tpu_env.requests_for("queuedResources.create")
+    assert [r.status for r in creates] == [200, 503, 409, 200]
+    assert creates[1].query["requestId"] == creates[2].query["requestId"]
+    assert "not adopting it" in capsys.readouterr().err
+    # The node the successor's create made carries that create's request id.
+    labels = tpu_env.queued_resource(NEXT)["tpu"]["nodeSpec"][0]["node"]["labels"]
+    assert labels[REQUEST_LABEL] == creates[3].query["requestId"]
+
+
+def _qr(created: float, labels: dict[str, str] | None) -> dict[str, Any]:
+    """A queued resource as GET answers it, SUSPENDED (no node), labels shown or not."""
+    node: dict[str, Any] = {"acceleratorType": "v5litepod-1", "runtimeVersion": "x"}
+    if labels is not None:
+        node["labels"] = labels
+    return {
+        "createTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
+        "state": {"state": "SUSPENDED"},
+        "tpu": {"nodeSpec": [{"nodeId": "tpu-vllm-v5e1-node", "node": node}]},
+    }
+
+
+def test_what_a_retried_create_adopts_is_told_by_its_label_else_by_its_create_time(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    attempt = _ZoneAttempt(TpuApi(), Spec.from_props(props(INSIDE)), ZONE)
+    attempt.sent_at = time.time()
+    mine = {REQUEST_LABEL: attempt.request_id}
+    assert attempt._made_here(_qr(attempt.sent_at, mine))
+    assert not attempt._made_here(_qr(attempt.sent_at, {"stack": "v5e1"}))
+    # No labels shown: created after the first send (less the clock skew) is this request's.
+    assert attempt._made_here(_qr(attempt.sent_at + 1, None))
+    assert attempt._made_here(_qr(attempt.sent_at - ADOPT_CLOCK_SKEW_SECONDS / 2, None))
+    assert not attempt._made_here(_qr(attempt.sent_at - 3 * 3600, None))
+
+
+# -- stacks `foo` and `foo-b` share an id ----------------------------------------------------------
+
+
+def props_of_stack(stack: str, lead: float | None, drain: float = 0.4) -> dict[str, Any]:
+    """The props stack `stack` would send: v5e1's stack file under another stack name."""
+    config = dataclasses.replace(stack_config("v5e1"), stack=stack)
+    raw = queued_resource_props(
+        config,
+        service_account_email=SA_EMAIL,
+        network_tag=resource_id(stack),
+        metadata={"enable-guest-attributes": "TRUE"},
+        timing=FAST,
+    )
+    return {
+        **as_engine(raw),
+        "__provider": "opaque",
+        "renewal_lead_seconds": lead,
+        "drain_seconds": drain,
+    }
+
+
+def test_a_stack_named_like_the_renewal_ids_is_never_taken_for_a_successor(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    """Stack v5e1-b's own queued resource is `tpu-vllm-v5e1-b`, stack v5e1's renewal id. Its
+    node's labels name stack v5e1-b, so v5e1's destroy does not drain for it."""
+    provider = QueuedResourceProvider()
+    other = provider.create(props_of_stack("v5e1-b", INSIDE))
+    assert other.id == NEXT  # the collision
+    old = outs_of(provider.create(props(INSIDE, drain=5.0)))
+    started = time.monotonic()
+    provider.delete(BASE, old)
+    assert time.monotonic() - started < 5.0  # no drain: nothing of this stack serves on
+    assert tpu_env.state(BASE) is None and tpu_env.state(NEXT) == "ACTIVE"
+
+
+def test_a_renewal_steps_past_another_stacks_tpu_under_its_renewal_ids(
+    tpu_env: FakeTpuApi,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Stack v5e1 renews inside its window; beside its node, the renewal ids hold stack
+    v5e1-b's TPU. That is neither this stack's predecessor nor touched: the successor goes to
+    the next zone under the stack's own ids."""
+    provider = QueuedResourceProvider()
+    provider.create(props_of_stack("v5e1-b", INSIDE))
+    old = outs_of(provider.create(two_zones(INSIDE)))
+    assert old["qr_name"] == BASE
+    new = provider.create(two_zones(INSIDE))
+    assert new.id == BASE_IN_B
+    [reason] = outs_of(new)["zone_errors"]
+    assert f"{NEXT} is not this stack's TPU: its node is tpu-vllm-v5e1-b-node" in reason
+    assert "(label stack=v5e1-b)" in reason and "Fix: rename" in reason
+    assert tpu_env.state(NEXT) == tpu_env.state(BASE) == "ACTIVE"
+    assert not tpu_env.requests_for("DELETE")
+
+
+def test_a_stack_named_like_the_renewal_ids_does_not_renew_another_stacks_tpu(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    """Stack v5e1-b's first create meets stack v5e1's successor (inside its window) under its
+    own ids. It is not v5e1-b's predecessor: the create stops, naming the clash, and the other
+    stack's node is left alone."""
+    provider = QueuedResourceProvider()
+    provider.create(props(INSIDE))
+    assert provider.create(props(INSIDE)).id == NEXT  # v5e1's renewal holds tpu-vllm-v5e1-b
+    with pytest.raises(
+        Exception, match=r"node is tpu-vllm-v5e1-node-b \(label stack=v5e1\)"
+    ) as caught:
+        provider.create(props_of_stack("v5e1-b", INSIDE))
+    assert "Fix: rename one of the stacks" in str(caught.value)
+    assert tpu_env.state(NEXT + RENEWAL_SUFFIX) is None
+    assert tpu_env.state(NEXT) == tpu_env.state(BASE) == "ACTIVE"
+    assert not tpu_env.requests_for("DELETE")
+
+
 # -- item 2: the drain --------------------------------------------------------------------------
 
 
@@ -375,7 +552,7 @@ def test_the_record_waits_for_the_servers_readiness() -> None:
 def test_the_end_of_up_says_when_the_window_opens() -> None:
     run = run_program("v5e1")
     [notice] = [m for _, m in run.log if "flex-start run ends" in m]
-    assert "from 1 h 5 min before it (renewal.lead, at " in notice
+    assert "from 1 h 20 min before it (renewal.lead, at " in notice
     assert "requests the next node beside this one" in notice
     assert "If no capacity is found before the end" in notice
 
@@ -417,7 +594,13 @@ def test_the_overlap_is_billed_for_lead_plus_drain_at_most(stack: str) -> None:
         renewal.DEFAULT_DRAIN_SECONDS,
     )
     assert b.overlap_usd == pytest.approx(round(b.hourly_usd * (b.lead_s + b.drain_s) / 3600, 2))
+    # The tight bound: the old node ends at its run end, drained or not.
+    assert b.overlap_tight_usd == pytest.approx(round(b.hourly_usd * b.lead_s / 3600, 2))
     assert b.max_run_usd == pytest.approx(round(b.hourly_usd * 4, 2))  # still one run
     table = budget.render_table([stack])
     row = next(line for line in table.splitlines() if "billed twice" in line)
     assert re.search(r"\$\d", row) and budget.duration(b.lead_s) in row
+    tighter = re.search(r"tighter: \$([\d.]+) \(([^)]+)\) \|", row)
+    assert "loose bound" in row and tighter
+    assert float(tighter[1]) == pytest.approx(b.overlap_tight_usd)
+    assert tighter[2] == budget.duration(b.lead_s)

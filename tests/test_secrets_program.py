@@ -141,3 +141,20 @@ def test_unverified_host_key_is_opt_in() -> None:
         r for r in relaxed.of_type("pulumi-python:dynamic:Resource") if "node_name" in r.inputs
     ]
     assert key.inputs["allow_unverified"] is True
+
+
+def test_an_unverified_host_key_leaves_guest_attributes_out_of_the_node_metadata() -> None:
+    """`compute.managed.disableGuestAttributesAccess` evaluates the `enable-guest-attributes`
+    metadata key (Compute Engine, "Managed constraints"): with the opt-in, which exists for
+    projects that enforce it, the node must not ask for them, or the request is refused."""
+
+    def node_metadata(run: ProgramRun) -> dict[str, object]:
+        [qr] = [r for r in run.of_type("pulumi-python:dynamic:Resource") if "qr_id" in r.inputs]
+        return dict(qr.inputs["metadata"])
+
+    strict = node_metadata(run_program("v5e1"))
+    assert strict["enable-guest-attributes"] == "TRUE"
+    relaxed = node_metadata(run_program("v5e1", {"tpu-vllm:access.allowUnverifiedHostKey": True}))
+    assert "enable-guest-attributes" not in relaxed
+    assert relaxed["enable-oslogin"] == "FALSE"
+    assert relaxed["ssh-keys"] == strict["ssh-keys"]

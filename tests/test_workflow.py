@@ -165,9 +165,11 @@ def test_ci_runs_a_pinned_zizmor_offline_on_the_workflows() -> None:
 )
 def test_docs_setup_enables_the_iam_credentials_api(workflow: str, page: str) -> None:
     """Workload Identity Federation through a service account calls the IAM Service Account
-    Credentials API (google-github-actions/auth README "Setup"; `generateAccessToken` in its
-    `src/client/workload_identity_federation.ts`): each workflow's setup (docs/preview.md,
-    docs/renewal.md, "One-time setup") must enable it."""
+    Credentials API: without `token_format` the auth step only calls STS and writes a credentials
+    file whose `service_account_impersonation_url` is `generateAccessToken` (google-github-actions/
+    auth v2.1.13 `src/main.ts`, `src/client/workload_identity_federation.ts`), so the run's first
+    Google API call needs the API: each workflow's setup (docs/preview.md, docs/renewal.md,
+    "One-time setup") must enable it."""
     setup = section(read_doc(page), "One-time setup")
     blocks = re.findall(r"```bash\n(.*?)```", setup, re.DOTALL)
     commands = [" ".join(b.replace("\\\n", " ").split()) for b in blocks]

@@ -6,12 +6,16 @@ zone, and a client that resolves the name (honouring the TTL) and asks `/v1/mode
 throughout. The steps run in the order `pulumi up` would run them (tests/engine_order.py,
 from pulumi's step generator), on the program's own dependency graph. TTL and drain are scaled
 to 0.5 s and 1.5 s. The client-visible gap is measured by tests/bench_renewal_gap.py.
+
+The renewal runs twice: with the successor beside its predecessor (the other id pair), and with
+no capacity left in that zone, so that the successor lands in the stack's next zone under the
+stack's own ids; the old node must drain in both.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -27,31 +31,40 @@ from tests.renewal_harness import (
     DRAIN,
     RECORD,
     TTL,
+    ZONE_A,
+    ZONE_B,
     Client,
     Renewal,
     setup_secrets,
     start_vms,
 )
 
+#: Where the successor goes: beside its predecessor, or (no capacity there) in the next zone.
+PLACES = ["beside", "next zone"]
+
 
 @pytest.fixture
-def renewal(
+def new_renewal(
     fake_tpu: FakeTpuApi,
     monkeypatch: pytest.MonkeyPatch,
     ssh_host_factory: SshHostFactory,
     fake_secret_manager: FakeSecretManager,
     fake_metadata: FakeMetadataServer,
-) -> Iterator[Renewal]:
+) -> Iterator[Callable[[list[str] | None], Renewal]]:
+    """A renewal of the stack in `zones` (None: its own, one zone)."""
     monkeypatch.setenv("TPU_API_ENDPOINT", fake_tpu.base_url)
     monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake_tpu.token)
     version = setup_secrets(fake_secret_manager, fake_metadata)
     hosts = start_vms(ssh_host_factory, fake_secret_manager, fake_metadata)
-    yield Renewal(fake_tpu, hosts, version, FakeManagedZone())
+    yield lambda zones: Renewal(fake_tpu, hosts, version, FakeManagedZone(), zones)
 
 
+@pytest.mark.parametrize("place", PLACES)
 def test_a_stack_inside_its_window_is_renewed_with_no_moment_without_a_server(
-    renewal: Renewal,
+    new_renewal: Callable[[list[str] | None], Renewal], place: str
 ) -> None:
+    two_zones = place == "next zone"
+    renewal = new_renewal([ZONE_A, ZONE_B] if two_zones else None)
     # Outside the window (the first node just turned ACTIVE) a refresh changes nothing.
     assert renewal.deploy() is False
     old = dict(renewal.current)
@@ -70,6 +83,8 @@ def test_a_stack_inside_its_window_is_renewed_with_no_moment_without_a_server(
         # The refresh found it inside the window: a replacement, creating first.
         diff = QueuedResourceProvider().diff(old_name, renewal.current, renewal.props)
         assert diff.replaces == ["termination_time"] and diff.delete_before_replace is False
+        if two_zones:  # no capacity left beside the old node: the next zone has some
+            renewal.fake.set_zone(ZONE_A, "fail", f"There is no more capacity in {ZONE_A}")
         started = time.monotonic()
         steps = renewal.renew(delete_before_replace=False)
         time.sleep(TTL + 0.5)  # past the last cached answer
@@ -79,7 +94,11 @@ def test_a_stack_inside_its_window_is_renewed_with_no_moment_without_a_server(
 
     new = renewal.current
     new_name, new_ip = str(new["__id"]), str(new["external_ip"])
-    assert new_name == old_name + RENEWAL_SUFFIX and new_ip != old_ip  # its own ids, beside
+    if two_zones:  # the stack's own ids, in the next zone
+        assert new_name == old_name.replace(f"/{ZONE_A}/", f"/{ZONE_B}/")
+    else:  # its own ids, beside
+        assert new_name == old_name + RENEWAL_SUFFIX
+    assert new_ip != old_ip
     when = {(s.kind, s.name): s for s in steps}
     ready = renewal.nodes[new_ip].ready_at
     # The new node became ready while the old one still served (asked directly then), and

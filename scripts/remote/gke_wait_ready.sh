@@ -13,7 +13,9 @@ deadline=${DEADLINE_SECONDS}
 poll=${POLL_SECONDS:-10}
 auth_grace=${AUTH_GRACE_SECONDS:-60}
 auth_since=""
-key_file=${API_KEY_FILE:-/run/secrets/vllm_api_key}
+# No default: the Job always sets it (components/k8s_manifests.py, SECRETS_DIR); a guessed path
+# would only turn a rendering mistake into 401s blamed on the key.
+key_file=${API_KEY_FILE:?"is not set: the readiness Job must name its mounted API key file (components/k8s_manifests.py readiness_job)"}
 start=$(date +%s)
 last=""
 say() {

@@ -14,7 +14,8 @@ match the manifest (corrupt, partial) are dropped and logged. Only the generatio
 that is about to run is ever installed.
 
 Commands (each logs to stderr, never fails the start: problems mean a cold start):
-  fetch   --prefix P --work W --timeout S    LATEST's generation into W/staging (runs during
+  fetch   --prefix P --work W --timeout S [--in-pod]
+                                             LATEST's generation into W/staging (runs during
                                              the image pull)
   install --prefix P --work W --dir D --image I --timeout S [--in-pod]
                                              digest -> generation; verify; copy into D, each
@@ -22,6 +23,7 @@ Commands (each logs to stderr, never fails the start: problems mean a cold start
                                              (the readiness result's `cache`). --in-pod: the
                                              image names its digest (the pod status) or there
                                              is none; a pod has no docker to ask
+  --in-pod (both): the token fetch also retries 403 and 404 (a GKE metadata server starting)
   off     --work W                           the cache is disabled: say so in W/result.json
   save    --work W [--timeout S]             upload what is new, then MANIFEST, LATEST, and
                                              touch every object's customTime (lifecycle)
@@ -30,7 +32,7 @@ Transport: `gcloud storage` where the VM has gcloud, else the Cloud Storage JSON
 token from the metadata server, held in memory only (never argv, env or a file). An older
 Cloud SDK without `storage rsync` or `storage objects update` refuses the command line itself
 (exit status 2, "Invalid choice", googlecloudsdk/calliope/parser_extensions.py): the tool then
-uses the JSON API for the rest of the run. The first token fetch is retried (bounded): the GKE
+uses the JSON API for the rest of the run. The token fetch is retried (bounded): the GKE
 metadata server does not answer in a pod's first seconds (GKE docs, Workload Identity
 limitations). TPU_VLLM_CACHE_VIA=gcloud|api forces one; GCE_METADATA_HOST and
 STORAGE_API_ENDPOINT override the endpoints (tests). Both download many objects at once:
@@ -71,7 +73,7 @@ SKIP_SUFFIXES = ("-atime", ".tmp", ".lock")
 #: JAX's eviction setting (jax/_src/config.py `jax_compilation_cache_max_size`, read from this
 #: variable; default -1 = no eviction, and then JAX neither writes nor reads `-atime` stamps).
 JAX_MAX_SIZE_ENV = "JAX_COMPILATION_CACHE_MAX_SIZE"
-#: How long the first metadata-server token fetch is retried (connection errors, 5xx).
+#: How long a metadata-server token fetch is retried (connection errors, 5xx; 403/404 in a pod).
 TOKEN_RETRY_SECONDS = 60.0
 #: gcloud's exit status for a command line it cannot parse (an unknown command or flag).
 GCLOUD_USAGE_ERROR = 2
@@ -334,13 +336,21 @@ class JsonApi:
                 self._expires = time.time() + float(answer.get("expires_in", 300)) - 60
             return f"Bearer {self._token}"
 
+    #: Set from `--in-pod` (main): the GKE metadata server's first-seconds answers include 403
+    #: and 404, which a VM's metadata server only gives for good.
+    in_pod = False
+
     def _fetch_token(self, deadline: Deadline) -> dict[str, Any]:
-        """The metadata server's token, retried with backoff on connection errors and 5xx.
+        """The metadata server's token, retried with backoff on connection errors and 5xx, and
+        in a pod also on 403 and 404, all within TOKEN_RETRY_SECONDS.
 
         In a pod's first seconds the GKE metadata server is not ready yet (GKE docs, Workload
-        Identity Federation for GKE, limitations, which advise a retry; reported in
-        r-lib/gargle#186 and googleapis/google-auth-library-python#1261). Other answers (403,
-        404: no Workload Identity binding) are not retried.
+        Identity Federation for GKE, limitations, which advise a retry): it refuses connections
+        (googleapis/google-auth-library-python#1261, r-lib/gargle#186) or answers 404 Not Found
+        (google-auth-library-python#745, where the maintainer names that start-up delay). On a
+        VM a 403 or 404 is final (no service account, no scope), so it is not retried there; in
+        a pod one that lasts the whole bound means no Workload Identity binding, and the error
+        says so.
         """
         bound = Deadline(min(TOKEN_RETRY_SECONDS, max(deadline.left(), 0.0)))
         request = urllib.request.Request(
@@ -356,7 +366,7 @@ class JsonApi:
                 with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
                     return dict(json.load(response))
             except urllib.error.HTTPError as error:
-                if error.code < 500:
+                if error.code < 500 and not (self.in_pod and error.code in (403, 404)):
                     raise RuntimeError(
                         f"the metadata server refused a token: HTTP {error.code}"
                     ) from None
@@ -365,8 +375,14 @@ class JsonApi:
                 problem = str(getattr(error, "reason", error))
             left = bound.left()
             if left <= 0:
+                hint = (
+                    "; lasting this long, the pod's Kubernetes service account is likely not "
+                    "bound to a Google service account (Workload Identity)"
+                    if problem in ("HTTP 403", "HTTP 404")
+                    else ""
+                )
                 raise RuntimeError(
-                    f"no token from the metadata server after {attempt} attempts ({problem})"
+                    f"no token from the metadata server after {attempt} attempts ({problem}){hint}"
                 )
             log(
                 f"the metadata server gave no token yet ({problem}); retrying in "
@@ -1100,11 +1116,12 @@ def main(argv: list[str] | None = None) -> int:
     for each in (fetch, install_):
         each.add_argument("--prefix", required=True)
         each.add_argument("--timeout", type=float, required=True)
+        each.add_argument("--in-pod", action="store_true")
     install_.add_argument("--dir", required=True)
     install_.add_argument("--image", required=True)
-    install_.add_argument("--in-pod", action="store_true")
     save.add_argument("--timeout", type=float, default=DEFAULT_SAVE_TIMEOUT)
     args = parser.parse_args(argv)
+    JsonApi.in_pod = bool(getattr(args, "in_pod", False))
     args.work = os.path.expanduser(args.work)
     os.makedirs(args.work, exist_ok=True)
     handler = {"fetch": cmd_fetch, "install": cmd_install, "off": cmd_off, "save": cmd_save}
