@@ -56,13 +56,15 @@ UNUSED_DAYS = 30
 #: no IAM or bucket administration.
 WRITER_ROLE = "roles/storage.objectUser"
 #: The cache directory as the server sees it: the same absolute path on every node and on both
-#: backends (the VM mounts `~/.cache/vllm` there, the GKE pods an emptyDir). It must not vary:
-#: JAX hashes it into every entry's key. jax/_src/compiler.py sets the per-fusion autotune cache
+#: backends (the VM mounts `~/.cache/vllm` there, the GKE pods an emptyDir). JAX before 0.11.0
+#: hashes it into every entry's key: jax/_src/compiler.py sets the per-fusion autotune cache
 #: dir (`xla_gpu_per_fusion_autotune_cache_dir`) to a path under the cache directory in the
-#: compile options' debug options, which jax/_src/cache_key.py hashes; only from jax 0.11.0
-#: (commit ad707df0f9) is that field cleared first, and the image's JAX moves with `nightly`.
-#: Entries restored under another path would never hit. It is vLLM's default
-#: VLLM_XLA_CACHE_PATH (`~/.cache/vllm/xla_cache`) for root, the image's user.
+#: compile options' debug options, which jax/_src/cache_key.py hashes, so entries restored
+#: under another path would never hit. From jax 0.11.0 (commit ad707df0f9) that field is
+#: cleared first; tpu-inference pins jax==0.11.0, so the image's JAX no longer keys on the
+#: path. It stays fixed anyway: cheap insurance for an older image (the image's JAX moves with
+#: `nightly`), and it is vLLM's default VLLM_XLA_CACHE_PATH (`~/.cache/vllm/xla_cache`) for
+#: root, the image's user.
 CONTAINER_CACHE_DIR = "/root/.cache/vllm/xla_cache"
 #: Where things live on the node (`~` expands to the SSH user's home).
 LOCAL_CACHE_DIR = "~/.cache/vllm/xla_cache"

@@ -23,9 +23,13 @@ Not set, on purpose:
   as -1. Nothing to change.
 - `JAX_COMPILATION_CACHE_DIR`: tpu-inference sets the directory itself from
   `VLLM_XLA_CACHE_PATH` (default `~/.cache/vllm/xla_cache`, i.e. `/root/.cache/vllm/xla_cache`
-  in the container, which is what the VM and GKE paths restore into). The key of every entry
-  contains this absolute path (`compiler.py` puts `xla_gpu_per_fusion_autotune_cache_dir` under
-  it in the debug options that `jax/_src/cache_key.py` hashes), so it must never change.
+  in the container, which is what the VM and GKE paths restore into). With jax < 0.11.0 the key
+  of every entry contains this absolute path (`compiler.py` puts
+  `xla_gpu_per_fusion_autotune_cache_dir` under it in the debug options that
+  `jax/_src/cache_key.py` hashes), so a copy under another path never hits. jax 0.11.0, which
+  tpu-inference pins (requirements.txt), clears that option in `cache_key.py` (jax-ml/jax
+  ad707df0f9), so the image's JAX no longer puts the path in the key; the path stays fixed all
+  the same, as cheap insurance for an older image and because it is tpu-inference's default.
 - `JAX_COMPILATION_CACHE_MAX_SIZE`: default -1, no eviction, so JAX writes no `-atime` stamps.
 
 The threshold is not in JAX's cache key (`cache_key.py` hashes the program, versions, XLA flags,

@@ -8,7 +8,7 @@ machine. Two parts, in one run:
 1. Time to first result of a server start (tests/jax_start.py `transformer`: a small decoder
    forward, the logits gather and the sampler at the padding buckets tpu-inference
    precompiles), each in a fresh process, on a fresh "node" whose cache directory is the same
-   absolute path every time (JAX keys entries on it):
+   absolute path every time (JAX before 0.11.0 keys entries on it):
    - cold:                  empty cache, JAX's default threshold (1.0 s): today's cold start;
    - restored, threshold 1: a fresh node after a cold start at the default saved its cache;
    - cold, every compile:   empty cache, the program's rendered environment (threshold 0);

@@ -171,9 +171,10 @@ def test_a_gs_url_names_the_bucket_too() -> None:
 
 @pytest.mark.parametrize("stack", ["v5e1", "v6e4", "v6e4-gke"])
 def test_the_server_sees_its_cache_at_the_same_absolute_path_everywhere(stack: str) -> None:
-    """JAX's cache key contains the cache directory's absolute path (compiler.py's autotune
-    cache dir, hashed by cache_key.py before jax 0.11.0): a cache restored to another path never
-    hits. So the server sees it at CONTAINER_CACHE_DIR on every VM and in every GKE pod."""
+    """Before jax 0.11.0, JAX's cache key contains the cache directory's absolute path
+    (compiler.py's autotune cache dir, hashed by cache_key.py): a cache restored to another path
+    never hits there. So the server sees it at CONTAINER_CACHE_DIR on every VM and in every GKE
+    pod (the image's jax 0.11.0 no longer keys on it; the fixed path is cheap insurance)."""
     assert CONTAINER_CACHE_DIR == "/root/.cache/vllm/xla_cache"
     mount, sub = CONTAINER_CACHE_DIR.rsplit("/", 1)
     run = run_program(stack)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ from tests.fakes.gcs_api import FakeGcsApi
 from tests.fakes.gcs_store import GcsStore
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.test_compile_cache_node import load_tool
+
+TOOL = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py"
 
 BUCKET = "b"
 PREFIX = f"gs://{BUCKET}/xla-cache/KEY/"
@@ -239,3 +243,78 @@ def test_a_stalled_object_is_cut_off_at_the_restore_bound(
     assert result["restored"] is False
     assert "out of time" in result["reason"] or "timed out" in result["reason"], result
     assert result["seconds"] <= 6, result
+
+
+def fetch_process(work: Path, timeout: float) -> tuple[float, dict[str, Any]]:
+    """`fetch` as cache_restore.sh runs it, a process of its own (`wait "$cache_fetch"` waits
+    for that process to exit, worker threads included): (its wall time, fetch.json)."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "fetch", "--work", str(work), "--prefix", PREFIX,
+         "--timeout", str(timeout)],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    wall = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    return wall, dict(json.loads((work / "fetch.json").read_text()))
+
+
+def test_a_body_that_trickles_then_stalls_ends_the_fetch_at_its_bound(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object answers, sends half its body a little at a time until just before the bound,
+    then falls silent for 30 s: each read's socket timeout is aimed at the bound (not fixed when
+    the request opened, up to 120 s), so the process exits at the bound, and fetch.json's
+    `seconds` counts all of it. Margins are generous: no timing beyond the bound is asserted."""
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "4")
+    bound = 8.0
+    victim = sorted(bucket.entries)[3]
+    bucket.api.break_body(victim, len(bucket.entries[victim]) // 2, trickle=bound - 2, stall=30)
+    wall, fetched = fetch_process(tmp_path / "work", bound)
+    assert "fetched" not in fetched
+    assert fetched["error"] == f"download {PREFIX}{bucket.generation}/: out of time", fetched
+    assert wall < bound + 4  # the bound, not the stall nor a socket timeout set at the start
+    assert fetched["seconds"] >= wall - 3  # the fetch's own time is all of the process's
+    assert not list((tmp_path / "work" / "staging").rglob("*.part"))
+
+
+def test_a_failed_object_stops_a_stalled_one_at_once(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers: the largest object stalls mid-body; the other worker downloads the next one,
+    then gets 503 for the third. The stalled worker's socket is shut down, so the fetch ends
+    long before its bound (here 20 s) and the 30 s stall, and fetch.json's `seconds` still
+    counts all of it."""
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "2")
+    bucket.api.latency = 0.5  # a round trip: the stalled body is under way before the 503
+    stalled, _, failing = sorted(bucket.entries, key=lambda n: -len(bucket.entries[n]))[:3]
+    bucket.api.break_body(stalled, 1000, stall=30)
+    bucket.store.set_fault("read", fail="backendError: unavailable", match=failing)
+    wall, fetched = fetch_process(tmp_path / "work", 20)
+    assert fetched["error"] == f"download gs://{BUCKET}/{bucket.key(failing)}: HTTP 503", fetched
+    assert wall < 10
+    assert fetched["seconds"] >= wall - 3
+
+
+def test_a_body_cut_short_is_not_taken_for_a_whole_one(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection closes after part of the declared Content-Length: http.client reports
+    only an end of stream, so the tool counts the bytes; the restore starts cold, naming the
+    object and the shortfall, and no truncated file is left as if whole."""
+    monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "4")
+    victim = sorted(bucket.entries)[4]
+    size = len(bucket.entries[victim])
+    bucket.api.break_body(victim, size // 3)
+    work = tmp_path / "work"
+    fetch = ["fetch", "--work", str(work), "--prefix", PREFIX, "--timeout", "60"]
+    assert load_tool().main(fetch) == 0
+    fetched = json.loads((work / "fetch.json").read_text())
+    short = f"download gs://{BUCKET}/{bucket.key(victim)}: short read {size // 3} of {size} bytes"
+    assert "fetched" not in fetched and fetched["error"] == short, fetched
+    staging = work / "staging" / bucket.generation
+    assert not (staging / victim).exists() and not list(staging.rglob("*.part"))
+
+    result = restore(tmp_path)  # the install tries once more, and fails alike
+    assert result["restored"] is False
+    assert result["reason"] == f"restore failed: {short}"

@@ -52,6 +52,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
@@ -102,6 +103,10 @@ MAX_WORKERS = 64
 BLOCK = 1 << 20
 #: How often a download logs its progress.
 PROGRESS_SECONDS = 10.0
+#: The longest a JSON API call waits on a silent server (then the socket times out).
+MAX_SOCKET_TIMEOUT = 120.0
+#: The shortest socket timeout a download read gets, just before the deadline.
+MIN_READ_TIMEOUT = 0.1
 
 
 def log(message: str) -> None:
@@ -411,8 +416,10 @@ class JsonApi:
         headers: dict[str, str] | None = None,
     ) -> Any:
         """The response, to read from (a `with` closes it). The socket timeout is what is left
-        of the deadline (at most 120 s), so a stalled server cannot hold a call past it."""
-        timeout = min(deadline.check(f"{method} {path}"), 120.0)
+        of the deadline (at most MAX_SOCKET_TIMEOUT), so a stalled server cannot hold a call
+        past it; it holds for each later read too, which a download re-aims at the deadline
+        before each of its reads (`_download_one`)."""
+        timeout = min(deadline.check(f"{method} {path}"), MAX_SOCKET_TIMEOUT)
         request = urllib.request.Request(  # noqa: S310 - https endpoint (loopback in tests)
             self.endpoint.rstrip("/") + path,
             data=body,
@@ -502,10 +509,15 @@ class JsonApi:
         """Every object under `url` into `dest`, `self.workers` at a time.
 
         As before the pool: an object already there with the same size and MD5 is kept; each
-        file gets the object's saved mtime; the first object that fails (an HTTP error, the
-        deadline) fails the whole download, and the objects not started yet are not started.
-        Each file appears only complete (written as `.part`, then renamed); what its bytes are
-        worth is the manifest check's business (`verify`), which drops what does not match.
+        file gets the object's saved mtime; the first object that fails (an HTTP error, a
+        short body, the deadline) fails the whole download, the objects not started yet are not
+        started, and the ones running are stopped (`Stop`). It returns or raises only once no
+        worker runs any more, so the caller's time (`fetch.json`'s `seconds`) is all of it; a
+        worker waiting on the server stops at the deadline (each read's socket timeout is aimed
+        at it) or at once when stopped, not up to MAX_SOCKET_TIMEOUT later.
+        Each file appears only whole: written as `.part`, its length checked against the
+        answer's Content-Length (else the listed size), then renamed; whether its bytes are the
+        saved ones is the manifest check's business (`verify`), which drops what does not match.
         """
         bucket, prefix = split_gs(url)
         listing = self._list(url, deadline)
@@ -519,7 +531,7 @@ class JsonApi:
             f"downloading {len(order)} objects ({progress.total_bytes / 1e6:.1f} MB) from {url} "
             f"via the JSON API, {workers} at a time"
         )
-        stop = threading.Event()
+        stop = Stop()
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xla-cache-get")
         one = functools.partial(
             self._download_one, bucket=bucket, prefix=prefix, dest=dest, deadline=deadline,
@@ -538,13 +550,13 @@ class JsonApi:
                     deadline.check(f"download {url}")
                     progress.log_now()
         except BaseException:
-            stop.set()
+            stop.set()  # the running workers' sockets are shut down: they wake at once
             pool.shutdown(wait=False, cancel_futures=True)
-            # Let the running workers see `stop` (they check it between blocks), so nothing is
-            # still written into `dest` once the caller moves on; never past the deadline.
-            # (A cancelled future never counts as done for `wait`: leave those out.)
-            running = [future for future in pending if not future.cancelled()]
-            wait(running, timeout=max(min(5.0, deadline.left()), 0.0))
+            # Wait for the running workers to end: nothing is still written into `dest` once
+            # the caller moves on, and the caller's time counts theirs. Each is bounded by the
+            # deadline (every socket timeout is aimed at it), and a stopped one ends at its
+            # next read. (A cancelled future never counts as done for `wait`: leave those out.)
+            wait([future for future in pending if not future.cancelled()])
             raise
         pool.shutdown(wait=True)
         progress.log_now(final=True)
@@ -558,7 +570,7 @@ class JsonApi:
         prefix: str,
         dest: str,
         deadline: Deadline,
-        stop: threading.Event,
+        stop: Stop,
         progress: Progress,
     ) -> None:
         """One object into `dest/rel` (a pool worker)."""
@@ -574,20 +586,38 @@ class JsonApi:
         try:
             with self._open("GET", self._object_path(bucket, prefix + rel) + "?alt=media",
                             deadline) as response, open(part, "wb") as handle:  # fmt: skip
+                expected = expected_bytes(response, item)
+                received = 0
+                sock = response_socket(response)
                 # read1: at most one socket read per block, so a server that trickles bytes
                 # meets the deadline check below instead of holding a whole block's read.
                 read = getattr(response, "read1", response.read)
-                while True:
-                    if stop.is_set():
-                        raise RuntimeError(f"{what}: stopped (another download failed)")
-                    deadline.check(what)
-                    block = read(BLOCK)
-                    if not block:
-                        break
-                    handle.write(block)
-                    progress.add(len(block))
+                with stop.watching(sock):
+                    while True:
+                        if stop.is_set():
+                            raise RuntimeError(f"{what}: stopped (another download failed)")
+                        left = deadline.check(what)
+                        if sock is not None:
+                            # The timeout urlopen set holds for every read from then on: a
+                            # body that trickles, then stalls, would hold this worker up to
+                            # that long past the deadline. Aim each read at the deadline.
+                            with contextlib.suppress(OSError):
+                                sock.settimeout(
+                                    max(MIN_READ_TIMEOUT, min(left, MAX_SOCKET_TIMEOUT))
+                                )
+                        block = read(BLOCK)
+                        if not block:
+                            break
+                        handle.write(block)
+                        received += len(block)
+                        progress.add(len(block))
             if stop.is_set():
                 raise RuntimeError(f"{what}: stopped (another download failed)")
+            # http.client's read1 (and read(n)) return b"" when the connection closes early,
+            # with no IncompleteRead (CPython Lib/http/client.py HTTPResponse.read1): the
+            # length is the only sign of a body cut short.
+            if expected is not None and received < expected:
+                raise RuntimeError(f"{what}: short read {received} of {expected} bytes")
             mtime = object_mtime(item)
             if mtime is not None:  # as `gcloud storage rsync` does for a download
                 os.utime(part, (mtime, mtime))
@@ -623,6 +653,69 @@ class JsonApi:
                 )
             except urllib.error.HTTPError as error:
                 raise RuntimeError(f"touch {url}{rel}: HTTP {error.code}") from None
+
+
+class Stop:
+    """A download's stop signal, set by the caller's thread when it abandons the download (a
+    failed object, the deadline). The workers check it between reads; `set` also shuts down
+    the socket each one is reading from, so a worker waiting on a silent server wakes at once
+    (its read returns end-of-stream) instead of at its socket timeout."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        self._event.set()
+        with self._lock:
+            for sock in self._sockets:
+                # The plain socket's shutdown(2), also under TLS: it ends the stream for the
+                # reading thread (recv sees end-of-stream), where SSLSocket.shutdown would
+                # also drop the TLS state that thread is reading through.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    @contextlib.contextmanager
+    def watching(self, sock: socket.socket | None) -> Iterator[None]:
+        """While a worker reads from `sock`, `set` shuts it down."""
+        if sock is None:
+            yield
+            return
+        with self._lock:
+            self._sockets.add(sock)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._sockets.discard(sock)
+
+
+def response_socket(response: Any) -> socket.socket | None:
+    """The socket a urllib response reads from, or None if it cannot be found.
+
+    http.client.HTTPResponse reads from `sock.makefile("rb")` (CPython Lib/http/client.py
+    `HTTPResponse.__init__`), a BufferedReader over socket.SocketIO, which keeps the socket as
+    `_sock` (Lib/socket.py); urllib drops the connection's own reference to it once the
+    response is open (Lib/urllib/request.py `AbstractHTTPHandler.do_open`), so this is the
+    one way to it. TLS included (an ssl.SSLSocket is a socket.socket).
+    """
+    sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def expected_bytes(response: Any, item: dict[str, Any]) -> int | None:
+    """How long the body must be: its Content-Length, else the object's listed size."""
+    for raw in (response.headers.get("Content-Length"), item.get("size")):
+        try:
+            if raw is not None:
+                return int(raw)
+        except (TypeError, ValueError):
+            continue
+    return None
 
 
 def _size(item: dict[str, Any]) -> int:

@@ -18,6 +18,12 @@ request (``ThreadingHTTPServer``). ``latency`` (seconds, default 0) delays every
 stand-in for a Cloud Storage round trip, so that overlapping downloads can be seen and timed;
 ``media_in_flight`` / ``max_media_in_flight`` count the object downloads (``alt=media``) waited
 on at once, from the request's arrival to the start of its answer (``reset_counts`` starts over).
+``break_body`` makes the answer to the object downloads whose name contains ``match`` break
+off after its headers, which declare the whole length: ``send`` bytes of the body go out, spread
+over ``trickle`` seconds, then ``stall`` seconds of silence, then the connection closes. A real
+connection can end like that mid-body (a reset path, a dying proxy), and a client using
+http.client sees only a shorter body: CPython's ``HTTPResponse.read1`` (and ``read(n)``) return
+b"" at end-of-stream with no ``IncompleteRead`` (Lib/http/client.py), so only the length tells.
 Objects are answered as Object resources (``name``, ``size``, ``md5Hash``, ``timeCreated``,
 ``updated``, ``customTime``, and the custom ``metadata`` map, where ``gcloud storage`` keeps a
 file's mtime as ``goog-reserved-file-mtime``, googlecloudsdk/command_lib/storage/posix_util.py).
@@ -31,6 +37,7 @@ import json
 import threading
 import time
 import urllib.parse
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -47,6 +54,16 @@ def rfc3339(seconds: float) -> str:
         time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
         + f".{int(seconds % 1 * 1000):03d}Z"
     )
+
+
+@dataclass(frozen=True)
+class BrokenBody:
+    """How an object download's answer breaks off (see the module docstring)."""
+
+    match: str
+    send: int
+    trickle: float = 0.0
+    stall: float = 0.0
 
 
 def resource(stored: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +92,10 @@ class FakeGcsApi(LoopbackHttpServer):
         self.requests: list[dict[str, Any]] = []
         self.media_in_flight = 0
         self.max_media_in_flight = 0
+        self.broken_bodies: list[BrokenBody] = []
         self._lock = threading.Lock()
+        # Set by stop(): a broken answer's trickle and stall end then.
+        self._stopping = threading.Event()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -90,6 +110,22 @@ class FakeGcsApi(LoopbackHttpServer):
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _answer_broken(self, data: bytes, broken: BrokenBody) -> None:
+                """Headers with the whole length, part of the body, silence, then close."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                sent = data[: broken.send]
+                pieces = max(1, int(broken.trickle / 0.25))
+                step = max(1, -(-len(sent) // pieces))
+                for start in range(0, len(sent), step):
+                    if start and fake._stopping.wait(broken.trickle / pieces):
+                        return
+                    self.wfile.write(sent[start : start + step])
+                fake._stopping.wait(broken.stall)
+                self.close_connection = True
 
             def _error(self, status: int, message: str) -> None:
                 self._answer(status, {"error": {"code": status, "message": message}})
@@ -166,7 +202,12 @@ class FakeGcsApi(LoopbackHttpServer):
                 name = urllib.parse.unquote("/".join(parts[6:]))
                 if method == "GET" and query.get("alt") == "media":
                     store.apply_fault("read", name)
-                    self._answer(200, None, store.get(bucket, name))
+                    data = store.get(bucket, name)
+                    broken = next((b for b in fake.broken_bodies if b.match in name), None)
+                    if broken is None:
+                        self._answer(200, None, data)
+                    else:
+                        self._answer_broken(data, broken)
                 elif method == "PATCH":
                     store.apply_fault("touch")
                     store.set_custom_time(bucket, name, json.loads(body)["customTime"])
@@ -187,6 +228,14 @@ class FakeGcsApi(LoopbackHttpServer):
                 return
 
         self._handler = Handler
+
+    def break_body(self, match: str, send: int, trickle: float = 0.0, stall: float = 0.0) -> None:
+        """Break off the answers to the downloads of objects whose name contains `match`."""
+        self.broken_bodies.append(BrokenBody(match, send, trickle, stall))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        super().stop()
 
     def reset_counts(self) -> None:
         """Forget the requests and the most downloads in flight seen so far."""
