@@ -1,9 +1,10 @@
 """The documentation holds together: a short README, one page per topic in docs/, and every
 relative link in them resolving to a file that exists and, with `#anchor`, to a heading in it.
 
-Anchors follow GitHub's heading ids (github-slugger, which github.com uses for Markdown
-headings): the heading's text, lowercased, with every character that is not a letter, a digit,
-a space, `-` or `_` dropped, each space turned into `-`; a repeated heading gets `-1`, `-2`, ...
+Anchors follow GitHub's heading ids as github-slugger makes them (Flet/github-slugger
+`index.js`, and `script/generate-regex.mjs` for the characters it drops): the heading's text,
+lowercased, with punctuation and symbols dropped except `-` and `_` (letters, digits and spaces
+stay), each space turned into `-`; a repeated heading gets `-1`, `-2`, ...
 """
 
 from __future__ import annotations
