@@ -11,9 +11,10 @@ What is cached: vLLM's `VLLM_XLA_CACHE_PATH` (default `~/.cache/vllm/xla_cache`,
 compile options and the device topology, and no host name: an entry made on one VM serves
 another VM of the same TPU type with the same image and the same vLLM arguments. JAX's docs
 allow a `gs://` cache directory (and recommend Cloud Storage FUSE for it); the node copies the
-cache to local disk instead (README, "The compile cache": no GCS round trip per lookup while it
-compiles, only complete, image-pinned generations; the design notes record that a direct read
-did not hit). JAX runs what the cache holds: only the node may write to the bucket.
+cache to local disk instead (docs/compile-cache.md, "Why a copy on local disk": no GCS round
+trip per lookup while it compiles, only complete, image-pinned generations; the design notes
+record that a direct read did not hit). JAX runs what the cache holds: only the node may write
+to the bucket.
 
 Layout: `gs://BUCKET/xla-cache/KEY/GENERATION/`.
 - KEY (`cache_key`) hashes what the program knows at preview: the accelerator type, the

@@ -18,7 +18,7 @@ from __future__ import annotations
 # the waits alone:
 #   waits 1-10: 0.1 x (1.5^10 - 1) / 0.5 = 11.3 s; waits 11..limit: 5 s each.
 #   old limit 40:  11.3 + 30 x 5  = 161 s, under 3 minutes;
-#   limit 130:     11.3 + 120 x 5 = 611 s, the ~10 minutes the README promises.
+#   limit 130:     11.3 + 120 x 5 = 611 s, the ~10 minutes docs/secrets-and-access.md promises.
 # If every dial times out instead, each also costs per_dial_timeout: 611 + 131 x 10 = 1921 s,
 # so a node that never answers fails the command after ~32 minutes, not never.
 DIAL_ERROR_LIMIT = 130

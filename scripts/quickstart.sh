@@ -26,7 +26,7 @@ if [ ! -f "Pulumi.$STACK.yaml" ]; then
 fi
 
 # Backend gke: the Kubernetes provider's kubeconfig authenticates with gke-gcloud-auth-plugin
-# (README "Scale out on GKE"), which the real run needs on PATH.
+# (docs/gke.md, "Prerequisites"), which the real run needs on PATH.
 GKE_PLUGIN_HINT=""
 if grep -Eq '^[[:space:]]*tpu-vllm:backend:[[:space:]]*gke[[:space:]]*$' "Pulumi.$STACK.yaml"; then
   GKE_PLUGIN_HINT="gcloud components install gke-gcloud-auth-plugin (backend gke: kubectl access);"

@@ -292,7 +292,7 @@ def test_a_service_applied_without_the_rbs_annotation_is_replaced_not_patched(
     change under a `replaceOnChanges` path into a replacement (pulumi `step_generator.go`
     `applyReplaceOnChanges`, path `Contains`), and pulumi-kubernetes asks to delete first only
     when it wants the replacement itself (`provider.go` Diff), so the program asks for it: the
-    name is fixed. The URN is the one the README's `pulumi up --replace` names."""
+    name is fixed. The URN is the one docs/gke.md's `pulumi up --replace` names."""
     requests: dict[str, Any] = {}
     register: Callable[[mocks.MockMonitor, Any], Any] = mocks.MockMonitor.RegisterResource
 

@@ -26,6 +26,7 @@ from pulumi.runtime import mocks
 
 from scripts.program_runner import ProgramRun, run_file
 from tests import mock_outputs
+from tests.docs import read_doc, section
 from tests.mock_outputs import cloud_outputs
 from tests.pulumi_program import ROOT, run_program
 
@@ -339,11 +340,9 @@ def test_the_runner_drops_none_outputs_as_the_engine_does(tmp_path: Path) -> Non
 
 
 def _readme_outputs() -> dict[str, tuple[str, str]]:
-    """README "Outputs" table: name -> (type column, meaning column)."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Outputs") :]
-    section = section[: section.index("\n## ", 1)]
-    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \| (.+) \|$", section, re.MULTILINE)
+    """README "Outputs" table (the one table of the contract): name -> (type, meaning)."""
+    table = section(read_doc("README"), "Outputs: the contract other services read")
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \| (.+) \|$", table, re.MULTILINE)
     return {name: (kind.strip(), meaning.strip()) for name, kind, meaning in rows}
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.renewal import renew_command
+from tests.docs import doc_pages, read_doc
 from tests.pulumi_program import ROOT
 
 QUICKSTART = ROOT / "scripts" / "quickstart.sh"
@@ -161,14 +162,14 @@ def test_a_wrong_stack_or_option_is_refused_before_any_pulumi_command(
 
 
 def test_readme_opens_with_the_two_commands() -> None:
-    text = (ROOT / "README.md").read_text()
+    text = read_doc("README")
     opening = text[: text.index("\n## ")]
     assert "scripts/quickstart.sh v5e1" in opening
     assert "scripts/test.sh" in opening
 
 
 def test_readme_tests_section_and_ci_use_the_same_test_command() -> None:
-    text = (ROOT / "README.md").read_text()
+    text = read_doc("README")
     tests = text[text.index("## Tests") :]
     assert "scripts/test.sh" in tests[: tests.index("```\n", tests.index("```") + 3)]
     ci = (ROOT / ".ci" / "run").read_text()
@@ -179,11 +180,13 @@ def test_readme_tests_section_and_ci_use_the_same_test_command() -> None:
     assert any(line.startswith("pytest==") for line in dev)
 
 
-def test_readme_runs_python_one_way_only() -> None:
-    """One interpreter convention (the Quickstart's `.venv/bin/python`, no activation): a bare
-    `python scripts/...` on a fresh machine runs without the program's packages. The same holds
-    for `renew_command`, which `pulumi up` prints for the reader to copy."""
-    text = (ROOT / "README.md").read_text()
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: p.name)
+def test_docs_run_python_one_way_only(page: Path) -> None:
+    """One interpreter convention (the Quickstart's `.venv/bin/python`, no activation), in the
+    README and every docs/ page: a bare `python scripts/...` on a fresh machine runs without the
+    program's packages. The same holds for `renew_command`, which `pulumi up` prints for the
+    reader to copy."""
+    text = page.read_text()
     bare = re.findall(r"(?<![\w./-])python3? (?:-m (?!venv )|scripts/)\S+", text)
     assert not bare, bare
     assert "activate" not in text

@@ -10,6 +10,7 @@ import yaml
 
 from components import renewal
 from components.renewal import SCHEDULE_MINUTES
+from tests.docs import read_doc, section
 from tests.pulumi_program import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "renew.yml"
@@ -52,7 +53,7 @@ def test_runs_on_a_schedule_and_by_hand_never_for_pull_requests() -> None:
     assert set(triggers) == {"schedule", "workflow_dispatch"}
     assert "pull_request" not in triggers and "pull_request_target" not in triggers
     [schedule] = triggers["schedule"]
-    assert schedule["cron"] == renewal.schedule_cron()  # the schedule the README quotes
+    assert schedule["cron"] == renewal.schedule_cron()  # the schedule docs/renewal.md quotes
     assert SCHEDULE_MINUTES == 15
 
 
@@ -132,17 +133,11 @@ ROLE_FOR = {
 }
 
 
-def readme_section(heading: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index(f"\n## {heading}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end]
-
-
-def test_readme_lists_a_role_for_everything_a_renewal_deploys() -> None:
+def test_docs_list_a_role_for_everything_a_renewal_deploys() -> None:
     """The workflow's deployer account runs `pulumi up --refresh` on the whole stack: a role
-    missing from the README is a renewal that fails at 3 a.m. on the first resource it cannot
-    read. The resources come from the program itself (dns and the compile cache on)."""
+    missing from docs/renewal.md (or from the README's "Prerequisites", for a person) is a
+    renewal that fails at 3 a.m. on the first resource it cannot read. The resources come from
+    the program itself (dns and the compile cache on)."""
     from tests.mock_outputs import MANAGED_ZONE
     from tests.pulumi_program import run_program
 
@@ -150,29 +145,32 @@ def test_readme_lists_a_role_for_everything_a_renewal_deploys() -> None:
     types = {r.type for r in run.resources}
     needed = {role for prefix, role in ROLE_FOR.items() if any(t.startswith(prefix) for t in types)}
     assert "roles/storage.admin" in needed and "roles/dns.admin" in needed
-    for heading in ("Renew", "Prerequisites"):
-        section = readme_section(heading)
-        missing = sorted(role for role in needed if f"`{role}`" not in section)
-        assert not missing, f'README "{heading}" does not name {missing}'
+    places = {
+        "docs/renewal.md, One-time setup": section(read_doc("renewal"), "One-time setup"),
+        'README "Prerequisites"': section(read_doc("README"), "Prerequisites"),
+    }
+    for where, text in places.items():
+        missing = sorted(role for role in needed if f"`{role}`" not in text)
+        assert not missing, f"{where} does not name {missing}"
 
 
-def test_readme_keeps_the_schedule_enabled_in_a_public_repository() -> None:
+def test_docs_keep_the_schedule_enabled_in_a_public_repository() -> None:
     """GitHub disables scheduled workflows in a public repository after 60 days without
-    repository activity (GitHub docs, "Disabling and enabling a workflow"): the README must
-    say so and say how to keep renewal running."""
-    section = " ".join(readme_section("Renew").split())
-    assert "60 days" in section and "public repositor" in section
-    assert "gh workflow enable renew.yml" in section
-    assert "disabled_inactivity" in section  # how to see that it happened
-    assert renewal.schedule_cron() in section  # the schedule it quotes is the workflow's
+    repository activity (GitHub docs, "Disabling and enabling a workflow"): docs/renewal.md
+    must say so and say how to keep renewal running."""
+    page = " ".join(read_doc("renewal").split())
+    assert "60 days" in page and "public repositor" in page
+    assert "gh workflow enable renew.yml" in page
+    assert "disabled_inactivity" in page  # how to see that it happened
+    assert renewal.schedule_cron() in page  # the schedule it quotes is the workflow's
 
 
-def test_readme_gap_estimate_allows_for_a_dropped_run() -> None:
+def test_docs_gap_estimate_allows_for_a_dropped_run() -> None:
     """GitHub may drop a scheduled run at high load: the worst case until a run notices an
-    expiry is two periods, not one, and every row of the README's gap table adds that."""
+    expiry is two periods, not one, and every row of docs/renewal.md's gap table adds that."""
     assert renewal.detection_seconds() == 2 * SCHEDULE_MINUTES * 60
-    section = readme_section("Renew")
-    rows = re.findall(r"up to ([\d,]+) s \+ ([\d,]+) s = ([\d,]+) s", section)
+    gap = section(read_doc("renewal"), "The gap a client sees")
+    rows = re.findall(r"up to ([\d,]+) s \+ ([\d,]+) s = ([\d,]+) s", gap)
     assert len(rows) == 2, rows
     for start, detection, total in rows:
         start_s, detection_s, total_s = (int(x.replace(",", "")) for x in (start, detection, total))
@@ -180,9 +178,9 @@ def test_readme_gap_estimate_allows_for_a_dropped_run() -> None:
         assert total_s == start_s + detection_s, rows
 
 
-def test_readme_gap_table_says_when_a_renewed_node_is_warm() -> None:
-    """The compile cache is carried across nodes (issue 11): the README must not say a fresh
-    node always starts cold, and must say how to tell which row of the gap table applied."""
-    section = readme_section("Renew")
-    assert "starts cold today" not in section
-    assert "`cache_restored`" in section
+def test_docs_gap_table_says_when_a_renewed_node_is_warm() -> None:
+    """The compile cache is carried across nodes (issue 11): docs/renewal.md must not say a
+    fresh node always starts cold, and must say how to tell which row of the gap table applied."""
+    gap = section(read_doc("renewal"), "The gap a client sees")
+    assert "starts cold today" not in gap
+    assert "`cache_restored`" in gap

@@ -194,7 +194,7 @@ def test_cron_period(cron: str, period: int) -> None:
 @pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
 def test_the_renew_schedule_runs_more_often_than_the_lead(stack: str) -> None:
     """A check must fall inside every window: the workflow's longest wait between two runs is
-    shorter than the stack's lead (README "Renew" says why), with room for a start."""
+    shorter than the stack's lead (docs/renewal.md says why), with room for a start."""
     workflow = yaml.safe_load(WORKFLOW.read_text())
     triggers = workflow.get("on", workflow.get(True))
     [schedule] = triggers["schedule"]

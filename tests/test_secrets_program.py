@@ -113,7 +113,7 @@ def test_commands_pin_the_host_key_and_retry_dialling(run: ProgramRun) -> None:
         assert connection["hostKey"] == HOST_KEY
         assert connection["user"] == "tpu-vllm"
         # pulumi-command's backoff gives fast failures (auth refused until the guest agent
-        # has created the user) at least the ~10 minutes the README promises.
+        # has created the user) at least the ~10 minutes docs/secrets-and-access.md promises.
         assert dial_budget_seconds(int(connection["dialErrorLimit"])) >= 600
         assert connection["perDialTimeout"] == PER_DIAL_TIMEOUT_SECONDS
     assert run.outputs["ssh_host_key"] == HOST_KEY

@@ -18,7 +18,7 @@ from components.ssh_dial import (
 )
 from tests.fakes.ssh_host import SshHost, SshHostFactory
 
-#: What README promises: "connections keep dialling for about 10 minutes".
+#: What docs/secrets-and-access.md ("SSH") promises: dialling "for at least 10 minutes".
 PROMISED_SECONDS = 600
 #: pulumi-command's own default (`dialErrorDefault` in remote/connection.go).
 PULUMI_COMMAND_DEFAULT_LIMIT = 10

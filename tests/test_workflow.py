@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.docs import read_doc, section
 from tests.pulumi_program import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "preview.yml"
@@ -158,26 +159,18 @@ def test_ci_runs_a_pinned_zizmor_offline_on_the_workflows() -> None:
     assert f"zizmor {' '.join(ZIZMOR_ARGS)} .github/workflows" in ci
 
 
-def readme_setup(start: str, end: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    begin = text.index(start)
-    return text[begin : text.index(end, begin)]
-
-
 @pytest.mark.parametrize(
-    ("workflow", "start", "end"),
-    [
-        ("preview", "One-time setup for `preview`:", "**Smoke test.**"),
-        ("renew", 'One-time setup (after "Preview in pull requests"', "To retire a stack"),
-    ],
+    ("workflow", "page"),
+    [("preview", "preview"), ("renew", "renewal")],
 )
-def test_readme_setup_enables_the_iam_credentials_api(workflow: str, start: str, end: str) -> None:
+def test_docs_setup_enables_the_iam_credentials_api(workflow: str, page: str) -> None:
     """Workload Identity Federation through a service account calls the IAM Service Account
     Credentials API: without `token_format` the auth step only calls STS and writes a credentials
     file whose `service_account_impersonation_url` is `generateAccessToken` (google-github-actions/
     auth v2.1.13 `src/main.ts`, `src/client/workload_identity_federation.ts`), so the run's first
-    Google API call needs the API: each workflow's setup must enable it."""
-    setup = readme_setup(start, end)
+    Google API call needs the API: each workflow's setup (docs/preview.md, docs/renewal.md,
+    "One-time setup") must enable it."""
+    setup = section(read_doc(page), "One-time setup")
     blocks = re.findall(r"```bash\n(.*?)```", setup, re.DOTALL)
     commands = [" ".join(b.replace("\\\n", " ").split()) for b in blocks]
     enables = [

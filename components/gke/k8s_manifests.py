@@ -277,7 +277,7 @@ def deployment(
       update, with its capacity wait and bill; `maxSurge: 0, maxUnavailable: 1` reuses nodes
       but serves with one replica fewer (with one replica, with none).
     So an update takes the endpoint down for a capacity wait (none when the nodes are still
-    there) and a start; README "Scale out on GKE" says so.
+    there) and a start; docs/gke.md ("Updates") says so.
     """
     extras = extras or PodExtras()
     chips = str(config.tpu.chip.chips)

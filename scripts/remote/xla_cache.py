@@ -2,7 +2,7 @@
 
 Why: a flex-start node is deleted with its disk, so every new node compiles for ~685 s (seed 000)
 unless the JAX persistent cache (`~/.cache/vllm/xla_cache`) comes back from Cloud Storage first.
-It is copied to local disk rather than read from `gs://` (README, "The compile cache").
+It is copied to local disk rather than read from `gs://` (docs/compile-cache.md).
 
 Layout under the prefix `gs://BUCKET/xla-cache/KEY/` (components/compile_cache.py):
   GENERATION/...            the cache files, GENERATION = `img-` + the image digest's first 16 hex
