@@ -15,7 +15,7 @@ from components.config.reader import _as_int, _as_str, _Reader
 from components.messages import show
 
 #: Two, so that a node being recycled (or a replica starting) never takes the endpoint down: the
-#: PodDisruptionBudget keeps one serving while the other moves (README "Scale out on GKE").
+#: PodDisruptionBudget keeps one serving while the other moves (docs/gke.md).
 DEFAULT_GKE_REPLICAS = 2
 _CLUSTER_NAME_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
 _CLUSTER_PATH_RE = re.compile(
