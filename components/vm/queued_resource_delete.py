@@ -93,10 +93,6 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
     start = time.monotonic()
     deadline = start + timing.delete_timeout_seconds
     delay = timing.poll_seconds
-    # A refusal and the state read after it are two requests: a node that was PROVISIONING when
-    # the delete was refused may read ACTIVE by then. So a refusal in any other state is retried
-    # once at once before it is raised.
-    retried_other_state = False
     while True:
         try:
             api.delete_queued_resource(name)
@@ -111,10 +107,6 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
                 return
             if state == "DELETING":
                 break  # someone else's delete is under way: wait for it
-            if state not in UNDELETABLE_STATES and not retried_other_state:
-                retried_other_state = False
-                report(f"{name}: delete refused ({error}); it is {state} now: trying once more")
-                continue
             if state not in UNDELETABLE_STATES:
                 raise Exception(
                     f"{name} could not be deleted: {error} (it is {state}). It may still bill. "
