@@ -7,7 +7,7 @@ receives that object and never reads Pulumi config itself.
 
 Layout: `keys.py` is the one table of every section's keys (`KEYS`); `reader.py` reads one
 section's raw values and records each problem; one module per section parses it (`tpu`,
-`model`, `vllm`, `access`, `cost`, `dns`, `gke`, `cache`, `renewal`, and `backend` for
+`model`, `vllm`, `access`, `cost`, `dns`, `gke`, `cache`, `renewal`, `monitoring`, and `backend` for
 `tpu-vllm:backend`); `loader.py` puts them together. Everything anyone imports is re-exported
 here, so `from components.config import X` is the only import the rest of the program needs.
 
@@ -27,6 +27,7 @@ from components.config.gke import DEFAULT_GKE_REPLICAS, GkeSettings, region_of
 from components.config.keys import KEYS, NAMESPACE
 from components.config.loader import StackConfig, load_stack_config, parse_stack_config
 from components.config.model import ModelSettings
+from components.config.monitoring import DEFAULT_SCRAPE_INTERVAL, MonitoringSettings
 from components.config.reader import ConfigError, parse_duration
 from components.config.renewal import (
     DEFAULT_GKE_RENEWAL_LEAD,
@@ -65,6 +66,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_NETWORK",
     "DEFAULT_READINESS_TIMEOUT",
+    "DEFAULT_SCRAPE_INTERVAL",
     "FLAG_KEYS",
     "FORBIDDEN_FLAGS",
     "KEYS",
@@ -82,6 +84,7 @@ __all__ = [
     "DnsSettings",
     "GkeSettings",
     "ModelSettings",
+    "MonitoringSettings",
     "RenewalSettings",
     "StackConfig",
     "TpuSettings",

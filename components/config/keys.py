@@ -75,4 +75,13 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "minCompileSeconds": "JAX caches only compiles that took at least this long; "
         "default 0: every compile",
     },
+    "monitoring": {
+        "enabled": "vLLM's /metrics to Cloud Monitoring, the container log to Cloud Logging, "
+        "and the stack's dashboard; default true",
+        "scrapeInterval": "how often /metrics is scraped (10s to 5m); default 30s",
+        "uptimeCheck": "a Cloud Monitoring uptime check on /health (opens the serving port to "
+        "Google's uptime-check addresses); default false",
+        "notificationChannels": "projects/P/notificationChannels/ID list; alert policies exist "
+        "only when it is set",
+    },
 }

@@ -22,6 +22,7 @@ from components.config.dns import DnsSettings, _parse_dns
 from components.config.gke import GkeSettings, _parse_gke
 from components.config.keys import KEYS, NAMESPACE
 from components.config.model import ModelSettings, _check_fit, _parse_model
+from components.config.monitoring import MonitoringSettings, _parse_monitoring
 from components.config.reader import ConfigError, _as_str, _parse_positive_duration, _Reader
 from components.config.renewal import RenewalSettings, _parse_renewal
 from components.config.tpu import (
@@ -55,6 +56,7 @@ class StackConfig:
     #: Always present; only the gke backend uses it (a vm stack has one replica).
     gke: GkeSettings | None = None
     renewal: RenewalSettings = field(default=RenewalSettings())
+    monitoring: MonitoringSettings = field(default=MonitoringSettings())
 
     @property
     def replicas(self) -> int:
@@ -111,6 +113,7 @@ def parse_stack_config(
     gke_r = _Reader("gke", sections.get("gke"), problems)
     cache_r = _Reader("cache", sections.get("cache"), problems)
     renewal_r = _Reader("renewal", sections.get("renewal"), problems)
+    monitoring_r = _Reader("monitoring", sections.get("monitoring"), problems)
 
     backend = _parse_backend(sections.get("backend"), problems)
     chip = _parse_chip(tpu_r)
@@ -133,6 +136,7 @@ def parse_stack_config(
     vllm = _parse_vllm(vllm_r, chip)
     access = _parse_access(access_r, warnings, backend)
     cache = _parse_cache(cache_r)
+    monitoring = _parse_monitoring(monitoring_r)
     hourly_override = _parse_cost(cost_r)
     dns = _parse_dns(dns_r, stack)
     renewal_settings = _parse_renewal(
@@ -183,4 +187,5 @@ def parse_stack_config(
         gke=gke,
         cache=cache,
         renewal=renewal_settings,
+        monitoring=monitoring,
     )
