@@ -457,8 +457,13 @@ class SchemaValidator:
     dropped, enums by name, int32 as numbers, int64 as strings) and the violations found.
     """
 
-    def __init__(self, strict_integers: bool = False) -> None:
-        self._schemas: dict[str, Any] = discovery_document()["schemas"]
+    def __init__(
+        self, strict_integers: bool = False, schemas: Mapping[str, Any] | None = None
+    ) -> None:
+        # Another API's discovery document may be given (tests/discovery.py: Monitoring).
+        self._schemas: Mapping[str, Any] = (
+            schemas if schemas is not None else discovery_document()["schemas"]
+        )
         self.strict_integers = strict_integers
 
     def validate(

@@ -1,0 +1,252 @@
+"""The dashboard, the uptime check and the alert policies as Cloud Monitoring REST bodies.
+
+One source of truth for what the stack declares to watch its server: the tests validate these
+bodies against the Monitoring API's discovery documents that ship with google-api-python-client
+(`monitoring.v1.json` for `Dashboard`, `monitoring.v3.json` for `AlertPolicy` and
+`UptimeCheckConfig`) and parse every PromQL expression with Prometheus' own parser
+(tests/test_monitoring_bodies.py); components/monitoring.py hands the same bodies to pulumi-gcp
+(`dashboard_json` as JSON; the others through `pulumi_args`, the snake_case spelling of the REST
+fields that pulumi-gcp's AlertPolicy and UptimeCheckConfig arguments map to).
+
+Pure functions: no Pulumi resource here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components import vllm_metrics as vm
+from components.vllm_metrics import Queries
+
+#: Mosaic layout columns (Monitoring v1 MosaicLayout: 48 is the console's grid).
+COLUMNS = 48
+TILE_WIDTH = 24
+TILE_HEIGHT = 16
+#: Sustained this long before an alert fires: a burst is not an incident.
+KV_ALERT_DURATION = "600s"
+KV_ALERT_THRESHOLD = 0.9
+WAITING_ALERT_DURATION = "600s"
+DOWN_ALERT_DURATION = "300s"
+#: The uptime check: every minute, 10 s per try (Monitoring v3 UptimeCheckConfig).
+UPTIME_PERIOD = "60s"
+UPTIME_TIMEOUT = "10s"
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the bodies need to know about one stack."""
+
+    stack: str
+    backend: str  # "vm" | "gke"
+    queries: Queries
+    #: The stack's GKE namespace (TPU metrics per container); None on the VM backend.
+    namespace: str | None = None
+    #: The uptime check's id (its `check_id` label), None when there is none.
+    uptime_check_id: str | None = None
+
+
+def _chart(title: str, series: Sequence[tuple[str, str]], unit: str = "") -> dict[str, Any]:
+    data_sets = []
+    for legend, query in series:
+        tsq: dict[str, Any] = {"prometheusQuery": query}
+        if unit:
+            tsq["unitOverride"] = unit
+        data_sets.append(
+            {"timeSeriesQuery": tsq, "plotType": "LINE", "legendTemplate": legend,
+             "targetAxis": "Y1"}  # fmt: skip
+        )
+    return {"title": title, "xyChart": {"dataSets": data_sets, "chartOptions": {"mode": "COLOR"}}}
+
+
+def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
+    if watch.backend == "gke":
+        where = f'monitored_resource="k8s_container",namespace_name="{watch.namespace}"'
+        duty, hbm = f"{vm.GKE_DUTY_CYCLE}{{{where}}}", f"{vm.GKE_HBM_USED}{{{where}}}"
+        scope = "this stack's pods"
+    else:
+        # The TPU VM's runtime metrics carry no node name: the project's TPU VMs are shown.
+        duty, hbm = vm.TPU_VM_DUTY_CYCLE, vm.TPU_VM_HBM_USED
+        scope = "every TPU VM of the project"
+    return [
+        _chart(f"TPU duty cycle ({scope})", [("max", f"max({duty})")], "%"),
+        _chart(f"TPU HBM used ({scope})", [("sum", f"sum({hbm})")], "By"),
+    ]
+
+
+def uptime_passed_query(check_id: str) -> str:
+    """The fraction of checker locations whose last check passed."""
+    return f'avg(avg_over_time({vm.UPTIME_CHECK_PASSED}{{check_id="{check_id}"}}[5m]))'
+
+
+def _uptime_chart(watch: Watch) -> dict[str, Any]:
+    q = watch.queries
+    series = [("servers reporting metrics", q.servers_reporting())]
+    if watch.uptime_check_id:
+        series.insert(0, ("uptime check passing (fraction)", uptime_passed_query(watch.uptime_check_id)))
+    return _chart("Endpoint up", series)
+
+
+def _text(watch: Watch) -> dict[str, Any]:
+    uptime = (
+        "The uptime check asks `/health` every minute from Google's checkers."
+        if watch.uptime_check_id
+        else "No uptime check (`tpu-vllm:monitoring.uptimeCheck` is false): *Endpoint up* "
+        "counts the servers whose metrics arrive."
+    )
+    content = (
+        f"**tpu-vllm `{watch.stack}`** (backend `{watch.backend}`): vLLM's own metrics, scraped "
+        f"from `/metrics` with `job=\"{vm.job_name(watch.stack)}\"`. {uptime} The container log: "
+        "the stack output `logs_command`."
+    )
+    return {"title": "About this dashboard", "text": {"content": content, "format": "MARKDOWN"}}
+
+
+def dashboard_widgets(watch: Watch) -> list[dict[str, Any]]:
+    q = watch.queries
+    pct = [0.5, 0.95]
+
+    def quantiles(histogram: str) -> list[tuple[str, str]]:
+        return [(f"p{round(p * 100)}", q.quantile(p, histogram)) for p in pct]
+
+    return [
+        _text(watch),
+        _uptime_chart(watch),
+        _chart("Requests running and waiting",
+               [("running", q.gauge_sum(vm.RUNNING)), ("waiting", q.gauge_sum(vm.WAITING))]),
+        _chart("Tokens per second",
+               [("prompt", q.rate_sum(vm.PROMPT_TOKENS)),
+                ("generation", q.rate_sum(vm.GENERATION_TOKENS))]),
+        _chart("Time to first token", quantiles(vm.TTFT), "s"),
+        _chart("Inter-token latency", quantiles(vm.INTER_TOKEN_LATENCY), "s"),
+        _chart("End-to-end request latency", quantiles(vm.E2E_LATENCY), "s"),
+        _chart("KV-cache usage", [("max", f"100 * {q.kv_cache_max()}")], "%"),
+        _chart("Preemptions per second", [("preemptions", q.rate_sum(vm.PREEMPTIONS))]),
+        _chart("Request outcomes per second",
+               [("{{finished_reason}}", q.rate_sum(vm.REQUEST_SUCCESS, by="finished_reason"))]),
+        *_tpu_charts(watch),
+    ]  # fmt: skip
+
+
+def dashboard(watch: Watch) -> dict[str, Any]:
+    """The Monitoring v1 `Dashboard` body: two tiles a row."""
+    tiles = []
+    for index, widget in enumerate(dashboard_widgets(watch)):
+        tiles.append(
+            {"xPos": (index % 2) * TILE_WIDTH, "yPos": (index // 2) * TILE_HEIGHT,
+             "width": TILE_WIDTH, "height": TILE_HEIGHT, "widget": widget}  # fmt: skip
+        )
+    return {
+        "displayName": f"tpu-vllm {watch.stack}",
+        "labels": {"tpu-vllm": "", f"stack-{re.sub(r'[^a-z0-9_-]', '-', watch.stack.lower())}": ""},
+        "mosaicLayout": {"columns": COLUMNS, "tiles": tiles},
+    }
+
+
+def promql(widget_or_body: Any) -> list[str]:
+    """Every PromQL expression in a body (for the parser test)."""
+    found: list[str] = []
+    if isinstance(widget_or_body, Mapping):
+        for key, value in widget_or_body.items():
+            if key in ("prometheusQuery", "query") and isinstance(value, str):
+                found.append(value)
+            else:
+                found += promql(value)
+    elif isinstance(widget_or_body, list):
+        for item in widget_or_body:
+            found += promql(item)
+    return found
+
+
+def uptime_check(stack: str, project: str, host: str, port: int) -> dict[str, Any]:
+    """The Monitoring v3 `UptimeCheckConfig` body: GET http://HOST:PORT/health, 2xx passes."""
+    return {
+        "displayName": f"tpu-vllm {stack} /health",
+        "monitoredResource": {"type": "uptime_url", "labels": {"project_id": project, "host": host}},
+        "httpCheck": {
+            "requestMethod": "GET",
+            "path": "/health",
+            "port": port,
+            "useSsl": False,
+            "acceptedResponseStatusCodes": [{"statusClass": "STATUS_CLASS_2XX"}],
+        },
+        "period": UPTIME_PERIOD,
+        "timeout": UPTIME_TIMEOUT,
+        "checkerType": "STATIC_IP_CHECKERS",
+        "userLabels": {"tpu-vllm-stack": stack},
+    }
+
+
+def _policy(stack: str, what: str, query: str, duration: str, doc: str,
+            channels: Sequence[str], severity: str) -> dict[str, Any]:  # fmt: skip
+    return {
+        "displayName": f"tpu-vllm {stack}: {what}",
+        "combiner": "OR",
+        "conditions": [
+            {
+                "displayName": what,
+                "conditionPrometheusQueryLanguage": {
+                    "query": query,
+                    "duration": duration,
+                    "evaluationInterval": "60s",
+                },
+            }
+        ],
+        "documentation": {"content": doc, "mimeType": "text/markdown", "subject": f"tpu-vllm {stack}: {what}"},
+        "notificationChannels": list(channels),
+        "alertStrategy": {"autoClose": "1800s"},
+        "severity": severity,
+        "userLabels": {"tpu-vllm-stack": stack},
+    }
+
+
+def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The Monitoring v3 `AlertPolicy` bodies by short name: endpoint down, KV cache near
+    full, waiting requests growing. The endpoint is down when no checker location passed for
+    5 minutes (with the uptime check), else when no server's metrics arrived for 10 minutes."""
+    q = watch.queries
+    if watch.uptime_check_id:
+        down = f'max(max_over_time({vm.UPTIME_CHECK_PASSED}{{check_id="{watch.uptime_check_id}"}}[5m])) < 1'
+        down_doc = "No uptime-check location got a 2xx from `/health` for 5 minutes."
+    else:
+        down = f"absent_over_time({q.series(vm.RUNNING)}[10m])"
+        down_doc = "No vLLM server of the stack reported metrics for 10 minutes."
+    fix = "See `logs_command` and `.venv/bin/python scripts/status.py STACK`.".replace("STACK", watch.stack)
+    return {
+        "endpoint-down": _policy(watch.stack, "endpoint down", down, DOWN_ALERT_DURATION,
+                                 f"{down_doc} {fix}", channels, "CRITICAL"),
+        "kv-cache-full": _policy(watch.stack, "KV cache near full",
+                                 f"{q.kv_cache_max()} > {KV_ALERT_THRESHOLD}", KV_ALERT_DURATION,
+                                 f"KV-cache usage above {KV_ALERT_THRESHOLD:.0%} for 10 minutes: "
+                                 f"requests queue and get preempted. {fix}", channels, "WARNING"),
+        "waiting-growing": _policy(watch.stack, "waiting requests growing",
+                                   f"{q.gauge_sum(vm.WAITING)} > 0 and "
+                                   f"deriv({q.gauge_sum(vm.WAITING)}[10m:1m]) > 0",
+                                   WAITING_ALERT_DURATION,
+                                   f"Requests waiting and their number rising for 10 minutes: the "
+                                   f"servers cannot keep up. {fix}", channels, "WARNING"),
+    }  # fmt: skip
+
+
+_MAPS = {"labels", "userLabels", "headers"}
+
+
+def pulumi_args(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The REST body in pulumi-gcp's spelling: snake_case field names (map keys kept)."""
+
+    def snake(name: str) -> str:
+        return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+    def convert(value: Any, is_map: bool = False) -> Any:
+        if isinstance(value, Mapping):
+            if is_map:
+                return dict(value)
+            return {snake(k): convert(v, k in _MAPS) for k, v in value.items()}
+        if isinstance(value, list):
+            return [convert(v) for v in value]
+        return value
+
+    converted: dict[str, Any] = convert(body)
+    return converted

@@ -1,0 +1,68 @@
+"""Parse PromQL with Prometheus' own parser: a tiny Go program built once from the Go module proxy.
+
+Why this parser: it is the one Prometheus evaluates queries with
+(`github.com/prometheus/prometheus/promql/parser`, pinned in tests/promql_check/go.mod at
+v0.316.0, i.e. Prometheus 3.16; go.sum pins every module's hash), and Cloud Monitoring's PromQL
+follows upstream's syntax ("PromQL in Cloud Monitoring"). No PyPI package wraps that parser; the
+Python packages that parse PromQL are reimplementations. The binary is built into
+tests/promql_check/.bin/, named after the hash of its sources, so a change rebuilds it and an
+unchanged checkout builds it once; a lock keeps parallel test workers from building it twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent / "promql_check"
+BUILD_TIMEOUT = 900  # a cold module cache downloads the parser's dependencies first
+
+
+def _binary() -> Path:
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update((SOURCE / name).read_bytes())
+    target = SOURCE / ".bin" / f"promql-check-{digest.hexdigest()[:16]}"
+    if target.exists():
+        return target
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        raise RuntimeError(
+            "The PromQL tests need the Go toolchain (`go` on PATH) to build Prometheus' parser "
+            "from tests/promql_check (Debian: apt-get install golang-go, or go.dev/dl)."
+        )
+    target.parent.mkdir(exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            partial = target.with_suffix(".partial")
+            env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+            subprocess.run(
+                [go, "build", "-o", str(partial), "."],
+                cwd=SOURCE,
+                env=env,
+                check=True,
+                timeout=BUILD_TIMEOUT,
+            )
+            partial.rename(target)
+    return target
+
+
+def parse_errors(expressions: Sequence[str]) -> dict[str, str]:
+    """{expression: parser error} for each expression that does not parse."""
+    done = subprocess.run(
+        [str(_binary())],
+        input=json.dumps(list(expressions)),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    errors = json.loads(done.stdout)
+    return {e: err for e, err in zip(expressions, errors, strict=True) if err}
