@@ -98,3 +98,11 @@ class BackendOutputs:
     cluster: pulumi.Input[str]
     #: Whether the start was warm (components/compile_cache.py `cache_result`), never None.
     cache_restored: pulumi.Input[dict[str, Any]]
+    #: The stack's Cloud Monitoring dashboard; "" with `monitoring.enabled` false.
+    dashboard_url: pulumi.Input[str] = ""
+    #: `gcloud logging read ...` of the server's log, and its Logs Explorer link; "" when the
+    #: log does not leave the node (VM backend, `monitoring.enabled` false).
+    logs_command: pulumi.Input[str] = ""
+    logs_url: pulumi.Input[str] = ""
+    #: `projects/P/uptimeCheckConfigs/ID`; "" without `monitoring.uptimeCheck`.
+    uptime_check: pulumi.Input[str] = ""

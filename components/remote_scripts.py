@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from components import compile_cache, jax_cache_env
+from components import compile_cache, jax_cache_env, log_links
 from components.config import StackConfig
 
 REMOTE = Path(__file__).resolve().parent.parent / "scripts" / "remote"
@@ -27,6 +27,12 @@ SECRET_ACCESS_DEADLINE = 600
 #: keepalives come from pulumi-command, so a session silent for minutes of XLA compilation
 #: could be dropped by a NAT or proxy. At most 30 s.
 READINESS_HEARTBEAT_SECONDS = 20.0
+#: How long `docker run` retries while Cloud Logging refuses the gcplogs driver: the driver pings
+#: Cloud Logging when the container starts and fails the start if it cannot write (moby
+#: gcplogging.go `New`: "unable to connect or authenticate with Google Cloud Logging"), as it
+#: can while the node's fresh roles/logging.logWriter grant propagates. After it the server
+#: starts with Docker's default driver and a warning: serving matters more than its log.
+LOG_DRIVER_WAIT_SECONDS = 300
 
 
 def _template(name: str) -> str:
@@ -89,6 +95,9 @@ def docker_run_words(config: StackConfig, container: str) -> list[str]:
         f"--name {q(container)}",
         "--privileged",
         "--net=host",
+        # `monitoring.enabled`: the log also goes to Cloud Logging (components/log_links.py);
+        # empty if Cloud Logging refuses the driver past its wait (start_server.sh).
+        *(['"${LOG_FLAGS[@]}"'] if config.monitoring.enabled else []),
         "-v /dev/shm:/dev/shm",
         "--shm-size 10gb",
         # `~` is left unquoted on purpose: the user's shell expands it to the home directory.
@@ -155,19 +164,44 @@ def cache_save_script() -> str:
     return _fill(_template("cache_save.sh"), paths)
 
 
+def log_flags(config: StackConfig) -> list[str]:
+    """`docker run` options that send the container's stdout/stderr to Cloud Logging.
+
+    Docker's `gcplogs` driver (Docker docs "Google Cloud Logging driver"; moby
+    daemon/logger/gcplogs): project and instance from the metadata server, credentials from
+    the node's service account; `labels` copies the named container labels into each entry.
+    `docker logs` still reads the container through dual logging, Docker's local cache for
+    drivers that cannot be read back (Docker 20.10 and later, on unless `cache-disabled`:
+    Docker docs "Dual logging"; moby daemon/logger/loggerutils/cache).
+    """
+    label = f"{log_links.STACK_LABEL}={config.stack}"
+    return [
+        "--log-driver",
+        "gcplogs",
+        "--log-opt",
+        f"labels={log_links.STACK_LABEL}",
+        "--label",
+        label,
+    ]
+
+
 def start_server_script(config: StackConfig, container: str) -> str:
     """Restore the compile cache, remove any old container of this name, then `docker run`
     the server; prints its id."""
+    values = {
+        "ENTRYPOINT_SH": _template("vllm_entrypoint.sh").rstrip("\n"),
+        "CACHE_RESTORE": cache_restore_script(config),
+        "CONTAINER": shlex.quote(container),
+        "DOCKER_RUN": _continued(docker_run_words(config, container), indent="").replace(
+            " \\\n", " \\\n  "
+        ),
+    }
+    if not config.monitoring.enabled:
+        return HEADER + _fill(_template("start_server.sh"), values)
+    flags = " ".join(shlex.quote(f) for f in log_flags(config))
     return HEADER + _fill(
-        _template("start_server.sh"),
-        {
-            "ENTRYPOINT_SH": _template("vllm_entrypoint.sh").rstrip("\n"),
-            "CACHE_RESTORE": cache_restore_script(config),
-            "CONTAINER": shlex.quote(container),
-            "DOCKER_RUN": _continued(docker_run_words(config, container), indent="").replace(
-                " \\\n", " \\\n  "
-            ),
-        },
+        _template("start_server_logged.sh"),
+        {**values, "LOG_FLAGS": flags, "LOG_DRIVER_WAIT": str(LOG_DRIVER_WAIT_SECONDS)},
     )
 
 

@@ -1,7 +1,7 @@
 """The GKE backend: N flex-start TPU replicas in a GKE cluster behind one reserved address.
 
 config -> cluster and TPU node pool -> DNS name -> secrets (grants, API key) -> compile cache ->
-Kubernetes objects -> readiness. The same secrets component as the VM path makes the API key and
+Kubernetes objects -> readiness -> monitoring (PodMonitoring, dashboard, uptime check, alerts). The same secrets component as the VM path makes the API key and
 grants the stack's service account the two secrets; here that account is the pods' Workload
 Identity. The same `dns.*` record as the VM path's points at the reserved address.
 
@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import pulumi
 
-from components import compile_cache
+from components import compile_cache, log_links
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, ManagedZone
 from components.gke.cluster import GkeTpuCluster, GkeTpuClusterArgs
+from components.gke import k8s_manifests
 from components.gke.k8s_workload import GkeWorkload, GkeWorkloadArgs
+from components.monitoring import StackMonitoring, StackMonitoringArgs, uptime_source_ranges
 from components.outputs import BackendOutputs
 from components.renewal import gke_recycle_notice
 from components.secrets import NodeSecrets, NodeSecretsArgs
+from components.vllm_metrics import queries_for
 
 
 def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOutputs:
@@ -67,8 +70,24 @@ def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendO
             cache_prefix=cache.prefix if cache else "",
             cache_restore_timeout_seconds=config.cache.restore_timeout_seconds,
             hostname=name.hostname if name is not None else None,
+            managed_collection=cluster.managed_collection,
+            extra_source_ranges=uptime_source_ranges() if config.monitoring.uptime_check else [],
         ),
     )
+    namespace = k8s_manifests.namespace_name(config.stack)
+    watch = StackMonitoring(
+        "monitoring",
+        StackMonitoringArgs(
+            config=config,
+            backend="gke",
+            queries=queries_for(config.stack, namespace),
+            host=name.hostname if name is not None else cluster.address,
+            namespace=namespace,
+            after=[workload.ready],
+        ),
+    )
+    # GKE's logging agent sends container logs to Cloud Logging whatever `monitoring` says.
+    logs = log_links.gke_filter(namespace, k8s_manifests.CONTAINER)
     if not pulumi.runtime.is_dry_run():  # the VM path prints its expiry at `up` too
         pulumi.log.info(
             gke_recycle_notice(
@@ -105,4 +124,8 @@ def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendO
                 else "tpu-vllm:cache.enabled is false"
             ),
         },
+        dashboard_url=watch.dashboard_url,
+        logs_command=log_links.logs_command(config.project, logs, "textPayload"),
+        logs_url=log_links.logs_url(config.project, logs),
+        uptime_check=watch.uptime_check,
     )

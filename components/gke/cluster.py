@@ -169,6 +169,32 @@ def check_existing_cluster(config: StackConfig, found: Any) -> None:
         raise ConfigError(problems)
 
 
+def managed_collection_off(found: Any) -> bool:
+    """Whether `getCluster` says Managed Service for Prometheus' managed collection is off
+    (`monitoring_configs[].managed_prometheuses[].enabled`); False when not reported."""
+    configs = getattr(found, "monitoring_configs", None) or []
+    flags = [
+        getattr(m, "enabled", None)
+        for c in configs
+        for m in (getattr(c, "managed_prometheuses", None) or [])
+    ]
+    return bool(flags) and not any(flags)
+
+
+def warn_managed_collection(config: StackConfig) -> None:
+    assert config.gke is not None
+    where = cluster_path(config.gke, config.gke.existing_cluster)
+    pulumi.log.warn(
+        f"tpu-vllm:gke.cluster = {where!r} has Managed Service for Prometheus' managed "
+        "collection off (monitoringConfig.managedPrometheusConfig.enabled), so vLLM's metrics "
+        "cannot be collected and the stack creates no PodMonitoring; the dashboard stays empty "
+        "of vLLM series. Fix: `gcloud container clusters update "
+        f"{config.gke.existing_cluster} --location {config.gke.location} "
+        "--enable-managed-prometheus`, then `pulumi up` again, or set "
+        "tpu-vllm:monitoring.enabled to false."
+    )
+
+
 def lookup_existing_cluster(config: StackConfig) -> Any:
     """`getCluster`, at preview too, before any resource: a wrong name fails here, clearly."""
     assert config.gke is not None
@@ -256,8 +282,13 @@ class GkeTpuCluster(pulumi.ComponentResource):
         settings = config.gke
         # Checks that need the cloud run before anything is registered.
         found = lookup_existing_cluster(config) if not settings.creates_cluster else None
+        #: Whether vLLM's metrics can be collected (a created cluster switches it on).
+        self.managed_collection = config.monitoring.enabled
         if found is not None:
             check_existing_cluster(config, found)
+            if config.monitoring.enabled and managed_collection_off(found):
+                warn_managed_collection(config)
+                self.managed_collection = False
         else:
             check_channel_version(config, lookup_channel_versions(config))
         super().__init__("tpu-vllm:index:GkeTpuCluster", name, None, opts)
@@ -362,6 +393,19 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 workload_pool=f"{settings.cluster_project}.svc.id.goog"
             ),
             secret_manager_config=gcp.container.ClusterSecretManagerConfigArgs(enabled=True),
+            # Managed Service for Prometheus' managed collection, which scrapes the PodMonitoring
+            # (GKE docs "Get started with managed collection"; the vLLM exporter page).
+            **(
+                {
+                    "monitoring_config": gcp.container.ClusterMonitoringConfigArgs(
+                        managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(
+                            enabled=True
+                        )
+                    )
+                }
+                if config.monitoring.enabled
+                else {}
+            ),
             resource_labels=labels(config),
             # `pulumi destroy` must be able to delete what `pulumi up` made.
             deletion_protection=False,

@@ -29,7 +29,7 @@ import pulumi_kubernetes as k8s
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.gke import cache_manifests, compute_class
+from components.gke import cache_manifests, compute_class, monitoring_manifests
 from components.gke import k8s_manifests as m
 from components.naming import resource_id
 from components.outputs import endpoint_urls
@@ -55,6 +55,10 @@ class GkeWorkloadArgs:
     cache_restore_timeout_seconds: int = 300
     #: The stable DNS name (`dns.*`) pointing at `address`, else None: the endpoint names the IP.
     hostname: pulumi.Input[str] | None = None
+    #: Whether managed collection can scrape the pods (a PodMonitoring is created then).
+    managed_collection: bool = False
+    #: Addresses beside `access.allowedCidrs` that reach the Service: the uptime checkers.
+    extra_source_ranges: list[str] = field(default_factory=list)
 
 
 def _k8s(value: Any) -> Any:
@@ -165,6 +169,7 @@ class GkeWorkload(pulumi.ComponentResource):
         # Not awaited (`pulumi.com/skipAwait`, see `k8s_manifests.service`): GKE programs the
         # load balancer while the first TPU node is found and the server starts.
         service = m.service(config, args.address_name)
+        service["spec"]["loadBalancerSourceRanges"] += args.extra_source_ranges
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             metadata=_k8s(service["metadata"]),
@@ -214,6 +219,21 @@ class GkeWorkload(pulumi.ComponentResource):
                 ),
             ),
         )
+        self.pod_monitoring: k8s.apiextensions.CustomResource | None = None
+        if args.managed_collection:
+            # After the readiness Job: by then the cluster's Managed Service for Prometheus
+            # components (and the PodMonitoring CRD they install) are long up.
+            monitor = monitoring_manifests.pod_monitoring(config)
+            self.pod_monitoring = k8s.apiextensions.CustomResource(
+                f"{name}-pod-monitoring",
+                api_version=monitor["apiVersion"],
+                kind=monitor["kind"],
+                metadata=_k8s(monitor["metadata"]),
+                spec=monitor["spec"],
+                opts=pulumi.ResourceOptions.merge(
+                    in_ns, pulumi.ResourceOptions(depends_on=[self.ready])
+                ),
+            )
         # Depending on the Job means consumers never see an endpoint that does not serve yet.
         urls = endpoint_urls(args.address, args.hostname, config.vllm.port, self.ready.id)
         self.endpoint, self.endpoint_ip = urls.endpoint, urls.endpoint_ip

@@ -1,7 +1,7 @@
 """The VM backend: one TPU VM from a flex-start queued resource, served over SSH.
 
 config -> TPU (with its org-policy gate) -> host key -> secrets -> compile cache -> server ->
-readiness -> DNS name. The resource names and parents are those the program has always used, so
+readiness -> DNS name -> monitoring (the dashboard, the uptime check, the alerts). The resource names and parents are those the program has always used, so
 existing stacks see no replacement.
 
 The DNS record comes last on purpose: its address is known only once the readiness check on
@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import pulumi
 
+from components import log_links
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, ManagedZone
-from components.outputs import BackendOutputs, endpoint_urls
+from components.monitoring import StackMonitoring, StackMonitoringArgs
+from components.outputs import BackendOutputs, endpoint_urls, text_or_empty
 from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.vm.host_key import NodeHostKey
 from components.vm.ssh import SshIdentity, ssh_command
 from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs
+from components.vllm_metrics import queries_for
 from components.vm.vllm import VllmServer, VllmServerArgs
 
 
@@ -64,6 +67,7 @@ def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOu
             host=tpu.external_ip,
             after=[secrets.fetch],
             cache=cache,
+            telemetry_grants=tpu.telemetry_grants,
         ),
     )
     # The name follows a node only once its server answered: the record's address waits for
@@ -82,6 +86,17 @@ def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOu
         config.vllm.port,
         server.ready.stdout,
     )
+    watch = StackMonitoring(
+        "monitoring",
+        StackMonitoringArgs(
+            config=config,
+            backend="vm",
+            queries=queries_for(config.stack),
+            host=name.hostname if name is not None else text_or_empty(tpu.external_ip),
+            after=[server.ready],
+        ),
+    )
+    logs = log_links.vm_filter(config.project, config.stack)
     # When the run ends and when its successor is requested, printed at the end of `pulumi up`.
     tpu.expires_at.apply(
         lambda at: pulumi.log.info(
@@ -109,4 +124,13 @@ def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOu
         replicas=1,
         cluster="",
         cache_restored=server.cache_restored,
+        dashboard_url=watch.dashboard_url,
+        # The log leaves the node only through the gcplogs driver (`monitoring.enabled`).
+        logs_command=(
+            log_links.logs_command(config.project, logs, "jsonPayload.message")
+            if config.monitoring.enabled
+            else ""
+        ),
+        logs_url=log_links.logs_url(config.project, logs) if config.monitoring.enabled else "",
+        uptime_check=watch.uptime_check,
     )

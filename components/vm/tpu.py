@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +10,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.config import StackConfig
+from components.monitoring import uptime_source_ranges
 from components.naming import labels, resource_id
 from components.vm.org_policy import OrgPolicyGate
 from components.vm.queued_resource import QueuedResource
@@ -26,6 +27,11 @@ SSH_PORT = 22
 ALLOW_PRIORITY = 1
 DENY_PRIORITY = 2
 EVERYWHERE = "0.0.0.0/0"
+#: `monitoring.enabled`: what the node's service account may write (and only that).
+TELEMETRY_ROLES = (
+    ("metric-writer", "roles/monitoring.metricWriter"),
+    ("log-writer", "roles/logging.logWriter"),
+)
 
 
 def queued_resource_props(
@@ -107,6 +113,7 @@ class FlexStartTpu(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[self.org_policy_gate]),
         )
         self.firewalls = self._create_firewalls(name, config)
+        self.telemetry_grants = self._grant_telemetry(name, config)
         qr = self.queued_resource_resource
         self.zone = qr.zone
         self.queued_resource = qr.qr_name
@@ -138,6 +145,25 @@ class FlexStartTpu(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
+    def _grant_telemetry(self, name: str, config: StackConfig) -> list[gcp.projects.IAMMember]:
+        """`monitoring.enabled`: the node's own identity may write metrics (the Ops Agent) and
+        log entries (Docker's gcplogs driver), and nothing more (IAM "Monitoring roles",
+        "Logging roles"). Grants to this stack's account only, so `pulumi destroy` removing
+        them takes nothing from anyone else."""
+        if not config.monitoring.enabled:
+            return []
+        member = self.service_account.email.apply(lambda email: f"serviceAccount:{email}")
+        return [
+            gcp.projects.IAMMember(
+                f"{name}-{what}",
+                project=config.project,
+                role=role,
+                member=member,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for what, role in TELEMETRY_ROLES
+        ]
+
     def _create_firewalls(self, name: str, config: StackConfig) -> list[gcp.compute.Firewall]:
         """Per port: an allow for the configured ranges, and a deny for everyone else.
 
@@ -148,8 +174,16 @@ class FlexStartTpu(pulumi.ComponentResource):
             ("serving", config.vllm.port, config.access.allowed_cidrs),
             ("ssh", SSH_PORT, config.access.ssh_cidrs),
         ]
+        if config.monitoring.uptime_check:
+            # Google's uptime checkers, to `/health`; what else they reach without the API key:
+            # docs/operations.md "Watch it serve".
+            rules.insert(1, ("uptime-check", config.vllm.port, uptime_source_ranges()))
         firewalls = []
         for what, port, cidrs in rules:
+            if what == "uptime-check":
+                # The serving port's deny already covers everyone else: only the allow.
+                firewalls.append(self._allow(name, config, what, port, cidrs))
+                continue
             ports = [str(port)]
             firewalls.append(
                 gcp.compute.Firewall(
@@ -183,3 +217,19 @@ class FlexStartTpu(pulumi.ComponentResource):
                 )
             )
         return firewalls
+
+    def _allow(
+        self, name: str, config: StackConfig, what: str, port: int, cidrs: Sequence[str]
+    ) -> gcp.compute.Firewall:
+        return gcp.compute.Firewall(
+            f"{name}-{what}",
+            project=config.project,
+            network=config.access.network,
+            direction="INGRESS",
+            priority=ALLOW_PRIORITY,
+            description=f"tpu-vllm {config.stack}: {what} to port {port} from its ranges",
+            source_ranges=list(cidrs),
+            target_tags=[self.network_tag],
+            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(port)])],
+            opts=pulumi.ResourceOptions(parent=self),
+        )

@@ -1,9 +1,10 @@
 """VllmServer: `docker run` the server on the node, then wait until it really serves.
 
-Two remote commands. `start` (re)starts the container idempotently; changing a flag or the
+Two remote commands, and a third with `monitoring.enabled`. `start` (re)starts the container idempotently; changing a flag or the
 image changes only its script, so Pulumi re-runs it and the TPU is untouched. `ready` runs
 after every start (its script names the new container's id), follows that start's log until
-`Application startup complete.`, and checks `/health` and `/v1/models` on the node. Neither has
+`Application startup complete.`, and checks `/health` and `/v1/models` on the node; then
+`metrics-agent` sets up the node's metrics agent (components/vm/metrics_agent.py). None has
 a delete step: once the node is gone (flex-start expiry) there is nothing to stop, and
 `pulumi destroy` must not wait on an unreachable host.
 """
@@ -22,6 +23,7 @@ from components import remote_scripts
 from components.compile_cache import NO_CACHE, CompileCache, cache_result
 from components.config import StackConfig
 from components.outputs import endpoint_urls
+from components.vm import metrics_agent
 
 CONTAINER = "tpu-vllm"
 READY_MARKER = "TPU_VLLM_READY "
@@ -38,6 +40,16 @@ def parse_ready(stdout: str | None) -> dict[str, Any]:
     return {"startup_seconds": None, "hbm": None, "cache": dict(NO_CACHE)}
 
 
+def _warn_if_agent_failed(stdout: str | None) -> None:
+    outcome = metrics_agent.parse_result(stdout)
+    if outcome.startswith("failed"):
+        pulumi.log.warn(
+            f"tpu-vllm:monitoring.enabled: the node's metrics agent {outcome}; the server "
+            "serves, but its metrics do not reach Cloud Monitoring (the log does). Fix: see "
+            "docs/operations.md \"Watch it serve\", then `pulumi up` again."
+        )
+
+
 @dataclass
 class VllmServerArgs:
     config: StackConfig
@@ -47,6 +59,9 @@ class VllmServerArgs:
     after: Sequence[command.remote.Command] = field(default_factory=list)
     #: The compile-cache bucket and grant; the start waits for the grant so its restore works.
     cache: CompileCache | None = None
+    #: The node's metric and log writer grants (`monitoring.enabled`): the log driver needs them
+    #: when the container starts, the metrics agent after.
+    telemetry_grants: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -76,7 +91,11 @@ class VllmServer(pulumi.ComponentResource):
             add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*args.after, *([args.cache.writer] if args.cache else [])],
+                depends_on=[
+                    *args.after,
+                    *([args.cache.writer] if args.cache else []),
+                    *args.telemetry_grants,
+                ],
             ),
         )
         self.ready = command.remote.Command(
@@ -91,6 +110,18 @@ class VllmServer(pulumi.ComponentResource):
             add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
         )
+        self.metrics_agent: command.remote.Command | None = None
+        if config.monitoring.enabled:
+            # After readiness, so the agent's install never slows the server's start.
+            self.metrics_agent = command.remote.Command(
+                f"{name}-metrics-agent",
+                connection=args.connection,
+                create=metrics_agent.metrics_agent_script(config),
+                logging=command.remote.Logging.STDOUT_AND_STDERR,
+                add_previous_output_in_env=False,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.ready]),
+            )
+            self.metrics_agent.stdout.apply(_warn_if_agent_failed)
         result = self.ready.stdout.apply(parse_ready)
         self.startup_seconds = result.apply(lambda r: r.get("startup_seconds"))
         self.hbm = result.apply(lambda r: r.get("hbm"))

@@ -23,7 +23,10 @@ State directory layout (tests normally use ``tests.fakes.ssh_host.FakeDocker`` i
 
     invocations.jsonl      one JSON object per docker/sudo call: tool, argv, env, cwd, uid, time
     images.json            {"images": [...]} present images (``docker pull`` adds)
+    cloud_logging.jsonl    what the gcplogs log driver shipped (one Cloud Logging entry a line)
     daemon.json            knobs: {"require_sudo": true, "pull_errors": {"img:tag": "message"},
+                           "gcplogs_error": why Cloud Logging refuses the driver,
+                           "gcplogs_failures": for how many starts (default: all),
                            "pull_seconds": how long `docker pull` of a missing image takes}
     scenario.json          scenario for the next ``docker run`` (object), or a list: the Nth run
                            uses item N, the last item repeats. Keys: log, speed, exit_at,
@@ -1144,8 +1147,13 @@ class Container:
 
     def append_log(self, stream: str, text: str) -> None:
         entry = {"log": text + "\n", "stream": stream, "time": rfc3339nano()}
+        # Local copy: the json-file log, or dual logging's cache for a driver that cannot be
+        # read back (what `docker logs` reads either way).
         with open(self.log_path, "a") as handle:
             handle.write(json.dumps(entry) + "\n")
+        log_config = self.config.get("LogConfig") or {}
+        if log_config.get("Type") == "gcplogs":
+            ship_gcplogs(self, text, entry["time"])
 
     def send_control(self, control: JSONDict) -> None:
         write_json_atomic(self.dir / "control.json", control)
@@ -1218,7 +1226,7 @@ class Container:
             "HostConfig": {
                 "Binds": cfg.get("Binds") or None,
                 "ContainerIDFile": "",
-                "LogConfig": {"Type": "json-file", "Config": {}},
+                "LogConfig": cfg.get("LogConfig") or {"Type": "json-file", "Config": {}},
                 "NetworkMode": cfg.get("NetworkMode", "bridge"),
                 "PortBindings": cfg.get("PortBindings", {}),
                 "RestartPolicy": cfg.get("RestartPolicy", {"Name": "no", "MaximumRetryCount": 0}),
@@ -1568,6 +1576,108 @@ def parse_publish(text: str) -> tuple[str, int, int]:
         raise CliError(f"docker: invalid containerPort: {text}", 125) from exc
 
 
+# Log drivers, as dockerd treats them (moby daemon/logger): `--log-driver` names a registered
+# driver, `--log-opt KEY=VALUE` options are checked by that driver at create time
+# (logger.ValidateLogOpts: the built-in `mode`/`max-buffer-size` and dual logging's `cache-*`
+# options, then the driver's own validator), and the driver is started with the container.
+# gcplogs (daemon/logger/gcplogs/gcplogging.go) accepts only the options below and pings Cloud
+# Logging when it starts: a refusal fails the start with "failed to initialize logging driver:
+# unable to connect or authenticate with Google Cloud Logging: ...". A driver that cannot be read
+# back is wrapped in the local cache unless `cache-disabled` is true (Docker >= 20.10, "Dual
+# logging"), so `docker logs` works; with `none` or the cache disabled it answers
+# "configured logging driver does not support reading".
+LOG_DRIVERS = ("json-file", "local", "none", "gcplogs", "journald", "syslog", "fluentd",
+               "gelf", "awslogs", "splunk", "etwlogs")  # fmt: skip
+GCPLOGS_OPTS = ("gcp-project", "labels", "labels-regex", "env", "env-regex", "gcp-log-cmd",
+                "gcp-meta-zone", "gcp-meta-name", "gcp-meta-id")  # fmt: skip
+BUILTIN_LOG_OPTS = ("mode", "max-buffer-size", "cache-disabled", "cache-max-size",
+                    "cache-max-file", "cache-compress")  # fmt: skip
+READABLE_DRIVERS = ("json-file", "local", "journald")
+
+
+def parse_log_config(flags: Sequence[tuple[str, Any]]) -> JSONDict:
+    driver = str(flag_last(flags, "log-driver", "json-file"))
+    opts: dict[str, str] = {}
+    for raw in flag_all(flags, "log-opt"):
+        key, eq, value = str(raw).partition("=")
+        if not eq:
+            raise CliError(
+                f"invalid argument \"{raw}\" for \"--log-opt\" flag: invalid key value pair "
+                "format in logging opts",
+                125,
+            )
+        opts[key] = value
+    if driver not in LOG_DRIVERS:
+        raise daemon_error("run", f"logger: no log driver named '{driver}' is registered")
+    if driver == "gcplogs":
+        for key in opts:
+            if key not in GCPLOGS_OPTS and key not in BUILTIN_LOG_OPTS:
+                raise daemon_error("run", f'"{key}" is not a valid option for the gcplogs driver')
+    cache = opts.get("cache-disabled", "")
+    if cache and cache.lower() not in ("true", "false", "1", "0", "t", "f"):
+        raise daemon_error("run", f"invalid value for option cache-disabled: {cache}")
+    return {"Type": driver, "Config": opts}
+
+
+def log_config_readable(log_config: JSONDict) -> bool:
+    driver = log_config.get("Type", "json-file")
+    if driver in READABLE_DRIVERS:
+        return True
+    if driver == "none":
+        return False
+    cache = str((log_config.get("Config") or {}).get("cache-disabled", "")).lower()
+    return cache not in ("true", "1", "t")
+
+
+def log_driver_start_error(daemon: Daemon, log_config: JSONDict) -> str:
+    """Why the driver cannot start (the daemon's `gcplogs_error` knob: Cloud Logging refusing
+    the node's credentials, for the first `gcplogs_failures` starts, default every one)."""
+    if log_config.get("Type") != "gcplogs":
+        return ""
+    knobs = daemon.knobs()
+    error = knobs.get("gcplogs_error")
+    if not error:
+        return ""
+    with daemon.lock():
+        counter = daemon.root / "gcplogs_failed"
+        failed = int(counter.read_text()) if counter.exists() else 0
+        limit = knobs.get("gcplogs_failures")
+        if limit is not None and failed >= int(limit):
+            return ""
+        counter.write_text(str(failed + 1))
+    return (
+        "failed to initialize logging driver: unable to connect or authenticate with Google "
+        f"Cloud Logging: {error}"
+    )
+
+
+def ship_gcplogs(container: Container, text: str, when: str) -> None:
+    """What gcplogs writes to Cloud Logging for one line: log `gcplogs-docker-driver`, resource
+    `gce_instance`, payload {instance, container {name, id, imageName, metadata}, message}, the
+    metadata holding the container labels its `labels` option names. The fake's Cloud Logging
+    is `<state>/cloud_logging.jsonl`."""
+    cfg = container.config
+    opts = (cfg.get("LogConfig") or {}).get("Config") or {}
+    wanted = [k for k in str(opts.get("labels", "")).split(",") if k]
+    labels = cfg.get("Labels") or {}
+    entry = {
+        "logName": "gcplogs-docker-driver",
+        "resource": {"type": "gce_instance"},
+        "timestamp": when,
+        "jsonPayload": {
+            "container": {
+                "name": "/" + container.name,
+                "id": container.id,
+                "imageName": cfg.get("Image", ""),
+                "metadata": {k: labels[k] for k in wanted if k in labels},
+            },
+            "message": text,
+        },
+    }
+    with open(container.daemon.root / "cloud_logging.jsonl", "a") as handle:
+        handle.write(json.dumps(entry) + "\n")
+
+
 def cmd_run(daemon: Daemon, args: list[str]) -> int:
     flags, positionals = parse_flags(
         "run", RUN_USAGE, args, RUN_FLAGS, interspersed=False, aliases=RUN_ALIASES
@@ -1612,6 +1722,7 @@ def cmd_run(daemon: Daemon, args: list[str]) -> int:
         b for b, m in zip(binds, mounts[: len(binds)], strict=True) if m["Type"] == "bind"
     ]
 
+    log_config = parse_log_config(flags)
     network = str(flag_last(flags, "network", "bridge"))
     if network == "default":
         network = "bridge"
@@ -1699,6 +1810,7 @@ def cmd_run(daemon: Daemon, args: list[str]) -> int:
         "Tmpfs": [str(t) for t in flag_all(flags, "tmpfs")] or None,
         "Scenario": scenario,
         "ClientArgv": ["docker", "run", *args],
+        "LogConfig": log_config,
     }
     write_json_atomic(cdir / "config.json", config)
     container = Container(daemon, cid)
@@ -1716,6 +1828,11 @@ def cmd_run(daemon: Daemon, args: list[str]) -> int:
         Ready=False,
         StoppedByUser=False,
     )
+    failure = log_driver_start_error(daemon, log_config)
+    if failure:
+        # dockerd creates the container, then fails its start in StartLogger: the container
+        # stays "created" and `docker run` exits 125 (docker/cli runStartContainerErr).
+        raise daemon_error("run", f"failed to create task for container: {failure}")
     start_container(container)
     if config["Detach"]:
         Out.out(cid + "\n")
@@ -1899,6 +2016,11 @@ def cmd_logs(daemon: Daemon, args: list[str]) -> int:
     container = daemon.find(ref)
     if container is None:
         raise CliError(f"Error response from daemon: No such container: {ref}", 1)
+    if not log_config_readable(container.config.get("LogConfig") or {}):
+        # moby daemon/logger ErrReadLogsNotSupported
+        raise CliError(
+            "Error response from daemon: configured logging driver does not support reading", 1
+        )
     now = time.time()
     since = until = None
     if flag_last(flags, "since"):

@@ -177,6 +177,15 @@ class FakeDocker:
         knobs["pull_seconds"] = seconds
         self._write("daemon.json", knobs)
 
+    def set_gcplogs_error(self, message: str, failures: int | None = None) -> None:
+        """Make Cloud Logging refuse the gcplogs driver (its start-time ping) with ``message``,
+        for the next ``failures`` container starts (None: every one)."""
+        knobs = self._daemon.knobs()
+        knobs["gcplogs_error"] = message
+        if failures is not None:
+            knobs["gcplogs_failures"] = failures
+        self._write("daemon.json", knobs)
+
     def add_image(self, image: str) -> None:
         """Mark ``image`` as already pulled."""
         images = self.images()
@@ -198,6 +207,13 @@ class FakeDocker:
 
     def container(self, ref: str) -> fake_docker.Container | None:
         return self._daemon.find(ref)
+
+    def cloud_logging(self) -> list[dict[str, Any]]:
+        """The entries the gcplogs driver shipped to (fake) Cloud Logging, oldest first."""
+        path = self.state_dir / "cloud_logging.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def inspect(self, ref: str) -> dict[str, Any] | None:
         """What ``docker inspect REF`` would return for one container, or None."""

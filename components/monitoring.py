@@ -1,0 +1,145 @@
+"""StackMonitoring: the stack's dashboard, its uptime check on /health, and its alert policies.
+
+Declared like every other resource, so `pulumi preview` shows them and `pulumi destroy` removes
+them. What each contains is built in components/monitoring_bodies.py (validated there against the
+Monitoring API's discovery documents); this module only registers pulumi-gcp resources:
+`gcp.monitoring.Dashboard`, `gcp.monitoring.UptimeCheckConfig`, `gcp.monitoring.AlertPolicy`,
+and reads `gcp.monitoring.get_uptime_check_i_ps` (the addresses Google's checkers use, which the
+serving port must let in when the uptime check is on).
+
+What is created follows `tpu-vllm:monitoring` (components/config/monitoring.py): the dashboard
+with `enabled`, the uptime check with `uptimeCheck`, the alert policies only with
+`notificationChannels`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+
+from components import monitoring_bodies as bodies
+from components.config import StackConfig
+from components.vllm_metrics import Queries
+
+
+def uptime_source_ranges() -> list[str]:
+    """Google's uptime-check source addresses as IPv4 /32 ranges (an invoke: runs at preview).
+
+    `getUptimeCheckIPs` lists IPv4 and IPv6 addresses; the node and the load balancer serve on
+    IPv4 only, and a firewall rule takes one IP version, so the IPv6 ones are left out.
+    """
+    found = gcp.monitoring.get_uptime_check_i_ps()
+    ranges = set()
+    for ip in found.uptime_check_ips or []:
+        try:
+            address = ipaddress.ip_address(ip.ip_address)
+        except ValueError:
+            continue
+        if address.version == 4:
+            ranges.add(f"{address}/32")
+    return sorted(ranges, key=lambda r: ipaddress.ip_network(r))
+
+
+def dashboard_url(project: str, dashboard_id: str) -> str:
+    """The console page of a dashboard, from the resource id `projects/N/dashboards/ID`."""
+    return (
+        f"https://console.cloud.google.com/monitoring/dashboards/builder/"
+        f"{dashboard_id.rsplit('/', 1)[-1]}?project={project}"
+    )
+
+
+@dataclass
+class StackMonitoringArgs:
+    config: StackConfig
+    backend: str
+    queries: Queries
+    #: What the uptime check asks: the endpoint's host (IP or DNS name).
+    host: pulumi.Input[str]
+    #: GKE: the stack's namespace (TPU metrics per container); None on the VM backend.
+    namespace: str | None = None
+    #: The readiness check: the uptime check starts only once the endpoint serves.
+    after: Sequence[pulumi.Resource] = field(default_factory=list)
+
+
+class StackMonitoring(pulumi.ComponentResource):
+    """Dashboard, uptime check and alert policies of one stack."""
+
+    dashboard_url: pulumi.Output[str]
+    #: `projects/P/uptimeCheckConfigs/ID`, "" when there is no uptime check.
+    uptime_check: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: StackMonitoringArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("tpu-vllm:index:StackMonitoring", name, None, opts)
+        config = args.config
+        settings = config.monitoring
+        child = pulumi.ResourceOptions(parent=self)
+        self.uptime: gcp.monitoring.UptimeCheckConfig | None = None
+        check_id: pulumi.Output[str | None] = pulumi.Output.from_input(None)
+        if settings.uptime_check:
+            body = pulumi.Output.from_input(args.host).apply(
+                lambda host: bodies.uptime_check(config.stack, config.project, host, config.vllm.port)
+            )
+            self.uptime = gcp.monitoring.UptimeCheckConfig(
+                f"{name}-uptime-check",
+                project=config.project,
+                **_args_of(body, bodies.uptime_check(config.stack, config.project, "HOST", 1)),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+            )
+            check_id = self.uptime.uptime_check_id
+        self.uptime_check = (
+            self.uptime.name if self.uptime is not None else pulumi.Output.from_input("")
+        )
+
+        def watch(check: str | None) -> bodies.Watch:
+            return bodies.Watch(config.stack, args.backend, args.queries, args.namespace, check)
+
+        self.dashboard: gcp.monitoring.Dashboard | None = None
+        self.dashboard_url = pulumi.Output.from_input("")
+        if settings.enabled:
+            self.dashboard = gcp.monitoring.Dashboard(
+                f"{name}-dashboard",
+                project=config.project,
+                dashboard_json=check_id.apply(
+                    lambda check: json.dumps(bodies.dashboard(watch(check)), sort_keys=True)
+                ),
+                opts=child,
+            )
+            self.dashboard_url = self.dashboard.id.apply(
+                lambda dashboard_id: dashboard_url(config.project, dashboard_id or "")
+            )
+        self.alert_policies: list[gcp.monitoring.AlertPolicy] = []
+        if settings.alerts:
+            # The policy set is the same whatever the check id: only the query text waits on it.
+            for short in bodies.alert_policies(watch(None), settings.notification_channels):
+                body = check_id.apply(
+                    lambda check, short=short: bodies.alert_policies(
+                        watch(check), settings.notification_channels
+                    )[short]
+                )
+                example = bodies.alert_policies(watch(None), settings.notification_channels)[short]
+                self.alert_policies.append(
+                    gcp.monitoring.AlertPolicy(
+                        f"{name}-alert-{short}",
+                        project=config.project,
+                        **_args_of(body, example),
+                        opts=child,
+                    )
+                )
+        self.register_outputs({"dashboard_url": self.dashboard_url, "uptime_check": self.uptime_check})
+
+
+def _args_of(body: pulumi.Output[dict[str, Any]], example: dict[str, Any]) -> dict[str, Any]:
+    """pulumi-gcp keyword arguments, each an Output of its part of the REST body (`example`
+    gives the field names, known before the Output resolves)."""
+    return {
+        key: body.apply(lambda b, key=key: bodies.pulumi_args(b)[key])
+        for key in bodies.pulumi_args(example)
+    }
