@@ -43,6 +43,15 @@ def uptime_source_ranges() -> list[str]:
             continue
         if address.version == 4:
             ranges.add(f"{address}/32")
+    if not ranges:
+        # A firewall rule without source ranges would let everyone in: never create one.
+        raise pulumi.RunError(
+            "tpu-vllm:monitoring.uptimeCheck = true: Google's uptime-check addresses "
+            "(getUptimeCheckIPs) came back without one IPv4 address, so the serving port cannot "
+            "be opened to them alone. Fix: check that the Monitoring API is enabled "
+            "(`gcloud services enable monitoring.googleapis.com`) and retry, or set "
+            "tpu-vllm:monitoring.uptimeCheck to false."
+        )
     return sorted(ranges, key=lambda r: ipaddress.ip_network(r))
 
 

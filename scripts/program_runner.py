@@ -106,6 +106,17 @@ class InvokeFailure(Exception):
 
 
 GET_MANAGED_ZONE = "gcp:dns/getManagedZone:getManagedZone"
+GET_UPTIME_CHECK_IPS = "gcp:monitoring/getUptimeCheckIPs:getUptimeCheckIPs"
+#: What the offline run answers for Google's uptime-check addresses: documentation addresses
+#: (RFC 5737, RFC 3849), in the shape of the provider's data source (pulumi-gcp
+#: `GetUptimeCheckIPsResult.uptime_check_ips`: ipAddress, location, region), an IPv6 one among
+#: them as the real list has. A real `pulumi preview` reads Google's list.
+UPTIME_CHECK_IPS = [
+    {"ipAddress": "192.0.2.10", "location": "Iowa", "region": "USA"},
+    {"ipAddress": "198.51.100.20", "location": "Belgium", "region": "EUROPE"},
+    {"ipAddress": "203.0.113.30", "location": "Singapore", "region": "ASIA_PACIFIC"},
+    {"ipAddress": "2001:db8::40", "location": "Oregon", "region": "USA"},
+]
 
 
 def managed_zone_lookup(zones: Mapping[str, str]) -> Call:
@@ -170,6 +181,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         call = self._call
         if self._zone_lookup is not None and args.token == GET_MANAGED_ZONE:
             call = self._zone_lookup
+        if args.token == GET_UPTIME_CHECK_IPS:
+            return {"id": "uptime-check-ips", "uptimeCheckIps": UPTIME_CHECK_IPS}, []
         try:
             return (call(args) if call else dict(args.args)), []
         except InvokeFailure as failure:

@@ -15,6 +15,8 @@ from pulumi.runtime import mocks
 EXTERNAL_IP = "203.0.113.10"
 #: The GKE backend's reserved load-balancer address and its cluster's control plane.
 LB_ADDRESS = "203.0.113.40"
+UPTIME_CHECK_ID = "tpu-vllm-health-4f2a"
+DASHBOARD_ID = "0b7c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3"
 CLUSTER_ENDPOINT = "198.51.100.7"
 CLUSTER_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUNsdXN0ZXJDQQo="
 INTERNAL_IP = "10.128.0.7"
@@ -68,6 +70,14 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
         return {"stdout": "", "stderr": ""}
     if args.typ == "pulumi-python:dynamic:Resource" and "node_create_time" in inputs:
         return {"host_key": HOST_KEY}
+    if args.typ == "gcp:monitoring/uptimeCheckConfig:UptimeCheckConfig":
+        # The provider's outputs: `name` projects/P/uptimeCheckConfigs/ID and `uptimeCheckId`.
+        project = inputs.get("project", "test-project")
+        return {"name": f"projects/{project}/uptimeCheckConfigs/{UPTIME_CHECK_ID}",
+                "uptimeCheckId": UPTIME_CHECK_ID}  # fmt: skip
+    if args.typ == "gcp:monitoring/dashboard:Dashboard":
+        # The dashboard's id is its name, projects/NUMBER/dashboards/ID (Monitoring v1).
+        return {"__id": f"projects/123456789/dashboards/{DASHBOARD_ID}"}
     if args.typ == "gcp:compute/address:Address":
         return {"address": LB_ADDRESS}
     if args.typ == "gcp:container/cluster:Cluster":

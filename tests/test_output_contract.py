@@ -81,6 +81,11 @@ CONTRACT: dict[str, Out] = {
     "cache_restored": Out((dict,)),
     "replicas": Out((int,)),  # 1 on the VM backend
     "cluster": Out(STR, empty=""),  # "" on the VM backend
+    "dashboard_url": Out(STR, empty=""),  # "" when tpu-vllm:monitoring.enabled is false
+    # "" on the VM backend when monitoring.enabled is false: the log stays on the node then.
+    "logs_command": Out(STR, empty=""),
+    "logs_url": Out(STR, empty=""),
+    "uptime_check": Out(STR, empty=""),  # "" without tpu-vllm:monitoring.uptimeCheck
 }
 REQUIRED = {name for name, out in CONTRACT.items() if not out.optional}
 OPTIONAL = {name for name, out in CONTRACT.items() if out.optional}
@@ -146,6 +151,12 @@ BACKEND_ABSENT = {
 }
 
 
+#: The uptime check is off by default (tpu-vllm:monitoring.uptimeCheck).
+NO_UPTIME = frozenset({"uptime_check"})
+MONITORING_OFF = {"tpu-vllm:monitoring.enabled": False}
+UPTIME_ON = {"tpu-vllm:monitoring.uptimeCheck": True}
+
+
 @dataclass(frozen=True)
 class Situation:
     """A state of the world a stack can be in, and what the contract says about it."""
@@ -164,7 +175,8 @@ class Situation:
 
     @property
     def all_empty(self) -> frozenset[str]:
-        return self.empty | BACKEND_EMPTY[self.backend]
+        uptime = frozenset() if self.changes.get(next(iter(UPTIME_ON))) else NO_UPTIME
+        return self.empty | BACKEND_EMPTY[self.backend] | uptime
 
     @property
     def all_absent(self) -> frozenset[str]:
@@ -223,6 +235,19 @@ SITUATIONS: dict[str, Situation] = {
     ),
     # GKE on spot nodes: no run limit, so no most-a-run-can-cost.
     "gke-spot": Situation("v6e4-gke", SPOT, cloud_outputs, absent=frozenset({"max_run_cost_usd"})),
+    # Monitoring off: no dashboard, and on the VM no log leaves the node.
+    "monitoring-off": Situation(
+        "v5e1",
+        MONITORING_OFF,
+        cloud_outputs,
+        empty=frozenset({"dashboard_url", "logs_command", "logs_url"}),
+    ),
+    "uptime-check": Situation("v5e1", UPTIME_ON, cloud_outputs),
+    # GKE's logging agent ships container logs whatever the stack says.
+    "gke-monitoring-off": Situation(
+        "v6e4-gke", MONITORING_OFF, cloud_outputs, empty=frozenset({"dashboard_url"})
+    ),
+    "gke-uptime-check": Situation("v6e4-gke", UPTIME_ON, cloud_outputs),
     "gke-cache-off": Situation(
         "v6e4-gke",
         {"tpu-vllm:cache.enabled": False},
@@ -405,9 +430,13 @@ def test_consumer_example_runs_against_what_the_engine_stores(name: str) -> None
 
 # Resources each stack registers, under mocks that only echo inputs.
 RESOURCE_COUNTS = {
-    "v5e1": 24,  # 21, plus the compile cache's component, bucket, grant
-    "v6e4": 24,
-    "v6e4-gke": 29,  # no TPU node pool; the ComputeClass and the PodDisruptionBudget
+    # 21, plus the compile cache's component, bucket, grant; monitoring: the node's two
+    # writer grants, the metrics agent's command, the StackMonitoring component, its dashboard
+    "v5e1": 29,
+    "v6e4": 29,
+    # no TPU node pool; the ComputeClass and the PodDisruptionBudget; monitoring: the
+    # PodMonitoring, the StackMonitoring component, its dashboard
+    "v6e4-gke": 32,
 }
 
 
