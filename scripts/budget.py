@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,45 @@ from scripts.program_runner import ProgramRun, run_program, stack_file_config  #
 
 COMMAND = "command:remote:Command"
 DYNAMIC = "pulumi-python:dynamic:Resource"
+#: Managed Service for Prometheus, per million samples ingested, the first tier (0-50 billion
+#: samples a month, far above one stack): Google Cloud Observability pricing page
+#: (cloud.google.com/stackdriver/pricing, "Metrics ingested by using Google Cloud Managed Service
+#: for Prometheus"), as read for this project in 2026-12 from copies of the page: $0.06 (its
+#: 2023-06 copy still showed $0.15, effective 2022-05-16). Check the page before relying on it.
+PROMETHEUS_USD_PER_MILLION_SAMPLES = 0.06
+SECONDS_PER_MONTH = 2_592_000  # 30 days
+#: A vLLM /metrics sample of the engine the image runs (tests/fixtures/vllm_metrics/README.md).
+METRICS_SAMPLE = ROOT / "tests" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
+
+
+def sample_series(path: Path = METRICS_SAMPLE) -> int:
+    """Series one scrape ingests: every sample line of the exposition (each histogram bucket
+    counted as a series of its own: an upper bound of what Cloud Monitoring bills)."""
+    return sum(1 for line in path.read_text().splitlines() if line and not line.startswith("#"))
+
+
+def metrics_usd_per_month(series: int, scrape_seconds: float, servers: int = 1) -> float:
+    """samples a month = series x 2,592,000 s / interval, per server; priced per million."""
+    samples = series * SECONDS_PER_MONTH / scrape_seconds * servers
+    return samples / 1e6 * PROMETHEUS_USD_PER_MILLION_SAMPLES
+
+
+def _metrics_row(stacks: Sequence[Any]) -> tuple[str, list[str]]:
+    series = sample_series()
+    cells = []
+    for b in stacks:
+        if not b.scrape_s:
+            cells.append("none (`monitoring.enabled` false)")
+            continue
+        servers = getattr(b, "replicas", 1)
+        usd = metrics_usd_per_month(series, b.scrape_s, servers)
+        per = f" x {servers} servers" if servers > 1 else ""
+        cells.append(f"{_usd(usd)} ({series} series{per}, every {duration(b.scrape_s)})")
+    return (
+        "vLLM metrics a month (Managed Service for Prometheus, "
+        f"${PROMETHEUS_USD_PER_MILLION_SAMPLES}/million samples; `monitoring.scrapeInterval`)",
+        cells,
+    )
 
 
 @dataclass(frozen=True)
@@ -62,6 +101,8 @@ class Budget:
     #: `renewal.lead` and `renewal.drain` (0 lead: nothing ends, so nothing overlaps).
     lead_s: float = 0.0
     drain_s: float = 0.0
+    #: `monitoring.scrapeInterval` as the metrics agent's config says; 0 without it.
+    scrape_s: float = 0.0
 
     @property
     def overlap_usd(self) -> float | None:
@@ -132,6 +173,8 @@ class GkeBudget:
     #: Node recycling: how long before a node's run ends its replacement is sought
     #: (`renewal.lead`); 0 without a run end.
     lead_s: float = 0.0
+    #: The PodMonitoring's interval (`monitoring.scrapeInterval`); 0 without it.
+    scrape_s: float = 0.0
 
     @property
     def overlap_usd(self) -> float:
@@ -216,7 +259,21 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
         readiness_s=_readiness_seconds(run),
         job_margin_s=float(k8s_workload.AWAIT_MARGIN_SECONDS),
         lead_s=float(lead),
+        scrape_s=_pod_monitoring_interval(run),
     )
+
+
+def _pod_monitoring_interval(run: ProgramRun) -> float:
+    found = [r for r in run.resources if r.type.endswith(":PodMonitoring")]
+    return float(parse_duration(found[0].inputs["spec"]["endpoints"][0]["interval"])) if found else 0.0
+
+
+def _agent_interval(run: ProgramRun) -> float:
+    found = [r for r in run.resources if r.type == COMMAND and r.name == "vllm-metrics-agent"]
+    if not found:
+        return 0.0
+    match = re.search(r"scrape_interval: (\w+)", str(found[0].inputs["create"]))
+    return float(parse_duration(match.group(1))) if match else 0.0
 
 
 def _awaited(manifest: Mapping[str, Any]) -> bool:
@@ -264,6 +321,7 @@ def budget(stack: str, changes: Mapping[str, Any] | None = None) -> Budget:
         readiness_s=_script_number(str(ready["create"]), r"--timeout (\d+)"),
         lead_s=float(qr.get("renewal_lead_seconds") or 0),
         drain_s=float(qr.get("drain_seconds") or 0),
+        scrape_s=_agent_interval(run),
     )
 
 
@@ -365,6 +423,7 @@ def _gke_table(stacks: list[str]) -> str:
         ("readiness (`vllm.readinessTimeout`)", [duration(b.readiness_s) for b in budgets]),
         ("readiness Job: scheduling, image pull", [duration(b.job_margin_s) for b in budgets]),
         ("**worst case `pulumi up` blocks**", [f"**{duration(b.worst_case_s)}**" for b in budgets]),
+        _metrics_row(budgets),
     ]
     return _columns([b.stack for b in budgets], rows)
 
@@ -404,6 +463,7 @@ def _vm_table(stacks: list[str]) -> str:
         ("secret fetch (IAM propagation)", [duration(b.secrets_s) for b in budgets]),
         ("readiness (`vllm.readinessTimeout`)", [duration(b.readiness_s) for b in budgets]),
         ("**worst case `pulumi up` blocks**", [f"**{duration(b.worst_case_s)}**" for b in budgets]),
+        _metrics_row(budgets),
     ]
     return _columns([b.stack for b in budgets], rows)
 
