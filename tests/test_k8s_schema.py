@@ -33,10 +33,11 @@ from tests.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"
 VERSIONS = ["1.33.0", kubernetes_validate.latest_version()]
-CRDS = {"SecretProviderClass", "ComputeClass"}
+CRDS = {"SecretProviderClass", "ComputeClass", "PodMonitoring"}
 CRD_API_VERSIONS = {
     "SecretProviderClass": "secrets-store.csi.x-k8s.io/v1",
     "ComputeClass": "cloud.google.com/v1",
+    "PodMonitoring": "monitoring.googleapis.com/v1",
 }
 
 ANY: dict[str, Any] = {}  # a CRD field this program never sends: not constrained here
@@ -223,6 +224,7 @@ def test_the_backend_sends_the_objects_it_should(run: ProgramRun) -> None:
             "Service",
             "ServiceAccount",
             *rbac,
+            *(["PodMonitoring"] if "PodMonitoring" in kinds else []),
         ]
     )
 
@@ -237,7 +239,10 @@ def test_every_core_object_is_valid_against_the_kubernetes_schema(
             continue
         kubernetes_validate.validate(manifest, version, strict=True)
         checked += 1
-    assert checked == len(manifests(run)) - 3  # two SecretProviderClasses, one ComputeClass
+    # two SecretProviderClasses, one ComputeClass, the PodMonitoring (with monitoring on)
+    crds = sum(1 for m in manifests(run) if m["kind"] in CRDS)
+    assert crds in (3, 4)
+    assert checked == len(manifests(run)) - crds
 
 
 def test_crd_metadata_is_valid_object_meta(run: ProgramRun) -> None:

@@ -1,0 +1,350 @@
+"""Observability as the stack declares it (issue 24): config, metric names, the bodies of the
+dashboard, uptime check and alerts, and the resources each backend registers.
+
+The bodies are checked against the Monitoring API's discovery documents that ship with
+google-api-python-client (tests/discovery.py), every PromQL expression with Prometheus' own
+parser (tests/promql.py), every metric name against a /metrics sample of the vLLM the image
+runs (tests/fixtures/vllm_metrics/).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from components import monitoring_bodies as bodies
+from components import vllm_metrics as vm
+from components.config import ConfigError
+from scripts.program_runner import UPTIME_CHECK_IPS
+from tests.discovery import violations
+from tests.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
+from tests.promql import parse_errors
+from tests.pulumi_program import ROOT, ProgramRun, run_program, stack_file_config
+from tests.test_gke_backend import existing_cluster
+
+SAMPLE = ROOT / "tests" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
+PODMONITORING_SCHEMA = ROOT / "tests" / "fixtures" / "crds" / "podmonitoring_v1.json"
+CHANNEL = "projects/test-project/notificationChannels/1234567890"
+ALERTS = {"tpu-vllm:monitoring.notificationChannels": [CHANNEL]}
+UPTIME = {"tpu-vllm:monitoring.uptimeCheck": True}
+DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
+UPTIME_CHECK = "gcp:monitoring/uptimeCheckConfig:UptimeCheckConfig"
+ALERT = "gcp:monitoring/alertPolicy:AlertPolicy"
+IAM = "gcp:projects/iAMMember:IAMMember"
+FIREWALL = "gcp:compute/firewall:Firewall"
+
+
+def sample_names(path: Path = SAMPLE) -> set[str]:
+    return {
+        re.split(r"[{ ]", line, maxsplit=1)[0]
+        for line in path.read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def watches() -> list[bodies.Watch]:
+    return [
+        bodies.Watch("v5e1", "vm", vm.queries_for("v5e1"), None, check)
+        for check in (None, UPTIME_CHECK_ID)
+    ] + [
+        bodies.Watch("v6e4-gke", "gke", vm.queries_for("v6e4-gke", "tpu-vllm-v6e4-gke"),
+                     "tpu-vllm-v6e4-gke", check)
+        for check in (None, UPTIME_CHECK_ID)
+    ]  # fmt: skip
+
+
+# -- metric names ------------------------------------------------------------------------------
+
+
+def test_every_vllm_name_the_stack_queries_is_in_the_sample() -> None:
+    names = sample_names()
+    assert set(vm.USED) <= names
+    queried = set()
+    for watch in watches():
+        for query in bodies.promql(bodies.dashboard(watch)) + bodies.promql(
+            bodies.alert_policies(watch, [CHANNEL])
+        ):
+            queried |= set(re.findall(r"vllm:[a-z0-9_:]+", query))
+    assert queried and queried <= names, queried - names
+
+
+def test_no_name_the_current_engine_removed_is_used_anywhere() -> None:
+    """vLLM 0.32 registers none of `REMOVED` (V0's gpu_cache_usage_perc, the deprecated
+    time_per_output_token_seconds, ...): no body, script or doc of the stack may use one."""
+    names = sample_names()
+    assert not set(vm.REMOVED) & names
+    texts = [json.dumps([bodies.dashboard(w), bodies.alert_policies(w, [CHANNEL])]) for w in watches()]
+    texts += [p.read_text() for p in (ROOT / "scripts").glob("*.py")]
+    texts += [(ROOT / "components" / "monitoring_bodies.py").read_text()]
+    for removed in vm.REMOVED:
+        for text in texts:
+            assert not re.search(re.escape(removed) + r"(?![a-z_])", text), removed
+
+
+def test_the_removed_name_check_can_fail() -> None:
+    text = "sum(vllm:gpu_cache_usage_perc)"
+    assert any(re.search(re.escape(r) + r"(?![a-z_])", text) for r in vm.REMOVED)
+
+
+# -- the bodies ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("watch", watches(), ids=lambda w: f"{w.backend}-{bool(w.uptime_check_id)}")
+def test_the_dashboard_is_a_valid_monitoring_v1_dashboard_with_every_tile(
+    watch: bodies.Watch,
+) -> None:
+    body = bodies.dashboard(watch)
+    assert violations(body, "monitoring.v1", "Dashboard") == []
+    titles = [t["widget"]["title"] for t in body["mosaicLayout"]["tiles"]]
+    for wanted in ("Requests running and waiting", "Tokens per second", "Time to first token",
+                   "Inter-token latency", "End-to-end request latency", "KV-cache usage",
+                   "Preemptions per second", "Request outcomes per second", "Endpoint up"):  # fmt: skip
+        assert wanted in titles
+    assert any(t.startswith("TPU duty cycle") for t in titles)
+    assert any(t.startswith("TPU HBM used") for t in titles)
+    tiles = body["mosaicLayout"]["tiles"]
+    assert all(t["xPos"] + t["width"] <= bodies.COLUMNS for t in tiles)
+    text = json.dumps(body)
+    assert ("p50" in text) and ("p95" in text)
+    assert (UPTIME_CHECK_ID in text) == bool(watch.uptime_check_id)
+
+
+@pytest.mark.parametrize("watch", watches(), ids=lambda w: f"{w.backend}-{bool(w.uptime_check_id)}")
+def test_every_promql_expression_parses_with_prometheus_own_parser(watch: bodies.Watch) -> None:
+    queries = bodies.promql(bodies.dashboard(watch)) + bodies.promql(
+        bodies.alert_policies(watch, [CHANNEL])
+    )
+    assert len(queries) >= 16
+    assert parse_errors(queries) == {}
+
+
+def test_the_parser_rejects_a_broken_expression() -> None:
+    broken = ["sum(rate(vllm:prompt_tokens_total[5m])", "histogram_quantile(0.95, )"]
+    assert set(parse_errors(broken)) == set(broken)
+
+
+@pytest.mark.parametrize("watch", watches(), ids=lambda w: f"{w.backend}-{bool(w.uptime_check_id)}")
+def test_alert_policies_are_valid_monitoring_v3_bodies(watch: bodies.Watch) -> None:
+    policies = bodies.alert_policies(watch, [CHANNEL])
+    assert set(policies) == {"endpoint-down", "kv-cache-full", "waiting-growing"}
+    for body in policies.values():
+        assert violations(body, "monitoring.v3", "AlertPolicy") == []
+        assert body["notificationChannels"] == [CHANNEL]
+    down = policies["endpoint-down"]["conditions"][0]["conditionPrometheusQueryLanguage"]
+    if watch.uptime_check_id:
+        assert f'check_id="{watch.uptime_check_id}"' in down["query"]
+    else:
+        assert down["query"].startswith("absent_over_time(")
+
+
+def test_the_uptime_check_is_a_valid_monitoring_v3_body_on_health() -> None:
+    body = bodies.uptime_check("v5e1", "test-project", "203.0.113.9", 8000)
+    assert violations(body, "monitoring.v3", "UptimeCheckConfig") == []
+    assert body["httpCheck"]["path"] == "/health" and body["httpCheck"]["port"] == 8000
+    assert body["monitoredResource"] == {
+        "type": "uptime_url", "labels": {"project_id": "test-project", "host": "203.0.113.9"}
+    }  # fmt: skip
+
+
+def test_the_validator_rejects_what_the_api_would() -> None:
+    watch = watches()[0]
+    body = bodies.dashboard(watch)
+    body["mosaicLayout"]["tiles"][0]["widget"]["xyChart"] = {"dataSets": [{"plotType": "LINES"}]}
+    body["mosaicLayout"]["tiles"][1]["widget"]["subtitle"] = "no such field"
+    found = violations(body, "monitoring.v1", "Dashboard")
+    assert any("plotType" in f for f in found) and any("subtitle" in f for f in found)
+    policy = bodies.alert_policies(watch, [CHANNEL])["kv-cache-full"]
+    policy["combiner"] = "EITHER"
+    assert violations(policy, "monitoring.v3", "AlertPolicy")
+
+
+def test_pulumi_args_keep_map_keys_and_snake_case_fields() -> None:
+    args = bodies.pulumi_args(bodies.uptime_check("s", "p", "h", 1))
+    assert args["monitored_resource"]["labels"] == {"project_id": "p", "host": "h"}
+    assert args["http_check"]["accepted_response_status_codes"] == [
+        {"status_class": "STATUS_CLASS_2XX"}
+    ]
+    assert args["user_labels"] == {"tpu-vllm-stack": "s"}
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"tpu-vllm:monitoring.scrapeInterval": "5s"}, "monitoring.scrapeInterval"),
+        ({"tpu-vllm:monitoring.scrapeInterval": "10m"}, "monitoring.scrapeInterval"),
+        ({"tpu-vllm:monitoring.scrapeInterval": "often"}, "monitoring.scrapeInterval"),
+        ({"tpu-vllm:monitoring.uptimeCheck": "yes"}, "monitoring.uptimeCheck"),
+        ({"tpu-vllm:monitoring.notificationChannels": ["alerts@example.com"]},
+         "monitoring.notificationChannels"),
+        ({"tpu-vllm:monitoring.enabled": False, **ALERTS}, "monitoring.notificationChannels"),
+        ({"tpu-vllm:monitoring.scrape": "30s"}, "monitoring.scrape"),
+    ],
+)  # fmt: skip
+def test_bad_monitoring_values_are_refused_before_any_resource(
+    changes: dict[str, Any], key: str
+) -> None:
+    run = run_program("v5e1", changes, expect_error=True)
+    assert isinstance(run.error, ConfigError)
+    assert f"tpu-vllm:{key}" in str(run.error)
+    assert "Fix:" in str(run.error)
+    assert run.resources == [] or all(r.type == "pulumi:pulumi:Stack" for r in run.resources)
+
+
+def test_defaults_are_metrics_logs_and_dashboard_on_uptime_and_alerts_off() -> None:
+    run = run_program("v5e1")
+    assert len(run.of_type(DASHBOARD)) == 1
+    assert run.of_type(UPTIME_CHECK) == [] and run.of_type(ALERT) == []
+    assert run.outputs["uptime_check"] == ""
+    assert stack_file_config("v5e1").get("tpu-vllm:monitoring") is None  # defaults only
+
+
+# -- the resources ---------------------------------------------------------------------------
+
+
+def dashboard_body(run: ProgramRun) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(run.one(DASHBOARD).inputs["dashboardJson"])
+    return body
+
+
+def test_vm_node_gets_only_metric_and_log_writer_roles_on_its_own_account() -> None:
+    run = run_program("v5e1")
+    grants = {r.inputs["role"]: r.inputs["member"] for r in run.of_type(IAM)}
+    assert grants == {
+        "roles/monitoring.metricWriter": "serviceAccount:tpu-vllm-v5e1@test-project.iam.gserviceaccount.com",
+        "roles/logging.logWriter": "serviceAccount:tpu-vllm-v5e1@test-project.iam.gserviceaccount.com",
+    }  # fmt: skip
+    off = run_program("v5e1", {"tpu-vllm:monitoring.enabled": False})
+    assert off.of_type(IAM) == [] and off.of_type(DASHBOARD) == []
+
+
+def test_vm_dashboard_url_logs_command_and_url_name_this_stack() -> None:
+    run = run_program("v5e1")
+    assert run.outputs["dashboard_url"] == (
+        f"https://console.cloud.google.com/monitoring/dashboards/builder/{DASHBOARD_ID}"
+        "?project=test-project"
+    )
+    command = run.outputs["logs_command"]
+    assert command.startswith("gcloud logging read ")
+    assert 'logName="projects/test-project/logs/gcplogs-docker-driver"' in command
+    assert 'jsonPayload.container.metadata.tpu_vllm_stack="v5e1"' in command
+    assert "--project=test-project" in command
+    assert run.outputs["logs_url"].startswith("https://console.cloud.google.com/logs/query;query=")
+    assert "gcplogs-docker-driver" in run.outputs["logs_url"]
+    assert violations(dashboard_body(run), "monitoring.v1", "Dashboard") == []
+
+
+def test_uptime_check_opens_the_serving_port_to_googles_ipv4_checkers_only() -> None:
+    run = run_program("v5e1", UPTIME)
+    check = run.one(UPTIME_CHECK).inputs
+    assert check["httpCheck"]["path"] == "/health"
+    assert check["monitoredResource"]["labels"]["host"]  # the node's address
+    assert run.outputs["uptime_check"] == f"projects/test-project/uptimeCheckConfigs/{UPTIME_CHECK_ID}"
+    [rule] = [r for r in run.of_type(FIREWALL) if r.name == "tpu-uptime-check"]
+    ipv4 = sorted(f"{ip['ipAddress']}/32" for ip in UPTIME_CHECK_IPS if ":" not in ip["ipAddress"])
+    assert sorted(rule.inputs["sourceRanges"]) == ipv4
+    assert rule.inputs["allows"] == [{"protocol": "tcp", "ports": ["8000"]}]
+    assert rule.inputs["priority"] == 1
+    # The uptime tile and the endpoint-down alert read this check.
+    assert UPTIME_CHECK_ID in json.dumps(dashboard_body(run))
+    without = run_program("v5e1")
+    assert not [r for r in without.of_type(FIREWALL) if r.name == "tpu-uptime-check"]
+
+
+def test_alert_policies_exist_only_with_notification_channels() -> None:
+    run = run_program("v5e1", {**ALERTS, **UPTIME})
+    policies = run.of_type(ALERT)
+    assert {p.name for p in policies} == {
+        "monitoring-alert-endpoint-down", "monitoring-alert-kv-cache-full",
+        "monitoring-alert-waiting-growing",
+    }  # fmt: skip
+    for policy in policies:
+        assert policy.inputs["notificationChannels"] == [CHANNEL]
+        [condition] = policy.inputs["conditions"]
+        query = condition["conditionPrometheusQueryLanguage"]["query"]
+        assert parse_errors([query]) == {}
+    down = next(p for p in policies if p.name.endswith("endpoint-down"))
+    assert UPTIME_CHECK_ID in json.dumps(down.inputs)
+
+
+def test_gke_created_cluster_switches_managed_collection_on_and_scrapes_the_pods() -> None:
+    run = run_program("v6e4-gke")
+    [cluster] = run.of_type("gcp:container/cluster:Cluster")
+    assert cluster.inputs["monitoringConfig"]["managedPrometheus"]["enabled"] is True
+    [monitor] = [r for r in run.resources if r.type.endswith(":PodMonitoring")]
+    spec = monitor.inputs["spec"]
+    assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "server"
+    assert spec["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    assert monitor.inputs["metadata"]["name"] == vm.job_name("v6e4-gke")
+    command = run.outputs["logs_command"]
+    assert 'resource.type="k8s_container"' in command and 'namespace_name="tpu-vllm-v6e4-gke"' in command
+    body = dashboard_body(run)
+    assert any('namespace_name="tpu-vllm-v6e4-gke"' in q for q in bodies.promql(body))
+    assert violations(body, "monitoring.v1", "Dashboard") == []
+    off = run_program("v6e4-gke", {"tpu-vllm:monitoring.enabled": False})
+    [plain] = off.of_type("gcp:container/cluster:Cluster")
+    assert "monitoringConfig" not in plain.inputs
+    assert not [r for r in off.resources if r.type.endswith(":PodMonitoring")]
+
+
+def test_the_pod_monitoring_fits_the_crd_schema_and_the_check_can_fail() -> None:
+    """prometheus-engine charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml
+    (commit 2ffde4ec), the v1 openAPIV3Schema, as a fixture."""
+    schema = json.loads(PODMONITORING_SCHEMA.read_text())
+    run = run_program("v6e4-gke")
+    [monitor] = [r for r in run.resources if r.type.endswith(":PodMonitoring")]
+    manifest = {"apiVersion": "monitoring.googleapis.com/v1", "kind": "PodMonitoring",
+                "metadata": monitor.inputs["metadata"], "spec": monitor.inputs["spec"]}  # fmt: skip
+    jsonschema.Draft7Validator(schema).validate(manifest)
+    assert _unknown_fields(manifest["spec"], schema["properties"]["spec"]) == []
+    broken = json.loads(json.dumps(manifest))
+    del broken["spec"]["endpoints"][0]["port"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(schema).validate(broken)
+    assert _unknown_fields({"endpoints": [{"port": 1, "scrapeEvery": "1m"}]},
+                           schema["properties"]["spec"]) == ["endpoints[0].scrapeEvery"]  # fmt: skip
+
+
+def _unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Fields the API server's structural-schema pruning would drop silently."""
+    found: list[str] = []
+    if isinstance(value, dict) and "properties" in schema:
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if key not in schema["properties"]:
+                found.append(where)
+            else:
+                found += _unknown_fields(item, schema["properties"][key], where)
+    elif isinstance(value, list) and "items" in schema:
+        for index, item in enumerate(value):
+            found += _unknown_fields(item, schema["items"], f"{path}[{index}]")
+    return found
+
+
+def test_existing_cluster_without_managed_collection_warns_and_creates_no_pod_monitoring() -> None:
+    off = [{"managedPrometheuses": [{"enabled": False, "autoMonitoringConfigs": []}]}]
+    run = run_program("v6e4-gke", {"tpu-vllm:gke.cluster": "shared"},
+                      call=existing_cluster(monitoringConfigs=off))  # fmt: skip
+    warning = [w for w in run.warnings if "managed collection off" in w]
+    assert warning and "--enable-managed-prometheus" in warning[0]
+    assert not [r for r in run.resources if r.type.endswith(":PodMonitoring")]
+    on = [{"managedPrometheuses": [{"enabled": True, "autoMonitoringConfigs": []}]}]
+    run = run_program("v6e4-gke", {"tpu-vllm:gke.cluster": "shared"},
+                      call=existing_cluster(monitoringConfigs=on))  # fmt: skip
+    assert not [w for w in run.warnings if "managed collection off" in w]
+    assert [r for r in run.resources if r.type.endswith(":PodMonitoring")]
+
+
+def test_gke_uptime_check_adds_the_checkers_to_the_load_balancer_ranges() -> None:
+    run = run_program("v6e4-gke", UPTIME)
+    service = run.one("kubernetes:core/v1:Service").inputs
+    ranges = service["spec"]["loadBalancerSourceRanges"]
+    assert "192.0.2.10/32" in ranges and not any(":" in r for r in ranges)
+    assert run.one(UPTIME_CHECK).inputs["monitoredResource"]["labels"]["host"] == LB_ADDRESS
