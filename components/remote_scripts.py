@@ -33,6 +33,7 @@ READINESS_HEARTBEAT_SECONDS = 20.0
 #: can while the node's fresh roles/logging.logWriter grant propagates. After it the server
 #: starts with Docker's default driver and a warning: serving matters more than its log.
 LOG_DRIVER_WAIT_SECONDS = 300
+LOG_DRIVER_RETRY_SECONDS = 10.0
 
 
 def _template(name: str) -> str:
@@ -185,9 +186,14 @@ def log_flags(config: StackConfig) -> list[str]:
     ]
 
 
-def start_server_script(config: StackConfig, container: str) -> str:
+def start_server_script(
+    config: StackConfig,
+    container: str,
+    log_driver_wait: int = LOG_DRIVER_WAIT_SECONDS,
+    log_driver_retry: float = LOG_DRIVER_RETRY_SECONDS,
+) -> str:
     """Restore the compile cache, remove any old container of this name, then `docker run`
-    the server; prints its id."""
+    the server; prints its id. (The log driver's wait and retry: tests shorten them.)"""
     values = {
         "ENTRYPOINT_SH": _template("vllm_entrypoint.sh").rstrip("\n"),
         "CACHE_RESTORE": cache_restore_script(config),
@@ -201,7 +207,12 @@ def start_server_script(config: StackConfig, container: str) -> str:
     flags = " ".join(shlex.quote(f) for f in log_flags(config))
     return HEADER + _fill(
         _template("start_server_logged.sh"),
-        {**values, "LOG_FLAGS": flags, "LOG_DRIVER_WAIT": str(LOG_DRIVER_WAIT_SECONDS)},
+        {
+            **values,
+            "LOG_FLAGS": flags,
+            "LOG_DRIVER_WAIT": str(log_driver_wait),
+            "LOG_DRIVER_RETRY": f"{log_driver_retry:g}",
+        },
     )
 
 

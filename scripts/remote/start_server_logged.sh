@@ -27,11 +27,11 @@ while :; do
   # a fresh IAM grant can take minutes to reach it. Other failures stop here, as they did.
   if [ "${#LOG_FLAGS[@]}" -gt 0 ] && grep -q "logging driver" ~/.tpu-vllm/docker-run.err; then
     if [ "$SECONDS" -lt "$deadline" ]; then
-      echo "start-server: Cloud Logging refused the container's log driver; retrying in 10 s: $(tail -n 1 ~/.tpu-vllm/docker-run.err)" >&2
-      sleep 10
+      echo "start-server: Cloud Logging refused the container's log driver; retrying in @LOG_DRIVER_RETRY@ s: $(grep -m1 "logging driver" ~/.tpu-vllm/docker-run.err)" >&2
+      sleep @LOG_DRIVER_RETRY@
       continue
     fi
-    echo "start-server: warning: Cloud Logging still refuses the log driver after @LOG_DRIVER_WAIT@ s; starting the server with Docker's default log driver, so its log stays on this node: $(tail -n 1 ~/.tpu-vllm/docker-run.err)" >&2
+    echo "start-server: warning: Cloud Logging still refuses the log driver after @LOG_DRIVER_WAIT@ s; starting the server with Docker's default log driver, so its log stays on this node: $(grep -m1 "logging driver" ~/.tpu-vllm/docker-run.err)" >&2
     LOG_FLAGS=()
     continue
   fi
