@@ -1,4 +1,4 @@
-"""Parse PromQL with Prometheus' own parser: a tiny Go program built once from the Go module proxy.
+"""PromQL and Prometheus configs, checked by Prometheus' own code: a tiny Go program built once.
 
 Why this parser: it is the one Prometheus evaluates queries with
 (`github.com/prometheus/prometheus/promql/parser`, pinned in tests/promql_check/go.mod at
@@ -66,3 +66,17 @@ def parse_errors(expressions: Sequence[str]) -> dict[str, str]:
     )
     errors = json.loads(done.stdout)
     return {e: err for e, err in zip(expressions, errors, strict=True) if err}
+
+
+def prometheus_config_error(config_yaml: str) -> str:
+    """Prometheus' own `config.Load` error for a configuration, "" when it loads."""
+    done = subprocess.run(
+        [str(_binary()), "-config"],
+        input=config_yaml,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    message: str = json.loads(done.stdout)
+    return message

@@ -1,0 +1,143 @@
+"""The VM's metrics agent (components/vm/metrics_agent.py): its config and its node-side script.
+
+The config is what the Ops Agent reads from /etc/google-cloud-ops-agent/config.yaml: its
+Prometheus receiver's `config` is a Prometheus configuration, checked here with Prometheus' own
+`config.Load` (the agent unmarshals it into that type: ops-agent confgenerator/prometheus.go).
+The script runs under bash with stand-ins for the node's tools (curl, sudo, systemctl), which
+record what they were asked; the installer stand-in is what `--also-install` leaves behind
+(a google-cloud-ops-agent unit).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.vm import metrics_agent
+from tests.promql import prometheus_config_error
+from tests.pulumi_program import run_program
+from tests.test_compile_cache import config_for
+
+FAKES = {
+    # curl: downloads by copying the stand-in installer (or fails, with FAIL_CURL).
+    "curl": """#!/bin/bash
+echo "curl $*" >> "$STATE/calls"
+[ -n "${FAIL_CURL:-}" ] && { echo "curl: (6) Could not resolve host" >&2; exit 6; }
+out=""; while [ $# -gt 0 ]; do [ "$1" = "--output" ] && out="$2"; shift; done
+printf '#!/bin/bash\\necho "installer $*" >> "$STATE/calls"\\ntouch "$STATE/installed"\\n' > "$out"
+""",
+    "sudo": """#!/bin/bash
+echo "sudo $*" >> "$STATE/calls"
+exec "$@"
+""",
+    # systemctl: the unit exists once installed; restart reads the config (FAIL_RESTART fails).
+    "systemctl": """#!/bin/bash
+echo "systemctl $*" >> "$STATE/calls"
+case "$1" in
+  list-unit-files) [ -e "$STATE/installed" ] && echo "google-cloud-ops-agent.service enabled"; exit 0 ;;
+  restart) [ -n "${FAIL_RESTART:-}" ] && exit 1; touch "$STATE/active"; exit 0 ;;
+  is-active) [ -e "$STATE/active" ] ;;
+esac
+""",
+}
+
+
+def run_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    bin_dir, state, etc = tmp_path / "bin", tmp_path / "state", tmp_path / "etc"
+    for d in (bin_dir, state):
+        d.mkdir(exist_ok=True)
+    for name, text in FAKES.items():
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    script = metrics_agent.metrics_agent_script(
+        config_for("v5e1"), config_dir=str(etc), installer_url="https://installer.invalid/x.sh"
+    )
+    done = subprocess.run(
+        ["bash", "-c", script],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "STATE": str(state), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    return done, state
+
+
+def test_the_config_scrapes_vllm_only_and_loads_in_prometheus() -> None:
+    config = metrics_agent.agent_config(config_for("v5e1", {"tpu-vllm:monitoring.scrapeInterval": "15s"}))
+    receiver = config["metrics"]["receivers"]["tpu_vllm"]
+    assert receiver["type"] == "prometheus"
+    [scrape] = receiver["config"]["scrape_configs"]
+    assert scrape["job_name"] == "tpu-vllm-v5e1"
+    assert scrape["scrape_interval"] == "15s" and scrape["metrics_path"] == "/metrics"
+    assert scrape["static_configs"] == [{"targets": ["localhost:8000"]}]
+    pipelines = config["metrics"]["service"]["pipelines"]
+    assert pipelines == {"default_pipeline": {"receivers": []}, "tpu_vllm": {"receivers": ["tpu_vllm"]}}
+    assert config["logging"]["service"]["pipelines"]["default_pipeline"] == {"receivers": []}
+    assert prometheus_config_error(yaml.safe_dump(receiver["config"])) == ""
+
+
+def test_prometheus_refuses_what_the_agent_would() -> None:
+    broken = {"scrape_configs": [{"job_name": "x", "scrape_interval": "5s", "scrape_timeout": "10s",
+                                  "static_configs": [{"targets": ["localhost:8000"]}]}]}  # fmt: skip
+    assert "scrape timeout greater than scrape interval" in prometheus_config_error(yaml.safe_dump(broken))
+
+
+def test_the_script_installs_writes_the_config_and_restarts_the_agent(tmp_path: Path) -> None:
+    done, state = run_script(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert metrics_agent.parse_result(done.stdout) == "ok"
+    calls = (state / "calls").read_text()
+    assert "installer --also-install" in calls
+    assert "systemctl restart google-cloud-ops-agent" in calls
+    written = yaml.safe_load((tmp_path / "etc" / "config.yaml").read_text())
+    assert written == metrics_agent.agent_config(config_for("v5e1"))
+    # A second run on the same node does not install again.
+    (state / "calls").unlink()
+    again, _ = run_script(tmp_path)
+    assert metrics_agent.parse_result(again.stdout) == "ok"
+    assert "installer" not in (state / "calls").read_text()
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [({"FAIL_CURL": "1"}, "could not download"), ({"FAIL_RESTART": "1"}, "did not restart")],
+)
+def test_a_failure_is_a_warning_line_never_a_failed_command(
+    tmp_path: Path, env: dict[str, str], why: str
+) -> None:
+    done, _ = run_script(tmp_path, **env)
+    assert done.returncode == 0
+    assert metrics_agent.parse_result(done.stdout).startswith(f"failed: {why}") or why in done.stdout
+
+
+def test_a_failed_agent_warns_at_pulumi_up_and_a_good_one_does_not() -> None:
+    def outputs(stdout: str):  # type: ignore[no-untyped-def]
+        from tests.mock_outputs import cloud_outputs
+
+        def answer(args):  # type: ignore[no-untyped-def]
+            result = cloud_outputs(args)
+            if args.name == "vllm-metrics-agent":
+                result["stdout"] = stdout
+            return result
+
+        return answer
+
+    bad = run_program("v5e1", outputs_for=outputs("TPU_VLLM_METRICS_AGENT failed: could not download x\n"))
+    assert any("metrics agent failed: could not download" in w for w in bad.warnings)
+    good = run_program("v5e1", outputs_for=outputs("TPU_VLLM_METRICS_AGENT ok\n"))
+    assert not any("metrics agent" in w for w in good.warnings)
+
+
+def test_the_agent_is_a_command_of_its_own_not_part_of_the_start() -> None:
+    run = run_program("v5e1")
+    [agent] = [r for r in run.of_type("command:remote:Command") if r.name == "vllm-metrics-agent"]
+    [start] = [r for r in run.of_type("command:remote:Command") if r.name == "vllm-start"]
+    assert "ops-agent" not in str(start.inputs["create"]) and "google-cloud-ops-agent" in str(agent.inputs["create"])
+    assert os.path.basename(metrics_agent.INSTALLER_URL) == "add-google-cloud-ops-agent-repo.sh"
