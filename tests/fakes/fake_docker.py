@@ -973,6 +973,27 @@ def load_fixture(path: Path) -> list[LogEntry]:
     return entries
 
 
+SAMPLE_MODEL = "google/gemma-4-31B-it"
+#: The series whose value the fake servers keep current: {name: what counts it}.
+COUNTED = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+
+
+def metrics_page(model: str, prompt_tokens: float, generation_tokens: float) -> str:
+    """GET /metrics: the vLLM 0.32 sample (tests/fixtures/vllm_metrics, rendered through vLLM's
+    own metric definitions) with this server's model and token counters, so two scrapes show
+    the tokens the fake served in between, as vLLM's counters would."""
+    text = (fixtures_dir().parent / "vllm_metrics" / "v6e4_metrics.txt").read_text()
+    text = text.replace(f'model_name="{SAMPLE_MODEL}"', f'model_name="{model}"')
+    values = dict(zip(COUNTED, (prompt_tokens, generation_tokens), strict=True))
+    lines = []
+    for line in text.splitlines():
+        name = line.split("{", 1)[0]
+        if name in values and not line.startswith("#"):
+            line = f"{line.rsplit(' ', 1)[0]} {float(values[name])}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def resolve_fixture(name: str) -> Path:
     path = Path(name)
     return path if path.is_absolute() else fixtures_dir() / name
@@ -2620,6 +2641,8 @@ class VllmHTTPServer(http.server.ThreadingHTTPServer):
     #: ``vllm/entrypoints/serve/instrumentator/health.py``); a scenario's ``health_status``
     #: models a server whose engine died right after ``Application startup complete.``.
     health_status: int = 200
+    #: Prompt and generation tokens served so far (vllm:prompt_tokens_total, ...).
+    tokens: tuple[float, float] = (0.0, 0.0)
 
 
 class VllmHandler(http.server.BaseHTTPRequestHandler):
@@ -2709,10 +2732,10 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
         elif path == "/version":
             self._send(200, {"version": VLLM_VERSION})
         elif path == "/metrics":
-            self._send(200, "# HELP vllm:num_requests_running Number of requests running.\n"
-                       "# TYPE vllm:num_requests_running gauge\n"
-                       f'vllm:num_requests_running{{model_name="{self.server.info.model}"}} 0.0\n',
-                       "text/plain; version=0.0.4; charset=utf-8")  # fmt: skip
+            # vLLM serves prometheus_client's exposition (instrumentator/metrics.py, outside
+            # /v1: no key asked), CONTENT_TYPE_LATEST.
+            page = metrics_page(self.server.info.model, *self.server.tokens)
+            self._send(200, page, "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/v1/models":
             if not self._authorized():
                 self._send(401, {"error": "Unauthorized"})
@@ -2747,6 +2770,8 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
             return
         created = int(time.time())
         usage = {"prompt_tokens": 17, "completion_tokens": 7, "total_tokens": 24}
+        prompt, generated = self.server.tokens
+        self.server.tokens = (prompt + 17, generated + 7)
         if path == "/v1/chat/completions":
             self._send(200, {
                 "id": "chatcmpl-" + secrets.token_hex(16), "object": "chat.completion",

@@ -7,6 +7,8 @@ consumers of the stack's ``openai_base_url`` touch, in the shapes vLLM's OpenAI 
 - ``GET  /v1/models``            ``{"object": "list", "data": [{"id": MODEL, ...}]}``
 - ``POST /v1/chat/completions``  ``chat.completion`` objects; with ``tools`` (and
   ``tool_choice`` other than ``"none"``) a tool call with ``finish_reason: "tool_calls"``
+- ``GET  /metrics``              vLLM 0.32's exposition (tests/fixtures/vllm_metrics), its
+  token counters counting what this fake served
 - ``GET  /health``               200 with an empty body, or ``health_status`` (vLLM's
   ``vllm/entrypoints/serve/instrumentator/health.py``: 200, or 503 once the engine is dead);
   outside ``/v1``, so no key is asked for
@@ -47,6 +49,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
+
+from tests.fakes.fake_docker import metrics_page
 
 import pytest
 
@@ -96,6 +100,8 @@ class FakeOpenAI(LoopbackHttpServer):
         self.auto_tool_choice = True
         self.auth_error_shape: AuthErrorShape = "vllm"
         self.health_status = 200
+        #: Prompt and generation tokens served (what /metrics' counters say).
+        self.tokens = (0.0, 0.0)
         self.requests: list[RecordedRequest] = []
         self.created = int(time.time())
         self._lock = threading.Lock()
@@ -135,6 +141,10 @@ class FakeOpenAI(LoopbackHttpServer):
             time.sleep(self.delay)
         if method == "GET" and path == "/health":
             return self.health_status, b""
+        if method == "GET" and path == "/metrics":
+            # Outside /v1, so no key (vLLM's GUARDED_PREFIX); the vLLM 0.32 sample with this
+            # server's model and the tokens it served (tests/fixtures/vllm_metrics).
+            return 200, metrics_page(self.model, *self.tokens).encode()
         if path.startswith("/v1") and not self._authorized(headers):
             return 401, self._auth_error()
         if method == "GET" and path == "/v1/models":
@@ -212,8 +222,9 @@ class FakeOpenAI(LoopbackHttpServer):
             return self._error(400, "BadRequestError", "max_tokens must be at least 1", None)
         return None
 
-    @staticmethod
-    def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    def _usage(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        # What the engine's counters add up (vllm:prompt_tokens_total, ...generation...).
+        self.tokens = (self.tokens[0] + prompt_tokens, self.tokens[1] + completion_tokens)
         return {
             "prompt_tokens": prompt_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
