@@ -1,4 +1,4 @@
-"""Where the server's log is read after the node is gone: a `gcloud logging read` and a console link.
+"""Where the server's log is read after the node is gone: a `gcloud logging read`, a console link.
 
 VM backend: the container's stdout/stderr go to Cloud Logging through Docker's `gcplogs` driver
 (moby `daemon/logger/gcplogs/gcplogging.go`: log name `gcplogs-docker-driver`, the JSON payload's

@@ -52,7 +52,7 @@ def uptime_source_ranges() -> list[str]:
             "(`gcloud services enable monitoring.googleapis.com`) and retry, or set "
             "tpu-vllm:monitoring.uptimeCheck to false."
         )
-    return sorted(ranges, key=lambda r: ipaddress.ip_network(r))
+    return sorted(ranges, key=ipaddress.ip_network)
 
 
 def dashboard_url(project: str, dashboard_id: str) -> str:
@@ -94,7 +94,9 @@ class StackMonitoring(pulumi.ComponentResource):
         check_id: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         if settings.uptime_check:
             body = pulumi.Output.from_input(args.host).apply(
-                lambda host: bodies.uptime_check(config.stack, config.project, host, config.vllm.port)
+                lambda host: bodies.uptime_check(
+                    config.stack, config.project, host, config.vllm.port
+                )
             )
             self.uptime = gcp.monitoring.UptimeCheckConfig(
                 f"{name}-uptime-check",
@@ -128,11 +130,13 @@ class StackMonitoring(pulumi.ComponentResource):
         if settings.alerts:
             # The policy set is the same whatever the check id: only the query text waits on it.
             for short in bodies.alert_policies(watch(None), settings.notification_channels):
-                body = check_id.apply(
-                    lambda check, short=short: bodies.alert_policies(
-                        watch(check), settings.notification_channels
-                    )[short]
-                )
+
+                def policy(check: str | None, short: str = short) -> dict[str, Any]:
+                    return bodies.alert_policies(watch(check), settings.notification_channels)[
+                        short
+                    ]
+
+                body = check_id.apply(policy)
                 example = bodies.alert_policies(watch(None), settings.notification_channels)[short]
                 self.alert_policies.append(
                     gcp.monitoring.AlertPolicy(
@@ -142,13 +146,16 @@ class StackMonitoring(pulumi.ComponentResource):
                         opts=child,
                     )
                 )
-        self.register_outputs({"dashboard_url": self.dashboard_url, "uptime_check": self.uptime_check})
+        self.register_outputs(
+            {"dashboard_url": self.dashboard_url, "uptime_check": self.uptime_check}
+        )
 
 
 def _args_of(body: pulumi.Output[dict[str, Any]], example: dict[str, Any]) -> dict[str, Any]:
     """pulumi-gcp keyword arguments, each an Output of its part of the REST body (`example`
     gives the field names, known before the Output resolves)."""
-    return {
-        key: body.apply(lambda b, key=key: bodies.pulumi_args(b)[key])
-        for key in bodies.pulumi_args(example)
-    }
+
+    def part(key: str) -> pulumi.Output[Any]:
+        return body.apply(lambda b: bodies.pulumi_args(b)[key])
+
+    return {key: part(key) for key in bodies.pulumi_args(example)}

@@ -55,8 +55,12 @@ def _chart(title: str, series: Sequence[tuple[str, str]], unit: str = "") -> dic
         if unit:
             tsq["unitOverride"] = unit
         data_sets.append(
-            {"timeSeriesQuery": tsq, "plotType": "LINE", "legendTemplate": legend,
-             "targetAxis": "Y1"}  # fmt: skip
+            {
+                "timeSeriesQuery": tsq,
+                "plotType": "LINE",
+                "legendTemplate": legend,
+                "targetAxis": "Y1",
+            }
         )
     return {"title": title, "xyChart": {"dataSets": data_sets, "chartOptions": {"mode": "COLOR"}}}
 
@@ -85,7 +89,9 @@ def _uptime_chart(watch: Watch) -> dict[str, Any]:
     q = watch.queries
     series = [("servers reporting metrics", q.servers_reporting())]
     if watch.uptime_check_id:
-        series.insert(0, ("uptime check passing (fraction)", uptime_passed_query(watch.uptime_check_id)))
+        series.insert(
+            0, ("uptime check passing (fraction)", uptime_passed_query(watch.uptime_check_id))
+        )
     return _chart("Endpoint up", series)
 
 
@@ -98,7 +104,7 @@ def _text(watch: Watch) -> dict[str, Any]:
     )
     content = (
         f"**tpu-vllm `{watch.stack}`** (backend `{watch.backend}`): vLLM's own metrics, scraped "
-        f"from `/metrics` with `job=\"{vm.job_name(watch.stack)}\"`. {uptime} The container log: "
+        f'from `/metrics` with `job="{vm.job_name(watch.stack)}"`. {uptime} The container log: '
         "the stack output `logs_command`."
     )
     return {"title": "About this dashboard", "text": {"content": content, "format": "MARKDOWN"}}
@@ -135,8 +141,13 @@ def dashboard(watch: Watch) -> dict[str, Any]:
     tiles = []
     for index, widget in enumerate(dashboard_widgets(watch)):
         tiles.append(
-            {"xPos": (index % 2) * TILE_WIDTH, "yPos": (index // 2) * TILE_HEIGHT,
-             "width": TILE_WIDTH, "height": TILE_HEIGHT, "widget": widget}  # fmt: skip
+            {
+                "xPos": (index % 2) * TILE_WIDTH,
+                "yPos": (index // 2) * TILE_HEIGHT,
+                "width": TILE_WIDTH,
+                "height": TILE_HEIGHT,
+                "widget": widget,
+            }
         )
     return {
         "displayName": f"tpu-vllm {watch.stack}",
@@ -164,7 +175,10 @@ def uptime_check(stack: str, project: str, host: str, port: int) -> dict[str, An
     """The Monitoring v3 `UptimeCheckConfig` body: GET http://HOST:PORT/health, 2xx passes."""
     return {
         "displayName": f"tpu-vllm {stack} /health",
-        "monitoredResource": {"type": "uptime_url", "labels": {"project_id": project, "host": host}},
+        "monitoredResource": {
+            "type": "uptime_url",
+            "labels": {"project_id": project, "host": host},
+        },
         "httpCheck": {
             "requestMethod": "GET",
             "path": "/health",
@@ -179,8 +193,17 @@ def uptime_check(stack: str, project: str, host: str, port: int) -> dict[str, An
     }
 
 
-def _policy(stack: str, what: str, query: str, duration: str, doc: str,
-            channels: Sequence[str], severity: str) -> dict[str, Any]:  # fmt: skip
+@dataclass(frozen=True)
+class _Alert:
+    what: str
+    query: str
+    duration: str
+    doc: str
+    severity: str
+
+
+def _policy(stack: str, alert: _Alert, channels: Sequence[str]) -> dict[str, Any]:
+    what = alert.what
     return {
         "displayName": f"tpu-vllm {stack}: {what}",
         "combiner": "OR",
@@ -188,16 +211,20 @@ def _policy(stack: str, what: str, query: str, duration: str, doc: str,
             {
                 "displayName": what,
                 "conditionPrometheusQueryLanguage": {
-                    "query": query,
-                    "duration": duration,
+                    "query": alert.query,
+                    "duration": alert.duration,
                     "evaluationInterval": "60s",
                 },
             }
         ],
-        "documentation": {"content": doc, "mimeType": "text/markdown", "subject": f"tpu-vllm {stack}: {what}"},
+        "documentation": {
+            "content": alert.doc,
+            "mimeType": "text/markdown",
+            "subject": f"tpu-vllm {stack}: {what}",
+        },
         "notificationChannels": list(channels),
         "alertStrategy": {"autoClose": "1800s"},
-        "severity": severity,
+        "severity": alert.severity,
         "userLabels": {"tpu-vllm-stack": stack},
     }
 
@@ -208,26 +235,37 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
     5 minutes (with the uptime check), else when no server's metrics arrived for 10 minutes."""
     q = watch.queries
     if watch.uptime_check_id:
-        down = f'max(max_over_time({vm.UPTIME_CHECK_PASSED}{{check_id="{watch.uptime_check_id}"}}[5m])) < 1'
+        passed = f'{vm.UPTIME_CHECK_PASSED}{{check_id="{watch.uptime_check_id}"}}'
+        down = f"max(max_over_time({passed}[5m])) < 1"
         down_doc = "No uptime-check location got a 2xx from `/health` for 5 minutes."
     else:
         down = f"absent_over_time({q.series(vm.RUNNING)}[10m])"
         down_doc = "No vLLM server of the stack reported metrics for 10 minutes."
-    fix = "See `logs_command` and `.venv/bin/python scripts/status.py STACK`.".replace("STACK", watch.stack)
-    return {
-        "endpoint-down": _policy(watch.stack, "endpoint down", down, DOWN_ALERT_DURATION,
-                                 f"{down_doc} {fix}", channels, "CRITICAL"),
-        "kv-cache-full": _policy(watch.stack, "KV cache near full",
-                                 f"{q.kv_cache_max()} > {KV_ALERT_THRESHOLD}", KV_ALERT_DURATION,
-                                 f"KV-cache usage above {KV_ALERT_THRESHOLD:.0%} for 10 minutes: "
-                                 f"requests queue and get preempted. {fix}", channels, "WARNING"),
-        "waiting-growing": _policy(watch.stack, "waiting requests growing",
-                                   f"{q.gauge_sum(vm.WAITING)} > 0 and "
-                                   f"deriv({q.gauge_sum(vm.WAITING)}[10m:1m]) > 0",
-                                   WAITING_ALERT_DURATION,
-                                   f"Requests waiting and their number rising for 10 minutes: the "
-                                   f"servers cannot keep up. {fix}", channels, "WARNING"),
-    }  # fmt: skip
+    fix = "See `logs_command` and `.venv/bin/python scripts/status.py STACK`.".replace(
+        "STACK", watch.stack
+    )
+    alerts = {
+        "endpoint-down": _Alert(
+            "endpoint down", down, DOWN_ALERT_DURATION, f"{down_doc} {fix}", "CRITICAL"
+        ),
+        "kv-cache-full": _Alert(
+            "KV cache near full",
+            f"{q.kv_cache_max()} > {KV_ALERT_THRESHOLD}",
+            KV_ALERT_DURATION,
+            f"KV-cache usage above {KV_ALERT_THRESHOLD:.0%} for 10 minutes: requests queue "
+            f"and get preempted. {fix}",
+            "WARNING",
+        ),
+        "waiting-growing": _Alert(
+            "waiting requests growing",
+            f"{q.gauge_sum(vm.WAITING)} > 0 and deriv({q.gauge_sum(vm.WAITING)}[10m:1m]) > 0",
+            WAITING_ALERT_DURATION,
+            "Requests waiting and their number rising for 10 minutes: the servers cannot keep "
+            f"up. {fix}",
+            "WARNING",
+        ),
+    }
+    return {short: _policy(watch.stack, alert, channels) for short, alert in alerts.items()}
 
 
 _MAPS = {"labels", "userLabels", "headers"}

@@ -265,7 +265,9 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
 
 def _pod_monitoring_interval(run: ProgramRun) -> float:
     found = [r for r in run.resources if r.type.endswith(":PodMonitoring")]
-    return float(parse_duration(found[0].inputs["spec"]["endpoints"][0]["interval"])) if found else 0.0
+    return (
+        float(parse_duration(found[0].inputs["spec"]["endpoints"][0]["interval"])) if found else 0.0
+    )
 
 
 def _agent_interval(run: ProgramRun) -> float:

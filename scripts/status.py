@@ -25,6 +25,7 @@ line that says so, never a hang. Exit status: 0 shown; 2 the outputs could not b
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import subprocess
@@ -50,9 +51,9 @@ from scripts import pulumi_cli  # noqa: E402
 def _load_wait_ready() -> Any:
     """The readiness check's own phase patterns (scripts/remote/wait_ready.py, a node-side
     script, not a package module)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("wait_ready", ROOT / "scripts" / "remote" / "wait_ready.py")
+    spec = importlib.util.spec_from_file_location(
+        "wait_ready", ROOT / "scripts" / "remote" / "wait_ready.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -83,11 +84,12 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def http_get(url: str, timeout: float, token: str = "") -> tuple[int, str]:
     """(status, body); status 0 and the reason when nothing answered in `timeout`."""
-    request = urllib.request.Request(url)
+    request = urllib.request.Request(url)  # noqa: S310 - the stack's http:// endpoint
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - the stack's URL
+        # The stack's own http:// endpoint (never a file: URL: it comes from its outputs).
+        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
             return int(answer.status), answer.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as error:
         return int(error.code), ""
@@ -114,13 +116,17 @@ def tpu_lines(outputs: Mapping[str, Any], now: float) -> list[str]:
     lines = [f"TPU: {outputs.get('chip', '?')} {queued.rsplit('/', 1)[-1]}: {state}"]
     left = renewal.seconds_left(end, now)
     if left is not None:
-        lines.append(f"run ends: {end} ({_minutes(left)} left)" if left > 0 else f"run ended: {end}")
+        lines.append(
+            f"run ends: {end} ({_minutes(left)} left)" if left > 0 else f"run ended: {end}"
+        )
         lead = outputs.get("renewal_lead_seconds")
         if lead:
             starts = left - float(lead)
             lines.append(
                 f"renewal starts: {_minutes(starts)} from now ({renewal.minutes(float(lead))} "
-                "before the end)" if starts > 0 else "renewal: due now (inside the renewal window)"
+                "before the end)"
+                if starts > 0
+                else "renewal: due now (inside the renewal window)"
             )
     else:
         lines.append("run end: none (spot or on-demand: bills until deleted)")
@@ -144,7 +150,9 @@ def endpoint_lines(
         served = [m.get("id") for m in json.loads(body).get("data", [])] if status == 200 else []
     except (ValueError, AttributeError):
         served = []
-    lines.append(f"model: {', '.join(map(str, served))}" if served else f"model: /v1/models {status or body}")
+    lines.append(
+        f"model: {', '.join(map(str, served))}" if served else f"model: /v1/models {status or body}"
+    )
     status, first = http_get(f"{base}/metrics", timeout)
     if status != 200:
         return [*lines, f"metrics: /metrics {status or first}"]
@@ -188,7 +196,10 @@ def startup_phase(
 ) -> str:
     """The last phase the container's log shows (VM: over SSH with the stack's key)."""
     if outputs.get("cluster"):
-        return "startup phase: per replica: `kubectl logs -n tpu-vllm-STACK -l app.kubernetes.io/component=server -c vllm`"
+        return (
+            "startup phase: per replica: `kubectl logs -n tpu-vllm-STACK "
+            "-l app.kubernetes.io/component=server -c vllm`"
+        )
     host = str(outputs.get("external_ip") or "")
     key = str(outputs.get("ssh_private_key") or "")
     if not host or not key:
@@ -208,7 +219,9 @@ def startup_phase(
             "-l", ssh_user, "--", host, f"sudo docker logs --tail 2000 {CONTAINER} 2>&1",
         ]  # fmt: skip
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout * 3, check=False)
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout * 3, check=False
+            )
         except subprocess.TimeoutExpired:
             return f"startup phase: unknown (the node did not answer SSH in {timeout * 3:g} s)"
     if done.returncode != 0:
@@ -238,7 +251,10 @@ def status(stack: str, *, timeout: float, window: float, ssh_port: int = 22,
     for line in endpoint_lines(outputs, timeout, window, sleep):
         say(f"  {line}")
     say(f"  {startup_phase(outputs, timeout, ssh_port, ssh_user)}")
-    say(f"  dashboard: {outputs.get('dashboard_url') or 'none (tpu-vllm:monitoring.enabled is false)'}")
+    say(
+        "  dashboard: "
+        + (outputs.get("dashboard_url") or "none (tpu-vllm:monitoring.enabled is false)")
+    )
     if outputs.get("logs_command"):
         say(f"  logs: {outputs['logs_command']}")
     return 0
@@ -248,8 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("stack")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
-    parser.add_argument("--window", type=float, default=60.0,
-                        help="seconds between the two /metrics scrapes (60); 0: average since start")  # fmt: skip
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=60.0,
+        help="seconds between two scrapes (60); 0: since start",
+    )
     parser.add_argument("--ssh-port", type=int, default=22, help="the node's SSH port (22)")
     parser.add_argument("--ssh-user", default=SSH_USER, help=f"the node's SSH user ({SSH_USER})")
     args = parser.parse_args(argv)

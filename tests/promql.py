@@ -31,7 +31,9 @@ def _binary() -> Path:
     target = SOURCE / ".bin" / f"promql-check-{digest.hexdigest()[:16]}"
     if target.exists():
         return target
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
     if go is None:
         raise RuntimeError(
             "The PromQL tests need the Go toolchain (`go` on PATH) to build Prometheus' parser "

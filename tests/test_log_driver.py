@@ -63,7 +63,9 @@ def test_the_log_goes_to_cloud_logging_and_docker_logs_still_reads_it(node: SshH
         # What the stack's `logs_command` filter selects (components/log_links.py).
         assert entry["logName"] == log_links.GCPLOGS_LOG_NAME
         assert entry["jsonPayload"]["container"]["metadata"] == {log_links.STACK_LABEL: "v5e1"}
-    assert 'jsonPayload.container.metadata.tpu_vllm_stack="v5e1"' in log_links.vm_filter("p", "v5e1")
+    assert 'jsonPayload.container.metadata.tpu_vllm_stack="v5e1"' in log_links.vm_filter(
+        "p", "v5e1"
+    )
 
 
 def test_without_monitoring_the_container_keeps_dockers_default_driver(node: SshHost) -> None:

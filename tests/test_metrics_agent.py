@@ -39,7 +39,8 @@ exec "$@"
     "systemctl": """#!/bin/bash
 echo "systemctl $*" >> "$STATE/calls"
 case "$1" in
-  list-unit-files) [ -e "$STATE/installed" ] && echo "google-cloud-ops-agent.service enabled"; exit 0 ;;
+  list-unit-files)
+    [ -e "$STATE/installed" ] && echo "google-cloud-ops-agent.service enabled"; exit 0 ;;
   restart) [ -n "${FAIL_RESTART:-}" ] && exit 1; touch "$STATE/active"; exit 0 ;;
   is-active) [ -e "$STATE/active" ] ;;
 esac
@@ -70,7 +71,9 @@ def run_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[
 
 
 def test_the_config_scrapes_vllm_only_and_loads_in_prometheus() -> None:
-    config = metrics_agent.agent_config(config_for("v5e1", {"tpu-vllm:monitoring.scrapeInterval": "15s"}))
+    config = metrics_agent.agent_config(
+        config_for("v5e1", {"tpu-vllm:monitoring.scrapeInterval": "15s"})
+    )
     receiver = config["metrics"]["receivers"]["tpu_vllm"]
     assert receiver["type"] == "prometheus"
     [scrape] = receiver["config"]["scrape_configs"]
@@ -78,15 +81,20 @@ def test_the_config_scrapes_vllm_only_and_loads_in_prometheus() -> None:
     assert scrape["scrape_interval"] == "15s" and scrape["metrics_path"] == "/metrics"
     assert scrape["static_configs"] == [{"targets": ["localhost:8000"]}]
     pipelines = config["metrics"]["service"]["pipelines"]
-    assert pipelines == {"default_pipeline": {"receivers": []}, "tpu_vllm": {"receivers": ["tpu_vllm"]}}
+    assert pipelines == {
+        "default_pipeline": {"receivers": []},
+        "tpu_vllm": {"receivers": ["tpu_vllm"]},
+    }
     assert config["logging"]["service"]["pipelines"]["default_pipeline"] == {"receivers": []}
     assert prometheus_config_error(yaml.safe_dump(receiver["config"])) == ""
 
 
 def test_prometheus_refuses_what_the_agent_would() -> None:
-    broken = {"scrape_configs": [{"job_name": "x", "scrape_interval": "5s", "scrape_timeout": "10s",
-                                  "static_configs": [{"targets": ["localhost:8000"]}]}]}  # fmt: skip
-    assert "scrape timeout greater than scrape interval" in prometheus_config_error(yaml.safe_dump(broken))
+    scrape = {"job_name": "x", "scrape_interval": "5s", "scrape_timeout": "10s"}
+    broken = {"scrape_configs": [{**scrape, "static_configs": [{"targets": ["localhost:8000"]}]}]}
+    assert "scrape timeout greater than scrape interval" in prometheus_config_error(
+        yaml.safe_dump(broken)
+    )
 
 
 def test_the_script_installs_writes_the_config_and_restarts_the_agent(tmp_path: Path) -> None:
@@ -114,7 +122,9 @@ def test_a_failure_is_a_warning_line_never_a_failed_command(
 ) -> None:
     done, _ = run_script(tmp_path, **env)
     assert done.returncode == 0
-    assert metrics_agent.parse_result(done.stdout).startswith(f"failed: {why}") or why in done.stdout
+    assert (
+        metrics_agent.parse_result(done.stdout).startswith(f"failed: {why}") or why in done.stdout
+    )
 
 
 def test_a_failed_agent_warns_at_pulumi_up_and_a_good_one_does_not() -> None:
@@ -129,7 +139,9 @@ def test_a_failed_agent_warns_at_pulumi_up_and_a_good_one_does_not() -> None:
 
         return answer
 
-    bad = run_program("v5e1", outputs_for=outputs("TPU_VLLM_METRICS_AGENT failed: could not download x\n"))
+    bad = run_program(
+        "v5e1", outputs_for=outputs("TPU_VLLM_METRICS_AGENT failed: could not download x\n")
+    )
     assert any("metrics agent failed: could not download" in w for w in bad.warnings)
     good = run_program("v5e1", outputs_for=outputs("TPU_VLLM_METRICS_AGENT ok\n"))
     assert not any("metrics agent" in w for w in good.warnings)
@@ -139,5 +151,7 @@ def test_the_agent_is_a_command_of_its_own_not_part_of_the_start() -> None:
     run = run_program("v5e1")
     [agent] = [r for r in run.of_type("command:remote:Command") if r.name == "vllm-metrics-agent"]
     [start] = [r for r in run.of_type("command:remote:Command") if r.name == "vllm-start"]
-    assert "ops-agent" not in str(start.inputs["create"]) and "google-cloud-ops-agent" in str(agent.inputs["create"])
+    assert "ops-agent" not in str(start.inputs["create"]) and "google-cloud-ops-agent" in str(
+        agent.inputs["create"]
+    )
     assert os.path.basename(metrics_agent.INSTALLER_URL) == "add-google-cloud-ops-agent-repo.sh"

@@ -37,6 +37,7 @@ UPTIME_CHECK = "gcp:monitoring/uptimeCheckConfig:UptimeCheckConfig"
 ALERT = "gcp:monitoring/alertPolicy:AlertPolicy"
 IAM = "gcp:projects/iAMMember:IAMMember"
 FIREWALL = "gcp:compute/firewall:Firewall"
+NODE_SA = "tpu-vllm-v5e1@test-project.iam.gserviceaccount.com"
 
 
 def sample_names(path: Path = SAMPLE) -> set[str]:
@@ -78,7 +79,9 @@ def test_no_name_the_current_engine_removed_is_used_anywhere() -> None:
     time_per_output_token_seconds, ...): no body, script or doc of the stack may use one."""
     names = sample_names()
     assert not set(vm.REMOVED) & names
-    texts = [json.dumps([bodies.dashboard(w), bodies.alert_policies(w, [CHANNEL])]) for w in watches()]
+    texts = [
+        json.dumps([bodies.dashboard(w), bodies.alert_policies(w, [CHANNEL])]) for w in watches()
+    ]
     texts += [p.read_text() for p in (ROOT / "scripts").glob("*.py")]
     texts += [(ROOT / "components" / "monitoring_bodies.py").read_text()]
     for removed in vm.REMOVED:
@@ -101,9 +104,17 @@ def test_the_dashboard_is_a_valid_monitoring_v1_dashboard_with_every_tile(
     body = bodies.dashboard(watch)
     assert violations(body, "monitoring.v1", "Dashboard") == []
     titles = [t["widget"]["title"] for t in body["mosaicLayout"]["tiles"]]
-    for wanted in ("Requests running and waiting", "Tokens per second", "Time to first token",
-                   "Inter-token latency", "End-to-end request latency", "KV-cache usage",
-                   "Preemptions per second", "Request outcomes per second", "Endpoint up"):  # fmt: skip
+    for wanted in (
+        "Requests running and waiting",
+        "Tokens per second",
+        "Time to first token",
+        "Inter-token latency",
+        "End-to-end request latency",
+        "KV-cache usage",
+        "Preemptions per second",
+        "Request outcomes per second",
+        "Endpoint up",
+    ):
         assert wanted in titles
     assert any(t.startswith("TPU duty cycle") for t in titles)
     assert any(t.startswith("TPU HBM used") for t in titles)
@@ -218,8 +229,8 @@ def test_vm_node_gets_only_metric_and_log_writer_roles_on_its_own_account() -> N
     run = run_program("v5e1")
     grants = {r.inputs["role"]: r.inputs["member"] for r in run.of_type(IAM)}
     assert grants == {
-        "roles/monitoring.metricWriter": "serviceAccount:tpu-vllm-v5e1@test-project.iam.gserviceaccount.com",
-        "roles/logging.logWriter": "serviceAccount:tpu-vllm-v5e1@test-project.iam.gserviceaccount.com",
+        "roles/monitoring.metricWriter": f"serviceAccount:{NODE_SA}",
+        "roles/logging.logWriter": f"serviceAccount:{NODE_SA}",
     }  # fmt: skip
     off = run_program("v5e1", {"tpu-vllm:monitoring.enabled": False})
     assert off.of_type(IAM) == [] and off.of_type(DASHBOARD) == []
@@ -246,7 +257,9 @@ def test_uptime_check_opens_the_serving_port_to_googles_ipv4_checkers_only() -> 
     check = run.one(UPTIME_CHECK).inputs
     assert check["httpCheck"]["path"] == "/health"
     assert check["monitoredResource"]["labels"]["host"]  # the node's address
-    assert run.outputs["uptime_check"] == f"projects/test-project/uptimeCheckConfigs/{UPTIME_CHECK_ID}"
+    assert (
+        run.outputs["uptime_check"] == f"projects/test-project/uptimeCheckConfigs/{UPTIME_CHECK_ID}"
+    )
     [rule] = [r for r in run.of_type(FIREWALL) if r.name == "tpu-uptime-check"]
     ipv4 = sorted(f"{ip['ipAddress']}/32" for ip in UPTIME_CHECK_IPS if ":" not in ip["ipAddress"])
     assert sorted(rule.inputs["sourceRanges"]) == ipv4
@@ -284,7 +297,10 @@ def test_gke_created_cluster_switches_managed_collection_on_and_scrapes_the_pods
     assert spec["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
     assert monitor.inputs["metadata"]["name"] == vm.job_name("v6e4-gke")
     command = run.outputs["logs_command"]
-    assert 'resource.type="k8s_container"' in command and 'namespace_name="tpu-vllm-v6e4-gke"' in command
+    assert (
+        'resource.type="k8s_container"' in command
+        and 'namespace_name="tpu-vllm-v6e4-gke"' in command
+    )
     body = dashboard_body(run)
     assert any('namespace_name="tpu-vllm-v6e4-gke"' in q for q in bodies.promql(body))
     assert violations(body, "monitoring.v1", "Dashboard") == []
@@ -308,8 +324,9 @@ def test_the_pod_monitoring_fits_the_crd_schema_and_the_check_can_fail() -> None
     del broken["spec"]["endpoints"][0]["port"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(schema).validate(broken)
-    assert _unknown_fields({"endpoints": [{"port": 1, "scrapeEvery": "1m"}]},
-                           schema["properties"]["spec"]) == ["endpoints[0].scrapeEvery"]  # fmt: skip
+    spec_schema = schema["properties"]["spec"]
+    wrong = {"endpoints": [{"port": 1, "scrapeEvery": "1m"}]}
+    assert _unknown_fields(wrong, spec_schema) == ["endpoints[0].scrapeEvery"]
 
 
 def _unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:

@@ -24,7 +24,9 @@ from tests.test_renew import in_state, tpu  # noqa: F401 - the fixture
 
 STACK = "v5e1"
 SECRET = "STATUSAPIKEYSENTINEL0123456789"
-SSH_SECRET = "-----BEGIN OPENSSH PRIVATE KEY-----\nSTATUSSSHKEYSENTINEL\n-----END OPENSSH PRIVATE KEY-----\n"
+SSH_SECRET = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nSTATUSSSHKEYSENTINEL\n-----END OPENSSH PRIVATE KEY-----\n"
+)
 
 
 def outputs(base: str, queued_resource: str, **extra: Any) -> dict[str, Any]:
@@ -60,7 +62,9 @@ def test_a_serving_stack_in_one_screen(
 ) -> None:
     fake_openai.api_key = SECRET
     name = in_state(tpu, "ACTIVE")
-    fake_pulumi.add_stack(STACK, outputs(fake_openai.url, name), secrets=("api_key", "ssh_private_key"))
+    fake_pulumi.add_stack(
+        STACK, outputs(fake_openai.url, name), secrets=("api_key", "ssh_private_key")
+    )
 
     def serve_during_the_window(seconds: float) -> None:
         # Ten chat completions between the two scrapes (17 + 7 tokens each, the fake's usage).
@@ -88,7 +92,9 @@ def test_the_average_since_start_says_so(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.api_key = SECRET
-    fake_pulumi.add_stack(STACK, outputs(fake_openai.url, in_state(tpu, "ACTIVE")), secrets=("api_key",))
+    fake_pulumi.add_stack(
+        STACK, outputs(fake_openai.url, in_state(tpu, "ACTIVE")), secrets=("api_key",)
+    )
     code, out = run(capfd, "--window", "0", "--timeout", "2")
     assert code == 0 and "average since the server started" in out
 
@@ -152,7 +158,7 @@ def test_an_ended_run_and_a_gone_request(
     fake_pulumi.add_stack(
         STACK, outputs("", gone, expires_at="2020-01-01T00:00:00Z"), secrets=("api_key",)
     )
-    code, out = run(capfd, "--timeout", "0.5")
+    _, out = run(capfd, "--timeout", "0.5")
     assert "gone (404)" in out and "run ended: 2020-01-01T00:00:00Z" in out
     assert "endpoint: none in the outputs" in out
 
@@ -179,8 +185,13 @@ def test_the_startup_phase_comes_from_the_containers_log_over_ssh(
     key = ssh_host.connection_kwargs()["private_key"]
     fake_pulumi.add_stack(
         STACK,
-        outputs("", in_state(tpu, "ACTIVE"), external_ip="127.0.0.1", ssh_private_key=key,
-                ssh_host_key=ssh_host.host_public_key),  # fmt: skip
+        outputs(
+            "",
+            in_state(tpu, "ACTIVE"),
+            external_ip="127.0.0.1",
+            ssh_private_key=key,
+            ssh_host_key=ssh_host.host_public_key,
+        ),
         secrets=("api_key", "ssh_private_key"),
     )
     code, out = run(capfd, "--timeout", "2", "--ssh-port", str(ssh_host.port),

@@ -21,7 +21,9 @@ DEFAULT_SCRAPE_INTERVAL = "30s"  # GoogleCloudPlatform/prometheus-engine example
 MIN_SCRAPE_SECONDS = 10
 MAX_SCRAPE_SECONDS = 300
 #: `projects/P/notificationChannels/ID` (Monitoring v3 NotificationChannel.name).
-_CHANNEL_RE = re.compile(r"^projects/[a-z0-9][a-z0-9.:-]{4,61}[a-z0-9]/notificationChannels/[0-9A-Za-z_-]+$")
+_CHANNEL_RE = re.compile(
+    r"^projects/[a-z0-9][a-z0-9.:-]{4,61}[a-z0-9]/notificationChannels/[0-9A-Za-z_-]+$"
+)
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,11 @@ def _parse_monitoring(r: _Reader) -> MonitoringSettings:
     enabled = r.get("enabled", _as_bool, True, "true or false")
     uptime = r.get("uptimeCheck", _as_bool, False, "true or false")
     interval = _parse_scrape_interval(r)
+    none: tuple[str, ...] = ()
     channels = r.get(
         "notificationChannels",
         _as_channel_list,
-        (),
+        none,
         "a list of notification channels, projects/P/notificationChannels/ID",
     )
     for channel in channels:

@@ -1,7 +1,8 @@
 """The GKE backend: N flex-start TPU replicas in a GKE cluster behind one reserved address.
 
 config -> cluster and TPU node pool -> DNS name -> secrets (grants, API key) -> compile cache ->
-Kubernetes objects -> readiness -> monitoring (PodMonitoring, dashboard, uptime check, alerts). The same secrets component as the VM path makes the API key and
+Kubernetes objects -> readiness -> monitoring (PodMonitoring, dashboard, uptime check, alerts).
+The same secrets component as the VM path makes the API key and
 grants the stack's service account the two secrets; here that account is the pods' Workload
 Identity. The same `dns.*` record as the VM path's points at the reserved address.
 
@@ -20,8 +21,8 @@ from components import compile_cache, log_links
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, ManagedZone
-from components.gke.cluster import GkeTpuCluster, GkeTpuClusterArgs
 from components.gke import k8s_manifests
+from components.gke.cluster import GkeTpuCluster, GkeTpuClusterArgs
 from components.gke.k8s_workload import GkeWorkload, GkeWorkloadArgs
 from components.monitoring import StackMonitoring, StackMonitoringArgs, uptime_source_ranges
 from components.outputs import BackendOutputs

@@ -185,7 +185,7 @@ def warn_managed_collection(config: StackConfig) -> None:
     assert config.gke is not None
     where = cluster_path(config.gke, config.gke.existing_cluster)
     pulumi.log.warn(
-        f"tpu-vllm:gke.cluster = {where!r} has Managed Service for Prometheus' managed "
+        f"tpu-vllm:gke.cluster = {where!r} has Managed Service for Prometheus' managed "  # noqa: S608 - a message, not SQL
         "collection off (monitoringConfig.managedPrometheusConfig.enabled), so vLLM's metrics "
         "cannot be collected and the stack creates no PodMonitoring; the dashboard stays empty "
         "of vLLM series. Fix: `gcloud container clusters update "
@@ -395,16 +395,14 @@ class GkeTpuCluster(pulumi.ComponentResource):
             secret_manager_config=gcp.container.ClusterSecretManagerConfigArgs(enabled=True),
             # Managed Service for Prometheus' managed collection, which scrapes the PodMonitoring
             # (GKE docs "Get started with managed collection"; the vLLM exporter page).
-            **(
-                {
-                    "monitoring_config": gcp.container.ClusterMonitoringConfigArgs(
-                        managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(
-                            enabled=True
-                        )
+            monitoring_config=(
+                gcp.container.ClusterMonitoringConfigArgs(
+                    managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(
+                        enabled=True
                     )
-                }
+                )
                 if config.monitoring.enabled
-                else {}
+                else None
             ),
             resource_labels=labels(config),
             # `pulumi destroy` must be able to delete what `pulumi up` made.

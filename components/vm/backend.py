@@ -1,8 +1,9 @@
 """The VM backend: one TPU VM from a flex-start queued resource, served over SSH.
 
 config -> TPU (with its org-policy gate) -> host key -> secrets -> compile cache -> server ->
-readiness -> DNS name -> monitoring (the dashboard, the uptime check, the alerts). The resource names and parents are those the program has always used, so
-existing stacks see no replacement.
+readiness -> DNS name -> monitoring (the dashboard, the uptime check, the alerts). The resource
+names and parents are those the program has always used, so existing stacks see no
+replacement.
 
 The DNS record comes last on purpose: its address is known only once the readiness check on
 that node passed, so when a renewal starts the next node beside the current one (create before
@@ -22,10 +23,10 @@ from components.monitoring import StackMonitoring, StackMonitoringArgs
 from components.outputs import BackendOutputs, endpoint_urls, text_or_empty
 from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
+from components.vllm_metrics import queries_for
 from components.vm.host_key import NodeHostKey
 from components.vm.ssh import SshIdentity, ssh_command
 from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs
-from components.vllm_metrics import queries_for
 from components.vm.vllm import VllmServer, VllmServerArgs
 
 

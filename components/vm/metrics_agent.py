@@ -52,9 +52,7 @@ def agent_config(config: StackConfig) -> dict[str, Any]:
                                 # At most the interval, as Prometheus requires; 10 s is its default.
                                 "scrape_timeout": "10s",
                                 "metrics_path": "/metrics",
-                                "static_configs": [
-                                    {"targets": [f"localhost:{config.vllm.port}"]}
-                                ],
+                                "static_configs": [{"targets": [f"localhost:{config.vllm.port}"]}],
                             }
                         ]
                     },
@@ -88,7 +86,7 @@ def metrics_agent_script(
 
 
 def parse_result(stdout: str | None) -> str:
-    """"ok", "failed: WHY", or "" when the script printed no result line."""
+    """ "ok", "failed: WHY", or "" when the script printed no result line."""
     for line in reversed((stdout or "").splitlines()):
         if line.startswith(MARKER):
             return line[len(MARKER) :].strip()

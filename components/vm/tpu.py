@@ -170,7 +170,7 @@ class FlexStartTpu(pulumi.ComponentResource):
         The allow alone restricts nothing on a network that already lets the port in (such as
         `default-allow-ssh`); the deny, on this node's tag only, makes the ranges the only way in.
         """
-        rules = [
+        rules: list[tuple[str, int, Sequence[str]]] = [
             ("serving", config.vllm.port, config.access.allowed_cidrs),
             ("ssh", SSH_PORT, config.access.ssh_cidrs),
         ]

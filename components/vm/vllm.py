@@ -1,7 +1,8 @@
 """VllmServer: `docker run` the server on the node, then wait until it really serves.
 
-Two remote commands, and a third with `monitoring.enabled`. `start` (re)starts the container idempotently; changing a flag or the
-image changes only its script, so Pulumi re-runs it and the TPU is untouched. `ready` runs
+Two remote commands, and a third with `monitoring.enabled`. `start` (re)starts the container
+idempotently; changing a flag or the image changes only its script, so Pulumi re-runs it and
+the TPU is untouched. `ready` runs
 after every start (its script names the new container's id), follows that start's log until
 `Application startup complete.`, and checks `/health` and `/v1/models` on the node; then
 `metrics-agent` sets up the node's metrics agent (components/vm/metrics_agent.py). None has
@@ -46,7 +47,7 @@ def _warn_if_agent_failed(stdout: str | None) -> None:
         pulumi.log.warn(
             f"tpu-vllm:monitoring.enabled: the node's metrics agent {outcome}; the server "
             "serves, but its metrics do not reach Cloud Monitoring (the log does). Fix: see "
-            "docs/operations.md \"Watch it serve\", then `pulumi up` again."
+            'docs/operations.md "Watch it serve", then `pulumi up` again.'
         )
 
 

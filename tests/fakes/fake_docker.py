@@ -986,11 +986,10 @@ def metrics_page(model: str, prompt_tokens: float, generation_tokens: float) -> 
     text = text.replace(f'model_name="{SAMPLE_MODEL}"', f'model_name="{model}"')
     values = dict(zip(COUNTED, (prompt_tokens, generation_tokens), strict=True))
     lines = []
-    for line in text.splitlines():
-        name = line.split("{", 1)[0]
-        if name in values and not line.startswith("#"):
-            line = f"{line.rsplit(' ', 1)[0]} {float(values[name])}"
-        lines.append(line)
+    for raw in text.splitlines():
+        name = raw.split("{", 1)[0]
+        counted = name in values and not raw.startswith("#")
+        lines.append(f"{raw.rsplit(' ', 1)[0]} {float(values[name])}" if counted else raw)
     return "\n".join(lines) + "\n"
 
 
@@ -1623,7 +1622,7 @@ def parse_log_config(flags: Sequence[tuple[str, Any]]) -> JSONDict:
         key, eq, value = str(raw).partition("=")
         if not eq:
             raise CliError(
-                f"invalid argument \"{raw}\" for \"--log-opt\" flag: invalid key value pair "
+                f'invalid argument "{raw}" for "--log-opt" flag: invalid key value pair '
                 "format in logging opts",
                 125,
             )

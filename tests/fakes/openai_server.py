@@ -50,10 +50,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-from tests.fakes.fake_docker import metrics_page
-
 import pytest
 
+from tests.fakes.fake_docker import metrics_page
 from tests.fakes.loopback import LoopbackHttpServer
 
 DEFAULT_API_KEY = "fake-vllm-api-key"
