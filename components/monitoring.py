@@ -118,8 +118,11 @@ class StackMonitoring(pulumi.ComponentResource):
             self.dashboard = gcp.monitoring.Dashboard(
                 f"{name}-dashboard",
                 project=config.project,
+                # One field a line: a preview's diff shows the tile that changed.
                 dashboard_json=check_id.apply(
-                    lambda check: json.dumps(bodies.dashboard(watch(check)), sort_keys=True)
+                    lambda check: json.dumps(
+                        bodies.dashboard(watch(check)), sort_keys=True, indent=1
+                    )
                 ),
                 opts=child,
             )

@@ -97,15 +97,13 @@ def _uptime_chart(watch: Watch) -> dict[str, Any]:
 
 def _text(watch: Watch) -> dict[str, Any]:
     uptime = (
-        "The uptime check asks `/health` every minute from Google's checkers."
+        "Uptime check: `/health` each minute."
         if watch.uptime_check_id
-        else "No uptime check (`tpu-vllm:monitoring.uptimeCheck` is false): *Endpoint up* "
-        "counts the servers whose metrics arrive."
+        else "No uptime check: *Endpoint up* counts servers reporting."
     )
     content = (
-        f"**tpu-vllm `{watch.stack}`** (backend `{watch.backend}`): vLLM's own metrics, scraped "
-        f'from `/metrics` with `job="{vm.job_name(watch.stack)}"`. {uptime} The container log: '
-        "the stack output `logs_command`."
+        f"**tpu-vllm `{watch.stack}`** ({watch.backend}): vLLM `/metrics`, "
+        f'`job="{vm.job_name(watch.stack)}"`. {uptime} Log: output `logs_command`.'
     )
     return {"title": "About this dashboard", "text": {"content": content, "format": "MARKDOWN"}}
 

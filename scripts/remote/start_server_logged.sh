@@ -31,7 +31,10 @@ while :; do
       sleep @LOG_DRIVER_RETRY@
       continue
     fi
-    echo "start-server: warning: Cloud Logging still refuses the log driver after @LOG_DRIVER_WAIT@ s; starting the server with Docker's default log driver, so its log stays on this node: $(grep -m1 "logging driver" ~/.tpu-vllm/docker-run.err)" >&2
+    echo "start-server: warning: Cloud Logging still refuses the log driver after @LOG_DRIVER_WAIT@ s:" \
+      "$(grep -m1 "logging driver" ~/.tpu-vllm/docker-run.err)" >&2
+    echo "start-server: warning: starting the server with Docker's default log driver," \
+      "so its log stays on this node" >&2
     LOG_FLAGS=()
     continue
   fi
