@@ -243,6 +243,11 @@ class Renewal:
             for other in self.nodes:
                 if other != ip:
                     node.others_serving_at_ready[other] = ask(other, self.ports).ok
+        elif name == "vllm-metrics-agent":
+            # The Ops Agent's setup after readiness changes nothing a client sees; its script
+            # runs against stand-ins in tests/test_metrics_agent.py (here it would download
+            # Google's installer).
+            pass
         elif name == "endpoint-name-a":
             self.zone.upsert(RECORD, [ip], TTL)
             self.record_changed_at = time.monotonic()

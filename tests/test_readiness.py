@@ -174,6 +174,11 @@ def test_every_remote_command_keeps_previous_output_out_of_its_environment() -> 
     sshd without AcceptEnv refuses it with a warning (remote/commandOutputs.go)."""
     run = run_program("v5e1")
     remote = run.of_type("command:remote:Command")
-    assert {c.name for c in remote} == {"secrets-fetch", "vllm-start", "vllm-ready"}
+    assert {c.name for c in remote} == {
+        "secrets-fetch",
+        "vllm-start",
+        "vllm-ready",
+        "vllm-metrics-agent",
+    }
     for command in remote:
         assert command.inputs.get("addPreviousOutputInEnv") is False, command.name
