@@ -54,14 +54,10 @@ def _chart(title: str, series: Sequence[tuple[str, str]], unit: str = "") -> dic
         tsq: dict[str, Any] = {"prometheusQuery": query}
         if unit:
             tsq["unitOverride"] = unit
-        data_sets.append(
-            {
-                "timeSeriesQuery": tsq,
-                "plotType": "LINE",
-                "legendTemplate": legend,
-                "targetAxis": "Y1",
-            }
-        )
+        data_set: dict[str, Any] = {"timeSeriesQuery": tsq, "plotType": "LINE", "targetAxis": "Y1"}
+        if legend:  # none: the console names each series by its labels (finished_reason)
+            data_set["legendTemplate"] = legend
+        data_sets.append(data_set)
     return {"title": title, "xyChart": {"dataSets": data_sets, "chartOptions": {"mode": "COLOR"}}}
 
 
@@ -129,7 +125,7 @@ def dashboard_widgets(watch: Watch) -> list[dict[str, Any]]:
         _chart("KV-cache usage", [("max", f"100 * {q.kv_cache_max()}")], "%"),
         _chart("Preemptions per second", [("preemptions", q.rate_sum(vm.PREEMPTIONS))]),
         _chart("Request outcomes per second",
-               [("{{finished_reason}}", q.rate_sum(vm.REQUEST_SUCCESS, by="finished_reason"))]),
+               [("", q.rate_sum(vm.REQUEST_SUCCESS, by="finished_reason"))]),
         *_tpu_charts(watch),
     ]  # fmt: skip
 
@@ -256,7 +252,8 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
         ),
         "waiting-growing": _Alert(
             "waiting requests growing",
-            f"{q.gauge_sum(vm.WAITING)} > 0 and deriv({q.gauge_sum(vm.WAITING)}[10m:1m]) > 0",
+            # delta() of the gauge rather than a subquery: plain range selectors only.
+            f"{q.gauge_sum(vm.WAITING)} > 0 and sum(delta({q.series(vm.WAITING)}[10m])) > 0",
             WAITING_ALERT_DURATION,
             "Requests waiting and their number rising for 10 minutes: the servers cannot keep "
             f"up. {fix}",

@@ -24,5 +24,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "test: missing ${missing[*]}. Fix (Debian/Ubuntu): sudo apt-get install openssh-server openssh-client curl" >&2
   exit 2
 fi
+# Go builds Prometheus' own PromQL parser for the observability tests (tests/promql.py).
+if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
+  echo "test: missing go (Go 1.26.7 or later; it builds tests/promql_check). Fix: install it from go.dev/dl or your distribution" >&2
+  exit 2
+fi
 
 exec "$VENV/bin/python" -m pytest -q "$@"
