@@ -29,8 +29,9 @@ import pulumi_kubernetes as k8s
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.gke import cache_manifests, compute_class
+from components.gke import cache_manifests, compute_class, crd_wait
 from components.gke import k8s_manifests as m
+from components.gke.cluster import cluster_path
 from components.naming import resource_id
 from components.outputs import endpoint_urls
 
@@ -89,13 +90,17 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         # Cluster-scoped: where the TPU nodes come from, before any pod asks for one.
         node_class = compute_class.compute_class(config, m.labels(config))
+        # The CRDs of the class and of the secret mounts may come long after a new cluster
+        # (components/gke/crd_wait.py): both kinds wait until the cluster serves them.
+        self.crds = self._served_crds(name, config, args.kubeconfig, node_class["spec"])
+        after_crds = pulumi.ResourceOptions(depends_on=[self.crds])
         self.compute_class = k8s.apiextensions.CustomResource(
             f"{name}-compute-class",
             api_version=node_class["apiVersion"],
             kind=node_class["kind"],
             metadata=_k8s(node_class["metadata"]),
             spec=node_class["spec"],
-            opts=base,
+            opts=pulumi.ResourceOptions.merge(base, after_crds),
         )
         ksa = m.service_account(config, args.service_account_email)
         self.service_account = k8s.core.v1.ServiceAccount(
@@ -131,12 +136,12 @@ class GkeWorkload(pulumi.ComponentResource):
         self.server_secrets = self._secret_provider_class(
             f"{name}-server-secrets",
             m.secret_provider_class(config, m.SERVER_SECRETS, [hf_token, api_key]),
-            in_ns,
+            pulumi.ResourceOptions.merge(in_ns, after_crds),
         )
         self.probe_secrets = self._secret_provider_class(
             f"{name}-probe-secrets",
             m.secret_provider_class(config, m.PROBE_SECRETS, [api_key]),
-            in_ns,
+            pulumi.ResourceOptions.merge(in_ns, after_crds),
         )
         deployment = m.deployment(
             config,
@@ -219,6 +224,24 @@ class GkeWorkload(pulumi.ComponentResource):
         self.endpoint, self.endpoint_ip = urls.endpoint, urls.endpoint_ip
         self.openai_base_url = urls.openai_base_url
         self.register_outputs(urls.as_outputs())
+
+    def _served_crds(
+        self, name: str, config: StackConfig, kubeconfig: pulumi.Input[str], spec: Any
+    ) -> crd_wait.ServedCrds:
+        assert config.gke is not None
+        settings = config.gke
+        cluster = cluster_path(settings, settings.existing_cluster or resource_id(config.stack))
+        return crd_wait.ServedCrds(
+            f"{name}-crds",
+            kubeconfig=kubeconfig,
+            cluster=cluster,
+            crds=[
+                (crd_wait.COMPUTE_CLASS_CRD, compute_class.API_VERSION.rsplit("/", 1)[1]),
+                (crd_wait.SECRET_PROVIDER_CLASS_CRD, m.SPC_API_VERSION.rsplit("/", 1)[1]),
+            ],
+            compute_class_spec=spec,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
 
     def _pod_reader(
         self, name: str, config: StackConfig, opts: pulumi.ResourceOptions
