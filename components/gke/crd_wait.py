@@ -107,6 +107,11 @@ def _look(api: KubeApi, name: str, version: str) -> tuple[str | None, Mapping[st
             "needs container.customResourceDefinitions.get on the cluster (roles/container.admin "
             "has it)"
         )
+    if status == 401:
+        raise KubeApiError(
+            f"the cluster refused the credentials gke-gcloud-auth-plugin gave (401 for {name}, "
+            f"twice). Fix: `gcloud auth login`, and check your access to the cluster"
+        )
     if status != 200 or not isinstance(body, Mapping):
         raise KubeApiError(f"GET {CRD_PATH}{name} answered {status}: {_status_message(body)}")
     if not crd_schema.is_established(body):
