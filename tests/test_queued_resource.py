@@ -15,17 +15,18 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from googleapiclient.errors import HttpError
 
 from components import config as config_module
+from components.vm import queued_resource_delete
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.queued_resource_spec import Spec
 from components.vm.tpu import queued_resource_props
-from tests.fakes.tpu_api import FakeTpuApi, StateDurations
+from tests.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
 from tests.pulumi_program import ROOT, run_program, stack_file_config
 
 FAST = {
@@ -649,6 +650,26 @@ def test_delete_is_retried_while_creating(tpu_env: FakeTpuApi) -> None:
     assert tpu_env.state(qr_name) is None
 
 
+def _bounded(call: Callable[[], None], seconds: float = 60.0) -> None:
+    """Run `call` in a thread; fail (instead of hanging the suite) if it has not ended after
+    `seconds`, far beyond what it needs: a retry loop that never ends is the bug looked for."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as error:  # noqa: BLE001 - handed to the test below
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running after {seconds:.0f} s: the delete loops")
+    if errors:
+        raise errors[0]
+
+
 def test_a_delete_refused_in_another_state_is_raised_not_waited_out(tpu_env: FakeTpuApi) -> None:
     provider = QueuedResourceProvider()
     props = props_for("v5e1")
@@ -657,9 +678,37 @@ def test_a_delete_refused_in_another_state_is_raised_not_waited_out(tpu_env: Fak
     tpu_env.undeletable_states = frozenset({"ACTIVE"})
     started = time.monotonic()
     with pytest.raises(Exception, match=r"could not be deleted: ABORTED .*it is ACTIVE"):
-        provider.delete(created.id, {**props, **outs_of(created)})
+        _bounded(lambda: provider.delete(created.id, {**props, **outs_of(created)}))
     assert time.monotonic() - started < 5
-    assert len(tpu_env.requests_for("DELETE")) == 1
+    # Tried once more at once (the state may have changed since the refusal), then raised.
+    assert [r.status for r in tpu_env.requests_for("DELETE")] == [409, 409]
+
+
+def test_a_delete_refused_while_provisioning_that_reads_active_after_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The refusal and the state read after it are two requests, and the node can turn ACTIVE
+    in between: the delete is then tried again, not reported as impossible (a race seen under
+    load in the full suite). On a manual clock, PROVISIONING ends exactly between the two."""
+    with FakeTpuApi(clock=ManualClock()) as fake:
+        monkeypatch.setenv("TPU_API_ENDPOINT", fake.base_url)
+        monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake.token)
+        fake.durations = StateDurations(1.0, 1.0, 1.0, provisioning=60.0)
+        props = props_for("v5e1")
+        name = _start_request_directly(fake, props)
+        fake.advance(3.5)
+        assert fake.state(name) == "PROVISIONING"
+        original = queued_resource_delete._state_or_gone
+
+        def provisioning_ends_meanwhile(api: Any, qr_name: str) -> str:
+            if fake.requests_for("DELETE"):  # after the refusal, before the read-back
+                fake.advance(120.0)
+            return original(api, qr_name)
+
+        monkeypatch.setattr(queued_resource_delete, "_state_or_gone", provisioning_ends_meanwhile)
+        _bounded(lambda: QueuedResourceProvider().delete(name, props))
+        assert [r.status for r in fake.requests_for("DELETE")] == [400, 200]
+        assert fake.state(name) is None
 
 
 def test_expires_at_falls_back_to_the_nodes_termination_timestamp(tpu_env: FakeTpuApi) -> None:

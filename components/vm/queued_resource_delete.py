@@ -89,10 +89,14 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
 
     Seed 000 says a PROVISIONING queued resource cannot be deleted but not with which error
     code, so any refusal is retried, with backoff, while the state read back is PROVISIONING or
-    CREATING; a refusal in any other state is raised."""
+    CREATING. The refusal and the state read after it are two requests: a node refused while
+    PROVISIONING may read ACTIVE by then, when the delete would be accepted. So a refusal whose
+    read-back is any other state is tried again at once, and raised only if that try is
+    refused with such a state read back too."""
     start = time.monotonic()
     deadline = start + timing.delete_timeout_seconds
     delay = timing.poll_seconds
+    tried_again = False  # the last refusal's read-back was a deletable state
     while True:
         try:
             api.delete_queued_resource(name)
@@ -107,12 +111,17 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
                 return
             if state == "DELETING":
                 break  # someone else's delete is under way: wait for it
+            if state not in UNDELETABLE_STATES and not tried_again:
+                tried_again = True
+                report(f"{name}: delete refused ({error}), but it is {state} now: trying again")
+                continue
             if state not in UNDELETABLE_STATES:
                 raise Exception(
                     f"{name} could not be deleted: {error} (it is {state}). It may still bill. "
                     "Fix: delete it with `gcloud alpha compute tpus queued-resources delete "
                     "... --force`, or run `pulumi destroy` again."
                 ) from None
+            tried_again = False
             if time.monotonic() + delay > deadline:
                 raise Exception(
                     f"{name} could not be deleted within {timing.delete_timeout_seconds:.0f} s: "
