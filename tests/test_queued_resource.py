@@ -24,7 +24,7 @@ from googleapiclient.errors import HttpError
 from components import config as config_module
 from components.vm import queued_resource_delete
 from components.vm.queued_resource import QueuedResourceProvider
-from components.vm.queued_resource_spec import Spec
+from components.vm.queued_resource_spec import OUTPUT_KEYS, Spec
 from components.vm.tpu import queued_resource_props
 from tests.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
 from tests.pulumi_program import ROOT, run_program, stack_file_config
@@ -327,22 +327,36 @@ def test_diff_replaces_on_spec_change_but_not_on_timing_or_kept_zone() -> None:
     assert moved.changes and "zones" in (moved.replaces or [])
 
 
-def test_diff_reports_no_change_for_timing_or_zone_order_alone() -> None:
-    """Item 13: the provider host never declares preview support, so a `changes=True` update
-    previews with unknown outputs (a new host key, re-run fetch/start/ready) that `up` would
-    not perform. Only a spec change is a change; zones and timing are read at the next create."""
+def test_a_timing_or_zone_list_change_is_an_update_in_place_with_no_tpu_call(
+    tpu_env: FakeTpuApi,
+) -> None:
+    """Issue 22 item 8: the engine hands `delete` the stored outputs, and a no-change diff keeps
+    them, so zones and timing changed since the create must be stored by an update, or the
+    node's delete never sees them. The update replaces nothing and calls no TPU API; only an
+    unchanged config is no change (the provider host never declares preview support, so any
+    update previews its outputs as unknown)."""
     provider = QueuedResourceProvider()
-    olds = {**props_for("v6e4"), "zone": "us-east5-a", "state": "ACTIVE"}
+    created = provider.create(props_for("v6e4"))
+    olds = {**props_for("v6e4"), **outs_of(created)}
     zones = list(olds["zones"])
     slower = props_for("v6e4")
     slower["timing"] = {**slower["timing"], "poll_seconds": 30.0, "iam_wait_seconds": 60.0}
     reordered = props_for("v6e4", zones=list(reversed(zones)))
-    kept = props_for("v6e4", zones=["us-east5-a"])
+    kept = props_for("v6e4", zones=[olds["zone"]])
     added = props_for("v6e4", zones=[*zones, "asia-northeast1-b"])
+    assert not provider.diff(created.id, olds, props_for("v6e4")).changes
+    calls = len(tpu_env.requests)
     for news in (slower, reordered, kept, added):
-        diff = provider.diff("id", olds, news)
-        assert not diff.changes, news["zones"]
-        assert not diff.replaces
+        diff = provider.diff(created.id, olds, news)
+        assert diff.changes and not diff.replaces, news["zones"]
+        stored = outs_of(provider.update(created.id, olds, news))
+        assert stored["zones"] == news["zones"] and stored["timing"] == news["timing"]
+        # What the API said about the node is kept as it was.
+        assert {k: stored[k] for k in OUTPUT_KEYS} == {k: olds[k] for k in OUTPUT_KEYS}
+        assert "__provider" not in stored  # the provider host adds the new one itself
+        # Stored, the new values are no change any more.
+        assert not provider.diff(created.id, {**stored, "__provider": "x"}, news).changes
+    assert len(tpu_env.requests) == calls  # no TPU call for any of it
 
 
 def test_check_reports_missing_run_limit() -> None:

@@ -60,9 +60,10 @@ def _drain_if_succeeded(api: TpuApi, spec: Spec, name: str) -> None:
 
 def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
     """Another ACTIVE queued resource of this stack (by its node's labels), or None: under
-    either id pair, in this TPU's zone or any of the stack's others. A successor that found no
-    capacity beside its predecessor was requested in the next zone under the stack's own ids,
-    which may be this TPU's own ids in another zone."""
+    either id pair, in this TPU's zone or any of the stack's others (`spec.zones`: the current
+    config's, which an in-place update stored after any change since the create). A successor
+    that found no capacity beside its predecessor was requested in the next zone under the
+    stack's own ids, which may be this TPU's own ids in another zone."""
     zone = name.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in name else ""
     for candidate_zone in dict.fromkeys([zone, *spec.zones]):
         if not candidate_zone:
