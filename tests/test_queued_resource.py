@@ -16,8 +16,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pulumi.dynamic as dyn
 import pytest
 from googleapiclient.errors import HttpError
 
@@ -26,6 +28,7 @@ from components.vm import queued_resource_delete
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.queued_resource_spec import OUTPUT_KEYS, Spec
 from components.vm.tpu import queued_resource_props
+from tests.docs import read_doc, section
 from tests.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
 from tests.pulumi_program import ROOT, run_program, stack_file_config
 
@@ -359,6 +362,53 @@ def test_a_timing_or_zone_list_change_is_an_update_in_place_with_no_tpu_call(
     assert len(tpu_env.requests) == calls  # no TPU call for any of it
 
 
+def test_the_diff_sets_only_what_the_provider_host_sends() -> None:
+    """Issue 22 item 10: the Python dynamic provider host (pulumi/dynamic/__main__.py, `Diff`)
+    sends the engine `changes`, `replaces` and `deleteBeforeReplace` and drops `stables`, so a
+    diff that sets `stables` claims what never reaches the engine. Checked against the host
+    that is installed, then on every kind of diff this provider returns."""
+    host = (Path(dyn.__file__).parent / "__main__.py").read_text()
+    diff_method = host[host.index("def Diff(") : host.index("def Update(")]
+    assert "result.stables" not in diff_method
+    assert "deleteBeforeReplace" in diff_method and "result.replaces" in diff_method
+    provider = QueuedResourceProvider()
+    olds = {**props_for("v6e4"), "zone": "us-east5-a", "state": "ACTIVE"}
+    ended = {**olds, "state": "SUSPENDED"}
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    due = {**olds, "termination_time": soon, "renewal_lead_seconds": 3600.0}
+    news = props_for("v6e4")
+    windowed = {**news, "renewal_lead_seconds": 3600.0}
+    moved = props_for("v6e4", zones=[*olds["zones"], "asia-northeast1-b"])
+    for old, new in ((olds, news), (ended, news), (due, windowed), (olds, moved)):
+        assert provider.diff("id", old, new).stables is None
+
+
+def test_provider_progress_takes_the_path_pulumi_log_takes_in_the_provider_host() -> None:
+    """Issue 22 item 10: the provider host configures the SDK with no engine address
+    (pulumi/dynamic/__main__.py `get_provider`), and then `pulumi.log.info` prints to stderr
+    (pulumi/log.py), which the engine shows in the CLI: it does not go nowhere. `report`
+    prints to stderr too; `pulumi.log.debug` is the one that prints nothing."""
+    script = (
+        "import pulumi\n"
+        "from pulumi.runtime import Settings, configure\n"
+        "configure(Settings(project='p', stack='stack', organization='organization'))\n"
+        "pulumi.log.info('from pulumi.log')\n"
+        "pulumi.log.debug('debug line')\n"
+        "from components.vm.tpu_api import report\n"
+        "report('from report')\n"
+    )
+    pipe = subprocess.PIPE
+    with subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=pipe, stderr=pipe
+    ) as run:
+        out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    assert out == b""
+    assert err.decode().splitlines() == ["info: from pulumi.log", "tpu-vllm: from report"]
+    source = (ROOT / "components/vm/tpu_api.py").read_text()
+    assert "goes nowhere" not in source
+
+
 def test_check_reports_missing_run_limit() -> None:
     props = props_for("v5e1")
     props["max_run_seconds"] = None
@@ -518,6 +568,18 @@ def test_every_create_carries_a_request_id_stable_per_zone_attempt(tpu_env: Fake
     for request_id in (first[0], second[0]):
         assert request_id and str(uuid.UUID(request_id)) == request_id
     assert first[0] != second[0]
+
+
+def test_the_request_id_is_called_this_projects_addition_not_gclouds() -> None:
+    """Issue 22 item 10: gcloud sends no `requestId` for a queued-resource create
+    (googlecloudsdk `surface/compute/tpus/queued_resources/create.yaml` maps only
+    `queuedResourceId`, and no request hook of `command_lib/compute/tpus/queued_resources/
+    util.py` sets one): the docs must not credit gcloud with it."""
+    create = " ".join(section(read_doc("tpu-request"), "The create").split())
+    assert "One addition of this project's: the call carries a `requestId`" in create
+    assert "gcloud sends none" in create
+    module = (ROOT / "components/vm/queued_resource_create.py").read_text()
+    assert "is this project's addition: gcloud sets none" in " ".join(module.split())
 
 
 @pytest.mark.parametrize(

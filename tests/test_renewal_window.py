@@ -28,6 +28,7 @@ from components.vm.queued_resource_spec import RENEWAL_SUFFIX, REQUEST_LABEL, Sp
 from components.vm.tpu import queued_resource_props
 from components.vm.tpu_api import TpuApi
 from scripts import budget
+from tests.docs import read_doc
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.mock_outputs import MANAGED_ZONE, cloud_outputs
 from tests.pulumi_program import ROOT, refused, run_program
@@ -265,6 +266,24 @@ def test_inside_the_window_a_changed_drain_or_zone_list_is_stored_before_the_ren
         assert renewing.delete_before_replace is False
     lead_only = provider.diff(BASE, olds, props(4500))
     assert lead_only.replaces == ["termination_time"]
+
+
+def test_a_plain_up_without_refresh_renews_an_ended_run_when_a_lead_is_set() -> None:
+    """Issue 22 item 10: without `--refresh` the diff gets the state as stored (ACTIVE), but it
+    compares the stored end with now: a run past its end is inside the window and is renewed
+    create-first (the create then steps around the SUSPENDED predecessor: see
+    test_a_predecessor_that_ended_since_the_diff_is_stepped_around). Without a lead, nothing
+    tells it. docs/operations.md must say so."""
+    provider = QueuedResourceProvider()
+    ended = active(3900, -60)  # the state still says ACTIVE; its end was a minute ago
+    diff = provider.diff(BASE, ended, props(3900))
+    assert diff.replaces == ["termination_time"] and diff.delete_before_replace is False
+    unleaded = {**active(None, -60), "renewal_lead_seconds": None}
+    assert not provider.diff(BASE, unleaded, props(None)).changes
+    page = " ".join(read_doc("operations").split())
+    assert "does not notice the expiry" not in page
+    assert "compares the `expires_at` stored in the state with the current time" in page
+    assert "What only `--refresh` notices" in page
 
 
 def test_an_ended_tpu_or_a_spec_change_is_still_replaced_deleting_first() -> None:
