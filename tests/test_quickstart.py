@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from components.renewal import renew_command
-from tests.docs import doc_pages, read_doc
-from tests.pulumi_program import ROOT
+from tests.docs import doc_pages, read_doc, section
+from tests.pulumi_program import ROOT, stack_file_config
 
 QUICKSTART = ROOT / "scripts" / "quickstart.sh"
 
@@ -238,3 +238,21 @@ def test_gke_stack_with_the_auth_plugin_runs_up(tmp_path: Path) -> None:
     result, argv = _run(tmp_path, "v6e4-gke", fake=True, FAKE_WHOAMI_RC="0", FAKE_CONFIG_GET_RC="0")
     assert result.returncode == 0, result.stderr
     assert argv[-1] == "up -s v6e4-gke"
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4", "v6e4-gke"])
+def test_the_quickstart_says_in_words_that_the_model_is_gated_and_who_accepts_its_licence(
+    stack: str,
+) -> None:
+    """Issue 22 item 10: the Gemma models are gated. Without the licence accepted on the
+    model's page by the account whose token is stored, vLLM cannot download the weights on a
+    billing TPU; a link anchor alone does not tell the reader that. The Quickstart must say
+    it, with the page of each stack's `model.id` written out."""
+    model = str(stack_file_config(stack)["tpu-vllm:model"]["id"])
+    quickstart = " ".join(section(read_doc("README"), "Quickstart").split())
+    assert "The Gemma models are gated" in quickstart
+    assert f"https://huggingface.co/{model} for `{stack}`" in quickstart or (
+        f"https://huggingface.co/{model} for `v6e4` and `{stack}`" in quickstart
+    )
+    assert "logged in as the account whose token you are about to store" in quickstart
+    assert "accept the licence there" in quickstart
