@@ -181,11 +181,8 @@ def test_pods_ask_for_the_whole_slice_on_a_matching_tpu_node(run: ProgramRun) ->
     assert container["resources"]["requests"] == {"google.com/tpu": tp}
     assert tp == "4"
     pod = server_pod(run)
-    assert pod["nodeSelector"] == {
-        "cloud.google.com/compute-class": NS,
-        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-        "cloud.google.com/gke-tpu-topology": "2x2",
-    }
+    # The class alone (item 3 of issue 22): the class's rule names the slice.
+    assert pod["nodeSelector"] == {"cloud.google.com/compute-class": NS}
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
@@ -206,10 +203,9 @@ def test_pods_select_the_stacks_own_compute_class_and_tolerate_its_taint(run: Pr
         "value": name,
         "effect": "NoSchedule",
     } in pod["tolerations"]
-    # The class's TPU rule and the pod's TPU labels and request agree.
+    # The class's TPU rule names the slice, and the pod's request takes all of it.
     rule = tpu_rule(run)
-    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == rule["tpu"]["type"]
-    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == rule["tpu"]["topology"]
+    assert rule["tpu"] == {"type": "tpu-v6e-slice", "count": 4, "topology": "2x2"}
     count = int(rule["tpu"]["count"])  # numbers cross the engine as floats
     assert server_container(run)["resources"]["limits"]["google.com/tpu"] == str(count)
 
@@ -281,11 +277,7 @@ def test_v5e1_on_gke_uses_the_v5e_machine_type_and_labels() -> None:
     assert rule["machineType"] == "ct5lp-hightpu-1t"
     assert rule["tpu"] == {"type": "tpu-v5-lite-podslice", "count": 1, "topology": "1x1"}
     assert rule["location"] == {"zones": ["us-west4-a"]}
-    assert server_pod(run)["nodeSelector"] == {
-        "cloud.google.com/compute-class": NS,
-        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-        "cloud.google.com/gke-tpu-topology": "1x1",
-    }
+    assert server_pod(run)["nodeSelector"] == {"cloud.google.com/compute-class": NS}
     assert server_container(run)["resources"]["limits"] == {"google.com/tpu": "1"}
 
 

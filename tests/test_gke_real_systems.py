@@ -319,14 +319,23 @@ def test_pods_are_pinned_to_the_stacks_own_compute_class(run: ProgramRun) -> Non
     """In a shared cluster another v6e 2x2 pool matches the TPU labels too. The pods select the
     ComputeClass this stack owns (`cloud.google.com/compute-class`, GKE docs "About custom
     ComputeClasses"), whose auto-created pools carry that label and a matching taint: only
-    nodes made for this stack's class take these pods."""
+    nodes made for this stack's class take these pods.
+
+    By the class alone, as the reference does (GoogleCloudPlatform/accelerated-platforms
+    `online-inference-tpu/vllm/v6e-gemma-4-31b-it/patch-nodeselector.yaml` has exactly one
+    selector, `cloud.google.com/compute-class`); Google's notes advise against mixing a class
+    with other hard node selectors (GoogleCloudPlatform/gke-mcp `gke-compute-class-creator`),
+    and no GKE source says the TPU labels are accepted and needed beside it. The class's rule
+    names the slice instead."""
     [node_class] = [r for r in run.resources if r.type.endswith(":ComputeClass")]
     [pod] = pod_specs(run.one(DEPLOYMENT).inputs)
     name = node_class.inputs["metadata"]["name"]
-    assert pod["nodeSelector"]["cloud.google.com/compute-class"] == name
+    assert pod["nodeSelector"] == {"cloud.google.com/compute-class": name}
     assert name.startswith("tpu-vllm-")  # the stack's own, not a shared class
-    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
-    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2"
+    assert not pod.get("affinity")  # no node affinity sneaks the labels back in
+    [rule] = node_class.inputs["spec"]["priorities"]
+    assert rule["tpu"]["type"] == "tpu-v6e-slice"
+    assert rule["tpu"]["topology"] == "2x2"
     assert node_class.name in run.dependencies["vllm-deployment"]
 
 

@@ -15,9 +15,9 @@ is probed over HTTP.
 
 Shapes follow GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`
 (`base/deployment.yaml`: `strategy: Recreate`, a `/health` readiness probe, `/dev/shm` as a
-memory emptyDir; `v*-*/patch-resources.yaml`: `google.com/tpu` requests and limits), except
-node selection (it names a ComputeClass; see `catalog.GkeTpu`), and the GKE docs for the
-Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
+memory emptyDir; `v*-*/patch-resources.yaml`: `google.com/tpu` requests and limits;
+`v*-*/patch-nodeselector.yaml`: the ComputeClass alone, here the stack's own), and the GKE docs
+for the Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
 """
 
 from __future__ import annotations
@@ -191,17 +191,15 @@ def secrets_volume(name: str, provider_class: str) -> dict[str, Any]:
 
 
 def node_selector(config: StackConfig) -> dict[str, str]:
-    """The TPU node this replica needs: one of the stack's own ComputeClass (which creates and
-    recycles them, components/gke/compute_class.py), with the slice GKE labels every TPU node with
-    (the class's `tpu` rule; GKE accepts such system labels beside a class from
-    1.32.3-gke.1499000, docs "About custom ComputeClasses")."""
-    gke = config.tpu.chip.gke
-    assert gke is not None  # validated: backend gke needs a GKE machine type
-    return {
-        **compute_class.node_selector(config),
-        catalog.GKE_TPU_ACCELERATOR_LABEL: gke.accelerator,
-        catalog.GKE_TPU_TOPOLOGY_LABEL: gke.topology,
-    }
+    """The TPU node this replica needs: one of the stack's own ComputeClass, selected by the
+    class alone. The class's `tpu` rule already names the slice (components/gke/compute_class.py),
+    so its nodes are the right TPU; the reference this follows selects only
+    `cloud.google.com/compute-class` (GoogleCloudPlatform/accelerated-platforms
+    `online-inference-tpu/vllm/v6e-gemma-4-31b-it/patch-nodeselector.yaml`), and Google's notes
+    advise against other hard node selectors beside a class (GoogleCloudPlatform/gke-mcp skill
+    `gke-compute-class-creator`). No source says GKE accepts, or needs, the TPU node labels
+    (`cloud.google.com/gke-tpu-accelerator`, `gke-tpu-topology`) there, so they are not set."""
+    return compute_class.node_selector(config)
 
 
 TPU_TOLERATION = {
