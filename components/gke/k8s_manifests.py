@@ -2,7 +2,8 @@
 
 Pure functions, so the same dicts are what Pulumi sends (components/gke/k8s_workload.py) and
 what the tests validate against the Kubernetes OpenAPI schema offline. Values that only exist after
-`pulumi up` (the service account's email, the reserved address's name, the API key's version) are passed in as Pulumi inputs and nested as they are.
+`pulumi up` (the service account's email, the reserved address's name, the API key's version)
+are passed in as Pulumi inputs and nested as they are.
 
 What the server runs is the VM path's, from the same code: the image `vllm.image`, the
 entrypoint scripts/remote/vllm_entrypoint.sh (mounted from a ConfigMap, reads the API key file
