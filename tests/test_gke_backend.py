@@ -635,7 +635,7 @@ def test_pods_restore_and_save_the_vm_paths_compile_cache(run: ProgramRun) -> No
     assert scripts["cache_restore.sh"].startswith("set -euo pipefail\n")
     writer = run.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs
     assert writer["member"] == f"serviceAccount:{GSA}"
-    role = run.one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs
+    role = run.named("vllm-pod-reader").inputs
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
     assert run.outputs["cache_restored"]["restored"] is False
 

@@ -9,8 +9,9 @@ Its part of the flow: `__main__.py` calls `backend.build_gke`, which registers:
 - k8s_workload: `GkeWorkload`, a Kubernetes provider bound to the cluster and the objects it
   creates: the stack's ComputeClass (compute_class: GKE creates and recycles the flex-start TPU
   nodes), the namespace, the Deployment, the Service, the PodDisruptionBudget and the readiness
-  Job, all built as plain manifests (k8s_manifests, and cache_manifests for the compile cache's
-  init container and sidecar); then returns its `BackendOutputs`.
+  Job, all built as plain manifests (k8s_manifests; cache_manifests for the compile cache's
+  init container and sidecar; readiness_manifests for the readiness Job and its Role); then
+  returns its `BackendOutputs`.
 
 May import: the shared top of components/ (components.config, catalog, naming, secrets,
 compile_cache, jax_cache_env, remote_scripts, dns, renewal, outputs, messages) and its own

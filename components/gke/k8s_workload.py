@@ -5,10 +5,11 @@ Readiness, deliberately: pulumi-kubernetes would wait on the Deployment until it
 and a `Recreate` Deployment is Available only when *every* replica is (its maxUnavailable is 0),
 which with flex-start means N TPU nodes found at once. So the Deployment is applied with
 `pulumi.com/skipAwait`, and so is the Service (its own await also demands that no endpoint be
-not-ready, which a starting replica is), and a Job (`k8s_manifests.readiness_job`) is what
-`pulumi up` waits on:
-pulumi-kubernetes awaits a Job until it completes, and this one completes when one replica
-answers /health and /v1/models through the Service (which sends traffic only to Ready pods).
+not-ready, which a starting replica is), and a Job (`readiness_manifests.readiness_job`) is
+what `pulumi up` waits on: pulumi-kubernetes awaits a Job until it completes, and this one
+completes once the Deployment has rolled out the generation the Job was created for (so no pod
+of the old template can answer, through kube-proxy's fallback to terminating endpoints) and one
+replica answers /health and /v1/models through the Service.
 Its await timeout is `tpu.capacityWait + vllm.readinessTimeout` plus a margin; the pods' startup
 probe allows `vllm.readinessTimeout` from container start. The Job runs in the cluster, so the
 API key never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
@@ -29,7 +30,7 @@ import pulumi_kubernetes as k8s
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.gke import cache_manifests, compute_class
+from components.gke import cache_manifests, compute_class, readiness_manifests
 from components.gke import k8s_manifests as m
 from components.naming import resource_id
 from components.outputs import endpoint_urls
@@ -111,7 +112,12 @@ class GkeWorkload(pulumi.ComponentResource):
                 config, args.cache_prefix, args.cache_restore_timeout_seconds
             )
             files.update(cache_manifests.cache_script_files())
-            pod_reader = self._pod_reader(name, config, in_ns)
+            pod_reader = self._grant(
+                f"{name}-pod-reader",
+                cache_manifests.pod_reader_role(config),
+                cache_manifests.pod_reader_binding(config),
+                in_ns,
+            )
         scripts = m.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
             f"{name}-scripts", metadata=_k8s(scripts["metadata"]), data=scripts["data"], opts=in_ns
@@ -195,9 +201,16 @@ class GkeWorkload(pulumi.ComponentResource):
             spec=_k8s(budget["spec"]),
             opts=in_ns,
         )
+        # The Job reads the Deployment's rollout before it asks the Service.
+        rollout_reader = self._grant(
+            f"{name}-rollout-reader",
+            readiness_manifests.rollout_reader_role(config),
+            readiness_manifests.rollout_reader_binding(config),
+            in_ns,
+        )
         revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
-        job = m.readiness_job(config, revision)
-        wait = f"{m.readiness_deadline_seconds(config) + AWAIT_MARGIN_SECONDS}s"
+        job = readiness_manifests.readiness_job(config, revision)
+        wait = f"{readiness_manifests.readiness_deadline_seconds(config) + AWAIT_MARGIN_SECONDS}s"
         self.ready = k8s.batch.v1.Job(
             f"{name}-ready",
             metadata=_k8s(job["metadata"]),
@@ -207,7 +220,12 @@ class GkeWorkload(pulumi.ComponentResource):
                 pulumi.ResourceOptions(
                     # The Deployment first: on an update, a Job created before the new pod
                     # template is applied would pass against the old pods.
-                    depends_on=[self.deployment, self.service, self.probe_secrets],
+                    depends_on=[
+                        self.deployment,
+                        self.service,
+                        self.probe_secrets,
+                        *rollout_reader,
+                    ],
                     custom_timeouts=pulumi.CustomTimeouts(create=wait, update=wait),
                     # The Job's name is fixed: the old one goes before a new one runs.
                     delete_before_replace=True,
@@ -220,25 +238,25 @@ class GkeWorkload(pulumi.ComponentResource):
         self.openai_base_url = urls.openai_base_url
         self.register_outputs(urls.as_outputs())
 
-    def _pod_reader(
-        self, name: str, config: StackConfig, opts: pulumi.ResourceOptions
+    def _grant(
+        self,
+        name: str,
+        role: Mapping[str, Any],
+        binding: Mapping[str, Any],
+        opts: pulumi.ResourceOptions,
     ) -> list[pulumi.Resource]:
-        """The Role that lets the pods read their own status, and its binding to their KSA."""
-        role = cache_manifests.pod_reader_role(config)
-        self.pod_reader = k8s.rbac.v1.Role(
-            f"{name}-pod-reader", metadata=_k8s(role["metadata"]), rules=role["rules"], opts=opts
+        """A Role and its binding to the pods' KSA (`NAME`, `NAME-binding`)."""
+        made = k8s.rbac.v1.Role(
+            name, metadata=_k8s(role["metadata"]), rules=role["rules"], opts=opts
         )
-        binding = cache_manifests.pod_reader_binding(config)
-        self.pod_reader_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-pod-reader-binding",
+        bound = k8s.rbac.v1.RoleBinding(
+            f"{name}-binding",
             metadata=_k8s(binding["metadata"]),
             role_ref=binding["roleRef"],
             subjects=binding["subjects"],
-            opts=pulumi.ResourceOptions.merge(
-                opts, pulumi.ResourceOptions(depends_on=[self.pod_reader])
-            ),
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[made])),
         )
-        return [self.pod_reader, self.pod_reader_binding]
+        return [made, bound]
 
     @staticmethod
     def _secret_provider_class(
