@@ -293,7 +293,7 @@ def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
     for flag, value in itertools.pairwise(container["args"][3:]):
         if flag.startswith("--") and not value.startswith("--"):
             assert f"{flag} {value}" in start.inputs["create"].replace("'", "")
-    scripts = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    scripts = run.named("vllm-scripts").inputs["data"]
     assert scripts["entrypoint.sh"] == (ROOT / "scripts/remote/vllm_entrypoint.sh").read_text()
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["HF_HOME"] == "/dev/shm"  # the VM path's HF cache in memory
@@ -327,7 +327,7 @@ def test_up_waits_for_one_replica_to_answer_v1_models(run: ProgramRun) -> None:
     # capacityWait 30m (default) + readinessTimeout 60m
     assert int(env["DEADLINE_SECONDS"]) == 90 * 60
     assert job["spec"]["activeDeadlineSeconds"] > int(env["DEADLINE_SECONDS"])
-    script = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]["wait_ready.sh"]
+    script = run.named("vllm-scripts").inputs["data"]["wait_ready.sh"]
     assert script.startswith("set -euo pipefail\n")
     assert "/v1/models" in script and "--header @-" in script
     assert job["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
@@ -630,7 +630,7 @@ def test_pods_restore_and_save_the_vm_paths_compile_cache(run: ProgramRun) -> No
     for container in (restore, save, server_container(run)):
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         assert mounts["vllm-cache"] == "/root/.cache/vllm"  # one emptyDir, shared
-    scripts = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    scripts = run.named("vllm-scripts").inputs["data"]
     assert scripts["xla_cache.py"] == (ROOT / "scripts/remote/xla_cache.py").read_text()
     assert scripts["cache_restore.sh"].startswith("set -euo pipefail\n")
     writer = run.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs

@@ -361,7 +361,7 @@ def test_the_deployment_waits_for_the_pod_reader_grant_when_the_cache_is_on(
     roles = {r.name for r in run.resources if r.type.startswith("kubernetes:rbac.")}
     roles -= {"vllm-rollout-reader", "vllm-rollout-reader-binding"}  # the readiness Job's
     deployment = run.dependencies["vllm-deployment"]
-    if "cache_restore.sh" in run.one("kubernetes:core/v1:ConfigMap").inputs["data"]:
+    if "cache_restore.sh" in run.named("vllm-scripts").inputs["data"]:
         assert roles == {"vllm-pod-reader", "vllm-pod-reader-binding"}
         assert roles <= deployment
     else:

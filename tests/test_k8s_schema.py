@@ -214,6 +214,7 @@ def test_the_backend_sends_the_objects_it_should(run: ProgramRun) -> None:
         [
             "ComputeClass",
             "ConfigMap",
+            "ConfigMap",  # the pods' owner (components/gke/pod_owner.py)
             "Deployment",
             "PodDisruptionBudget",
             "Job",

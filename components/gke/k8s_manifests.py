@@ -269,8 +269,12 @@ def deployment(
     api_key_version: pulumi.Input[str],
     scripts_digest: str,
     extras: PodExtras | None = None,
+    owner_references: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """N replicas of the server, one TPU node each, replaced all at once on an update.
+
+    `owner_references`: what the Deployment hangs from (components/gke/pod_owner.py), so that
+    `pulumi destroy` waits for its pods.
 
     Why `Recreate` and not a rolling update, now that the stack's ComputeClass could give a
     surge pod a node of its own:
@@ -354,7 +358,11 @@ def deployment(
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(
-            DEPLOYMENT, namespace_name(config.stack), config, annotations=dict(SKIP_AWAIT)
+            DEPLOYMENT,
+            namespace_name(config.stack),
+            config,
+            annotations=dict(SKIP_AWAIT),
+            **({"ownerReferences": list(owner_references)} if owner_references else {}),
         ),
         "spec": {
             "replicas": config.replicas,

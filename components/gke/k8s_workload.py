@@ -17,6 +17,10 @@ API key never passes through Pulumi and the deployer need not be in `access.allo
 The TPU nodes come from the stack's own ComputeClass (components/gke/compute_class.py), which GKE
 uses to create node pools and to recycle flex-start nodes ahead of their end; a
 PodDisruptionBudget keeps one replica serving while a node is drained.
+
+skipAwait also makes the Deployment's delete return at once, so the Deployment hangs from an
+owner (components/gke/pod_owner.py) whose delete waits for the pods, and what the pods use is a
+dependency of that owner: `pulumi destroy` removes it only once the pods are gone.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import pulumi_kubernetes as k8s
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.gke import cache_manifests, compute_class, readiness_manifests
+from components.gke import cache_manifests, compute_class, pod_owner, readiness_manifests
 from components.gke import k8s_manifests as m
 from components.naming import resource_id
 from components.outputs import endpoint_urls
@@ -144,28 +148,46 @@ class GkeWorkload(pulumi.ComponentResource):
             m.secret_provider_class(config, m.PROBE_SECRETS, [api_key]),
             in_ns,
         )
+        # What the pods use, which `pulumi destroy` must delete only once they are gone: the
+        # pods' owner depends on it all, and its delete waits for the pods
+        # (components/gke/pod_owner.py); the Deployment depends on the owner.
+        used = [
+            self.service_account,
+            self.scripts,
+            self.server_secrets,
+            self.compute_class,
+            *pod_reader,
+            *args.after,
+        ]
+        owner = pod_owner.pods_owner(config)
+        self.pods_owner = k8s.core.v1.ConfigMap(
+            f"{name}-pods-owner",
+            metadata=_k8s(owner["metadata"]),
+            opts=pulumi.ResourceOptions.merge(
+                in_ns,
+                pulumi.ResourceOptions(
+                    depends_on=used,
+                    custom_timeouts=pulumi.CustomTimeouts(delete=pod_owner.DELETE_TIMEOUT),
+                ),
+            ),
+        )
         deployment = m.deployment(
             config,
             api_key_version=key_version,
             scripts_digest=m.digest(sorted(files.items())),
             extras=extras,
+            owner_references=[
+                pod_owner.owner_reference(
+                    self.pods_owner.metadata.name, self.pods_owner.metadata.uid
+                )
+            ],
         )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=_k8s(deployment["metadata"]),
             spec=_k8s(deployment["spec"]),
             opts=pulumi.ResourceOptions.merge(
-                in_ns,
-                pulumi.ResourceOptions(
-                    depends_on=[
-                        self.service_account,
-                        self.scripts,
-                        self.server_secrets,
-                        self.compute_class,
-                        *pod_reader,
-                        *args.after,
-                    ]
-                ),
+                in_ns, pulumi.ResourceOptions(depends_on=[*used, self.pods_owner])
             ),
         )
         # Not awaited (`pulumi.com/skipAwait`, see `k8s_manifests.service`): GKE programs the
