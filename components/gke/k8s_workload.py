@@ -241,7 +241,8 @@ class GkeWorkload(pulumi.ComponentResource):
                 in_ns,
                 pulumi.ResourceOptions(
                     # The Deployment first: on an update, a Job created before the new pod
-                    # template is applied would pass against the old pods.
+                    # template is applied would wait for the old generation, and pass against
+                    # the old pods; and its Role, or its first read is refused.
                     depends_on=[
                         self.deployment,
                         self.service,
