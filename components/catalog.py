@@ -163,11 +163,12 @@ class GkeTpu:
 
     GKE docs "Plan TPUs in GKE" (single-host slice table): v5e nodes carry
     `cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice`, v6e `tpu-v6e-slice`, and
-    `cloud.google.com/gke-tpu-topology` `1x1` / `2x2` / `2x4` for 1, 4 and 8 chips; pods select
-    them by these two labels (GoogleCloudPlatform/cluster-toolkit `examples/gke-tpu-v6e`). The
+    `cloud.google.com/gke-tpu-topology` `1x1` / `2x2` / `2x4` for 1, 4 and 8 chips
+    (GoogleCloudPlatform/cluster-toolkit `examples/gke-tpu-v6e` selects nodes by them). The
     node offers `google.com/tpu` = the chip count, and is tainted `google.com/tpu`.
-    GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm` selects its nodes
-    differently: through a ComputeClass (`cloud.google.com/compute-class: tpu-v6e-2x2`, whose
+    The stack's ComputeClass names the slice by `type` (the accelerator) and `topology`, and the
+    pods select the class alone, as GoogleCloudPlatform/accelerated-platforms
+    `online-inference-tpu/vllm` does (`cloud.google.com/compute-class: tpu-v6e-2x2`, whose
     priorities include `flexStart` with `nodeRecycling`: `platforms/gke/base/core/
     custom_compute_class/templates/manifests/tpu/v6e/custom-compute-tpu-v6e-2x2.yaml`).
     """
@@ -177,8 +178,6 @@ class GkeTpu:
     topology: str
 
 
-GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 GKE_TPU_RESOURCE = "google.com/tpu"
 
 GKE_TPUS: Mapping[str, GkeTpu] = MappingProxyType(

@@ -105,7 +105,7 @@ class Pod:
         self.tmp = tmp / name
         self.tools = self.tmp / "tpu-vllm"
         self.tools.mkdir(parents=True)
-        for file, text in run.one("kubernetes:core/v1:ConfigMap").inputs["data"].items():
+        for file, text in run.named("vllm-scripts").inputs["data"].items():
             (self.tools / file).write_text(text)
         account = self.tmp / "serviceaccount"
         account.mkdir()

@@ -407,7 +407,8 @@ def test_consumer_example_runs_against_what_the_engine_stores(name: str) -> None
 RESOURCE_COUNTS = {
     "v5e1": 24,  # 21, plus the compile cache's component, bucket, grant
     "v6e4": 24,
-    "v6e4-gke": 30,  # no TPU node pool; the ComputeClass, the PodDisruptionBudget, the CRD wait
+    "v6e4-gke": 33,  # no TPU node pool; the ComputeClass, the PodDisruptionBudget, the CRD wait,
+    # the readiness Job's rollout Role and binding, the pods' owner
 }
 
 

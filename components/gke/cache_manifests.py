@@ -13,11 +13,11 @@ from typing import Any
 from components import remote_scripts
 from components.config import StackConfig
 from components.gke.k8s_manifests import (
-    KSA,
     SCRIPTS_DIR,
     VLLM_CACHE_DIR,
     PodExtras,
     _meta,
+    ksa_role_binding,
     namespace_name,
 )
 
@@ -99,11 +99,4 @@ def pod_reader_role(config: StackConfig) -> dict[str, Any]:
 
 
 def pod_reader_binding(config: StackConfig) -> dict[str, Any]:
-    ns = namespace_name(config.stack)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _meta(POD_READER, ns, config),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": POD_READER},
-        "subjects": [{"kind": "ServiceAccount", "name": KSA, "namespace": ns}],
-    }
+    return ksa_role_binding(config, POD_READER)
