@@ -169,13 +169,15 @@ class Pod:
             deadline = time.monotonic() + 120
             while not summary.exists() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
+            first = dict(json.loads(summary.read_text()))  # the save after ready
             time.sleep(0.3)
             assert proc.poll() is None, "the sidecar exited: Kubernetes would restart it"
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
-            _, stderr = proc.communicate(timeout=10)
+            _, stderr = proc.communicate(timeout=30)
         assert TOKEN not in stderr
-        return dict(json.loads(summary.read_text()))
+        self.save_log = stderr
+        return first
 
 
 def bucket_of(prefix: str) -> str:
@@ -332,7 +334,7 @@ def test_a_token_refusal_is_final_on_a_vm_and_explained_when_it_lasts_in_a_pod(
     with pytest.raises(RuntimeError, match="refused a token: HTTP 404"):
         tool.JsonApi()._fetch_token(tool.Deadline(60))
     assert fake_metadata.refused == 1
-    monkeypatch.setattr(tool, "TOKEN_RETRY_SECONDS", 1.0)
+    monkeypatch.setattr(tool.api, "TOKEN_RETRY_SECONDS", 1.0)
     monkeypatch.setattr(tool.JsonApi, "in_pod", True)
     with pytest.raises(RuntimeError, match=r"attempts \(HTTP 404\); .*Workload Identity"):
         tool.JsonApi()._fetch_token(tool.Deadline(60))
