@@ -582,14 +582,13 @@ def test_a_restore_works_in_the_cache_directory_the_root_server_created(lab: Lab
 @pytest.mark.parametrize("installed", ["cat,cp", "none"], ids=["no-rsync", "no-storage-group"])
 def test_an_older_cloud_sdk_falls_back_to_the_json_api(lab: Lab, installed: str) -> None:
     """gcloud is on PATH but its `storage` lacks `rsync` / `objects update` (or the whole
-    group): it refuses the command line with exit status 2 and "Invalid choice". The tool then
-    uses the JSON API, so the save and the next node's restore still work."""
+    group): it refuses the command line with exit status 2 and "Invalid choice". The restore
+    then uses the JSON API (the save always does), so the next node's restore still works."""
     old_sdk = {"FAKE_GCLOUD_STORAGE_COMMANDS": installed}
     first = lab.start(lab.node(env=old_sdk))
     assert first.code == 0, first.stdout
     saved = first.wait_saved()
     assert saved["ok"] and saved["uploaded"] == COMPILED, first.save_log()
-    assert "using the Cloud Storage JSON API" in first.start_stderr  # the restore fell back
     lab.open_up()
     assert len([n for n in lab.objects() if n.endswith("-cache")]) == COMPILED
 
@@ -599,6 +598,7 @@ def test_an_older_cloud_sdk_falls_back_to_the_json_api(lab: Lab, installed: str)
     assert cache["restored"] is True, (cache, second.start_stderr)
     assert second.xla_cache == "warm"
     assert "Invalid choice" in second.start_stderr
+    assert "using the Cloud Storage JSON API" in second.start_stderr  # the restore fell back
     tried = [c["argv"][1:3] for c in lab.gcloud_calls(node) if c["argv"][1:2] == ["storage"]]
     assert tried  # gcloud was asked first, as on a VM that has it
 
@@ -708,3 +708,55 @@ def test_latest_moves_only_after_the_files_and_the_manifest(
         assert store.get("b", "xla-cache/KEY/LATEST") == b"img-good"
     finally:
         api.stop()
+
+
+def recorded(lab: Lab, generation: str) -> dict[str, Any]:
+    """The generation's MANIFEST.json records (`generation`: its key under the bucket)."""
+    raw = lab.store.get(lab.bucket, generation + "MANIFEST.json")
+    return dict(json.loads(raw)["files"])
+
+
+def test_a_compile_after_ready_is_saved_at_the_next_save_interval(lab: Lab) -> None:
+    """Requests bring shapes the start did not compile, and JAX writes each as an entry. The
+    watcher the readiness command leaves behind saves again every `cache.saveInterval` (here
+    2 s): the entry is in the bucket and the manifest while the server runs on. (The VM's
+    deletion at a flex-start run's end gives no moment for a last save: this is the bound.)"""
+    node = lab.node()
+    first = lab.start(node, {"tpu-vllm:cache.saveInterval": "2s"})
+    assert first.code == 0, first.stdout
+    saved = first.wait_saved()  # the save at ready, or already a periodic one after it
+    assert saved["ok"], first.save_log()
+    generation = saved["generation"][len(f"gs://{lab.bucket}/") :]
+    cache_dir = node.home / ".cache" / "vllm" / "xla_cache"
+    later = f"jit_later-{'3' * 64}-cache"
+    (cache_dir / later).write_bytes(os.urandom(20_000))  # as root, as the server writes
+    deadline = time.monotonic() + 60
+    while later not in recorded(lab, generation) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert later in recorded(lab, generation), first.save_log()
+    assert len(recorded(lab, generation)) == COMPILED + 1
+    assert lab.store.get(lab.bucket, generation + later) == (cache_dir / later).read_bytes()
+    assert "why=periodic" in first.save_log()
+
+
+def test_a_compile_after_ready_is_saved_when_the_container_stops(lab: Lab) -> None:
+    """The watcher also saves once more when the container stops (`docker wait` returns: a
+    `docker stop`, the next start's `docker rm -f`, a crash), with the default interval (5m)
+    far off: the entry written after the save at ready is carried by that last save."""
+    node = lab.node()
+    first = lab.start(node)
+    assert first.code == 0, first.stdout
+    saved = first.wait_saved()
+    assert saved["ok"] and saved["why"] == "ready"
+    generation = saved["generation"][len(f"gs://{lab.bucket}/") :]
+    cache_dir = node.home / ".cache" / "vllm" / "xla_cache"
+    last = f"jit_last-{'4' * 64}-cache"
+    (cache_dir / last).write_bytes(os.urandom(20_000))
+    time.sleep(1.2)  # complete: older than the save's settle pause
+    stopped = node.run(f"sudo docker stop {first.container}", timeout=60)
+    assert stopped.returncode == 0, stopped.stderr.decode()
+    summary = first.wait_last_save()
+    assert summary["ok"] and summary["uploaded"] == 1, summary
+    assert last in recorded(lab, generation), first.save_log()
+    assert lab.store.get(lab.bucket, generation + last) == (cache_dir / last).read_bytes()
+    assert "saving what is new one last time" in first.save_log()

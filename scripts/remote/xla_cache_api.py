@@ -54,9 +54,7 @@ MAX_SOCKET_TIMEOUT = 120.0
 #: The shortest socket timeout a transfer read gets, just before the deadline.
 MIN_READ_TIMEOUT = 0.1
 #: The Object fields the tool reads from a listing.
-LIST_FIELDS = (
-    "items(name,size,md5Hash,metadata,timeCreated,generation,customTime),nextPageToken"
-)
+LIST_FIELDS = "items(name,size,md5Hash,metadata,timeCreated,generation,customTime),nextPageToken"
 
 
 class PreconditionFailed(RuntimeError):
