@@ -48,8 +48,6 @@ file's mtime as ``goog-reserved-file-mtime``, googlecloudsdk/command_lib/storage
 from __future__ import annotations
 
 import contextlib
-import email.parser
-import email.policy
 import json
 import threading
 import time
@@ -300,7 +298,12 @@ class FakeGcsApi(LoopbackHttpServer):
                 expected = int(condition) if condition is not None else None
                 if method == "GET" and query.get("alt") == "media":
                     store.apply_fault("read", name)
-                    data, _stored = store.read_object(bucket, name, expected)
+                    # Unconditional: the bytes alone, which a write replaces whole (os.replace).
+                    data = (
+                        store.get(bucket, name)
+                        if expected is None
+                        else store.read_object(bucket, name, expected)[0]
+                    )
                     broken = next((b for b in fake.broken_bodies if b.match in name), None)
                     if broken is None:
                         self._answer(200, None, data)
@@ -370,13 +373,28 @@ class _Server(ThreadingHTTPServer):
 
 
 def _multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], bytes]:
-    """The JSON metadata part and the media part of a multipart/related upload."""
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        f"Content-Type: {content_type}\r\n\r\n".encode() + body
-    )
-    parts = [p.get_payload(decode=True) for p in message.iter_parts()]
-    if len(parts) != 2 or not all(isinstance(p, bytes) for p in parts):
+    """The JSON metadata part and the media part of a multipart/related upload (RFC 2387):
+    parts between `--BOUNDARY` delimiters, each delimiter after a CRLF, each part its headers,
+    an empty line, then its content; the last delimiter is `--BOUNDARY--` (RFC 2046 5.1.1).
+    Split on the delimiter rather than parsed line by line: a part may be megabytes."""
+    kind, _, rest = content_type.partition(";")
+    params = {}
+    for param in rest.split(";"):
+        name, _, value = param.strip().partition("=")
+        params[name.lower()] = value.strip().strip('"')
+    boundary = params.get("boundary", "")
+    start = body.find(b"--" + boundary.encode()) if boundary else -1
+    if kind.strip().lower() != "multipart/related" or start < 0:
+        raise StoreError(400, "a multipart upload needs a multipart/related body with a boundary")
+    parts: list[bytes] = []
+    for chunk in body[start + len(boundary) + 2 :].split(b"\r\n--" + boundary.encode()):
+        if chunk.startswith(b"--"):  # the close delimiter
+            break
+        _headers, blank, content = chunk.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        if not blank:
+            raise StoreError(400, "a multipart part without its empty line after the headers")
+        parts.append(content)
+    if len(parts) != 2:
         raise StoreError(400, "a multipart upload needs a metadata part and a media part")
     meta, data = parts
-    assert isinstance(meta, bytes) and isinstance(data, bytes)
     return dict(json.loads(meta)), data
