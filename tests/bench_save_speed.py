@@ -21,7 +21,6 @@ Python loopback server.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -29,13 +28,20 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from components.compile_cache import generation_name
-from tests.bench_restore_speed import DOWNLOADED, SEED_000_MB, sizes
+from tests.bench_restore_speed import (
+    DOWNLOADED,
+    arguments,
+    describe,
+    loopback,
+    sizes,
+    sweep,
+    tool_env,
+)
 from tests.fakes.gcs_api import FakeGcsApi
 from tests.fakes.metadata_server import FakeMetadataServer
 
@@ -74,13 +80,7 @@ def save_then_restore(
     run: str,
 ) -> dict[str, Any]:
     """A cold node's save into an empty generation, then a fresh node's restore of it."""
-    env = {
-        **os.environ,
-        "TPU_VLLM_CACHE_VIA": "api",
-        "TPU_VLLM_CACHE_WORKERS": str(workers),
-        "STORAGE_API_ENDPOINT": api.url,
-        "GCE_METADATA_HOST": metadata.host,
-    }
+    env = tool_env(api, metadata, workers)
     prefix = f"gs://{BUCKET}/xla-cache/{run}/"
     saver = root / f"saver-{run}"
     state = {"prefix": prefix, "generation": generation_name(IMAGE), "dir": str(cache)}
@@ -118,66 +118,32 @@ def save_then_restore(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--entries", type=int, default=300)
-    parser.add_argument("--mb", type=float, default=SEED_000_MB)
-    parser.add_argument("--workers", default="1,16", help="pool sizes, comma-separated")
-    parser.add_argument("--latency", default="0,0.03", help="seconds per request, comma-separated")
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    pools = [int(w) for w in args.workers.split(",")]
-    latencies = [float(x) for x in args.latency.split(",")]
+    args = arguments(__doc__)
+    with loopback("tpu-vllm-bench-save-") as (root, api, metadata):
+        api.store.create_bucket(BUCKET)
+        made = sizes(args.entries, int(args.mb * 1e6))
+        cache = root / "xla_cache"
+        make_cache(cache, made)
+        print(describe(made, args.runs), flush=True)
+        print(
+            f"{'latency':>8} {'workers':>7} {'upload MB/s':>12} {'save s':>7} "
+            f"{'save MB/s':>10} {'in flight':>9} {'restore MB/s':>13}"
+        )
 
-    root = Path(tempfile.mkdtemp(prefix="tpu-vllm-bench-save-"))
-    try:
-        metadata = FakeMetadataServer().start()
-        api = FakeGcsApi(root / "gcs", token=metadata.access_token).start()
-        try:
-            api.store.create_bucket(BUCKET)
-            made = sizes(args.entries, int(args.mb * 1e6))
-            cache = root / "xla_cache"
-            make_cache(cache, made)
-            print(
-                f"cache: {len(made)} entries, {sum(made) / 1e6:.0f} MB, "
-                f"{min(made) / 1024:.1f} KiB to {max(made) / 2**20:.1f} MiB "
-                f"(median {statistics.median(made) / 1024:.0f} KiB); {args.runs} runs each, "
-                "medians",
-                flush=True,
+        def row(latency: float, workers: int, runs: list[dict[str, Any]], rate: float) -> str:
+            save_s = statistics.median(r["save_s"] for r in runs)
+            download = statistics.median(r["download_mb_s"] for r in runs)
+            return (
+                f"{latency * 1000:>6.0f}ms {workers:>7} {rate:>12.1f} {save_s:>7.2f} "
+                f"{runs[0]['bytes'] / 1e6 / max(save_s, 1e-3):>10.1f} "
+                f"{max(r['in_flight'] for r in runs):>9} {download:>13.1f}"
             )
-            print(
-                f"{'latency':>8} {'workers':>7} {'upload MB/s':>12} {'save s':>7} "
-                f"{'save MB/s':>10} {'in flight':>9} {'restore MB/s':>13}"
-            )
-            count = 0
-            for latency in latencies:
-                api.latency = latency
-                serial = 0.0
-                for workers in pools:
-                    runs = []
-                    for _ in range(args.runs):
-                        count += 1
-                        runs.append(
-                            save_then_restore(
-                                api, metadata, root, cache, workers=workers, run=f"R{count}"
-                            )
-                        )
-                    rate = statistics.median(r["upload_mb_s"] for r in runs)
-                    save_s = statistics.median(r["save_s"] for r in runs)
-                    download = statistics.median(r["download_mb_s"] for r in runs)
-                    if workers == 1:
-                        serial = rate
-                    ratio = f" ({rate / serial:.1f}x serial)" if serial and workers != 1 else ""
-                    print(
-                        f"{latency * 1000:>6.0f}ms {workers:>7} {rate:>12.1f} {save_s:>7.2f} "
-                        f"{runs[0]['bytes'] / 1e6 / max(save_s, 1e-3):>10.1f} "
-                        f"{max(r['in_flight'] for r in runs):>9} {download:>13.1f}{ratio}",
-                        flush=True,
-                    )
-        finally:
-            api.stop()
-            metadata.stop()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+
+        def measure(workers: int, run: str) -> dict[str, Any]:
+            name = "R" + run.replace(".", "_")
+            return save_then_restore(api, metadata, root, cache, workers=workers, run=name)
+
+        sweep(api, args, measure, "upload_mb_s", row)
 
 
 if __name__ == "__main__":
