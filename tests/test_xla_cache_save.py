@@ -372,3 +372,29 @@ def test_one_watcher_per_container(cloud: Cloud, tmp_path: Path) -> None:
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=30)
+
+
+def test_when_the_save_at_ready_fails_the_next_one_moves_latest(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    """Later saves leave LATEST to the start that owns it, but the save at ready is the one
+    that points it here: if that one fails (the bucket refuses LATEST for a moment), the next
+    save that succeeds does it instead."""
+    cloud.store.put(BUCKET, f"{KEY}LATEST", b"img-olderimage000")
+    cloud.store.set_fault("put", fail="backendError: unavailable", match="LATEST")
+    node = Node(tmp_path / "a", cloud)
+    node.add(entries("l", 2))
+    proc = node.start("watch", "--every", "1")
+    try:
+        wait_for(lambda: node.summary().get("why") == "ready", 60, "the save at ready")
+        assert node.summary()["ok"] is False and cloud.latest() == b"img-olderimage000"
+        cloud.store.clear_faults()
+        wait_for(
+            lambda: cloud.latest() == GENERATION.encode() and node.summary()["ok"],
+            30,
+            "LATEST moved by a later save",
+        )
+        assert node.summary()["why"] == "periodic"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)

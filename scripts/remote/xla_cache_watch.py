@@ -50,8 +50,9 @@ def save_step(
     why: str,
     move_latest: bool,
     renew: bool,
-) -> bool:
-    """One save, its summary in save.json (the last one's); whether it succeeded."""
+) -> dict[str, Any] | None:
+    """One save, its summary in save.json (the last one's): `ok` false on a failure; None
+    when the directory had nothing to save."""
     url = f"{state['prefix']}{state['generation']}/"
     try:
         summary = save_once(
@@ -59,15 +60,15 @@ def save_step(
         )
     except Exception as error:  # noqa: BLE001 - the server serves either way
         summary = {"ok": False, "error": str(error), "generation": url, "why": why}
-        log(f"save FAILED ({error}); the server is unaffected, the next node starts cold")
+        log(f"save FAILED ({error}); the server is unaffected, the next save tries again")
         write_json(paths(work)["save"], summary)
-        return False
+        return summary
     if summary is None:
-        return True
+        return None
     summary["why"] = why
     log(f"saved: {' '.join(f'{k}={v}' for k, v in sorted(summary.items()))}")
     write_json(paths(work)["save"], summary)
-    return True
+    return summary
 
 
 def load_state(work: str) -> dict[str, Any] | None:
@@ -85,11 +86,11 @@ def cmd_save(args: argparse.Namespace) -> int:
     state = load_state(args.work)
     if state is None:
         return 0
-    ok = save_step(
+    summary = save_step(
         state, Scanner(state["dir"]), args.work, args.timeout, why="save",
         move_latest=not args.keep_latest, renew=not args.no_touch,
     )  # fmt: skip
-    return 0 if ok else 1
+    return 0 if summary is None or summary["ok"] else 1
 
 
 @contextmanager
@@ -168,15 +169,20 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def watch(state: dict[str, Any], args: argparse.Namespace) -> int:
+    """The save at ready is the one that moves LATEST and renews the custom times; should it
+    fail or find nothing, the next save that succeeds does instead."""
     scanner = Scanner(state["dir"])
     why = "stop"
+    at_ready_done = False
+    renewed = 0.0
     with stop_on_signals():
         try:
-            save_step(
+            first = save_step(
                 state, scanner, args.work, args.timeout, why="ready", move_latest=True,
                 renew=True,
             )  # fmt: skip
-            renewed = time.time()
+            if first is not None and first["ok"]:
+                at_ready_done, renewed = True, time.time()
             log(
                 f"saving again every {args.every:.0f}s"
                 + (f" and when {args.container} stops" if args.container else "")
@@ -189,12 +195,14 @@ def watch(state: dict[str, Any], args: argparse.Namespace) -> int:
                         break
                 else:
                     time.sleep(args.every)
-                renew = time.time() - renewed >= RENEW_EVERY
-                if save_step(
+                renew = not at_ready_done or time.time() - renewed >= RENEW_EVERY
+                summary = save_step(
                     state, scanner, args.work, args.timeout, why="periodic",
-                    move_latest=False, renew=renew,
-                ) and renew:  # fmt: skip
-                    renewed = time.time()
+                    move_latest=not at_ready_done, renew=renew,
+                )  # fmt: skip
+                if summary is not None and summary["ok"]:
+                    at_ready_done = True
+                    renewed = time.time() if renew else renewed
         except Stopping as signal_name:
             why = f"{signal_name}"
         # Still under the handler: a second signal is ignored while this runs.
