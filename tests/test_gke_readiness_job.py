@@ -6,7 +6,8 @@ ConfigMap the pod mounts, the Job's env); only the addresses, the key and token 
 timings are pointed at the test. The pod's shell is busybox ash (curlimages/curl is Alpine): the
 script runs under `busybox sh` when the machine has busybox, else under bash. The fakes are
 `tests/fakes/openai_server.py` (vLLM's 401 for a key it was not started with, `/health`) and
-`tests/fakes/kube_deployments.py` (the Deployment as the API server and the Recreate controller show it).
+`tests/fakes/kube_deployments.py` (the Deployment as the API server and the Recreate controller
+show it).
 """
 
 from __future__ import annotations
