@@ -18,10 +18,12 @@ built (the cluster's endpoint and CA, and `gke-gcloud-auth-plugin`, the same cre
 pulumi-kubernetes uses; components/gke/kube_api.py) and polls
 `GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/NAME` until `Established` is True
 and the version is served (components/gke/crd_schema.py), bounded by `timeout_seconds`, with a
-progress line on stderr every minute (the dynamic provider host has no `pulumi.log`; its stderr
-reaches the CLI). Reading the CRD itself, not API discovery, gives its schema too: the
-ComputeClass spec the stack sends is checked against it, so a cluster whose CRD would drop
-`priorities[].location` or refuse flex-start TPUs stops here, before the class is applied.
+progress line on stderr every minute (in the dynamic provider host `pulumi.log` has no engine
+and prints to stderr itself, pulumi/log.py; the engine shows a plugin's stderr in the CLI,
+sdk/go/common/resource/plugin/plugin.go `runtrace`). Reading the CRD itself, not API
+discovery, gives its schema too: the ComputeClass spec the stack sends is checked against it,
+so a cluster whose CRD would drop `priorities[].location` or refuse flex-start TPUs stops here,
+before the class is applied.
 
 `pulumi preview` never calls `create`, so a preview needs no cluster (a created cluster's
 kubeconfig is unknown then). `read` (refresh) keeps the state without asking the cluster; `diff`
