@@ -5,6 +5,7 @@
 #   scripts/engine/build.sh              build (or reuse) the tools; last stdout line: the bin dir
 #   scripts/engine/build.sh --print-bin  print the bin dir of a finished build, or exit 1
 #   scripts/engine/build.sh --status     print the tools file (what was built, what was refused)
+#   scripts/engine/build.sh --where      print the cache dir these inputs build into, built or not
 #
 # Cache: ${TPU_VLLM_ENGINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tpu-vllm/engine}/KEY, where KEY
 # joins the versions below with a hash of the wrapper go.mod/go.sum, the build flags and the Go
@@ -56,12 +57,19 @@ case "${1:-}" in
   "") ;;
   --print-bin) MODE=print-bin ;;
   --status) MODE=status ;;
+  --where) MODE=where ;;
   *)
-    echo "engine-build: unknown option ${1}. Usage: scripts/engine/build.sh [--print-bin|--status]" >&2
+    echo "engine-build: unknown option ${1}." \
+      "Usage: scripts/engine/build.sh [--print-bin|--status|--where]" >&2
     exit 2
     ;;
 esac
 
+# Go's own installer puts it in /usr/local/go (https://go.dev/doc/install), which only an
+# interactive shell's profile adds to PATH: a non-interactive run (CI) looks there too.
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
+  PATH="/usr/local/go/bin:$PATH"
+fi
 if ! command -v go >/dev/null; then
   echo "engine-build: the go command is not on PATH; the engine is built with Go >= 1.26.6." \
     "Fix: install Go 1.26 (https://go.dev/doc/install, or your distribution's golang package)," \
@@ -83,6 +91,10 @@ DEST="$ROOT/$KEY"
 TOOLS_FILE="$DEST/tools.tsv"
 
 case "$MODE" in
+  where)
+    echo "$DEST"
+    exit 0
+    ;;
   print-bin)
     [ -f "$TOOLS_FILE" ] || { echo "engine-build: not built yet: run scripts/engine/build.sh" >&2; exit 1; }
     echo "$DEST/bin"
