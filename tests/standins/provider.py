@@ -18,11 +18,16 @@ this class does the way pulumi-terraform-bridge does it for a bridged provider
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Sequence
 
+import grpc
+import grpc.aio
 from pulumi.provider.experimental.provider import (
     CheckFailure,
     CheckRequest,
@@ -46,15 +51,18 @@ from pulumi.provider.experimental.provider import (
     UpdateRequest,
     UpdateResponse,
 )
-from pulumi.provider.experimental.server import main as serve
+from pulumi.provider.experimental.server import ProviderServicer
+from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
+from pulumi.runtime.proto import provider_pb2_grpc
 
-from tests.standins.kinds import Context, Function, Kind
+from tests.standins.kinds import ApiError, Context, Function, Kind
 from tests.standins.schema import Schema, load
 from tests.standins.values import UNKNOWN, Plain, integral, is_unknown, marshal, unmarshal
 
 
 def _empty(value: object) -> bool:
-    return value is None or value == [] or value == {} or value == ""
+    """Terraform's zero values: an unset input and a false, 0, "" or empty one are the same."""
+    return value is None or value is False or value in ([], {}, "", 0)
 
 
 class StandinProvider(Provider):
@@ -224,8 +232,45 @@ def _integral_inputs(values: Plain) -> Plain:
     return {k: walk(v) for k, v in values.items()}
 
 
-def run(provider: StandinProvider, version: str) -> None:
-    """Serve `provider` as a plugin process: the engine's address is argv[1]."""
-    import sys
+class Servicer(ProviderServicer):
+    """The SDK's servicer, but an `ApiError` reaches the engine as its bare message (as a real
+    provider's error does), not as the SDK's "Unexpected <class 'Exception'>: ..." with a
+    Python traceback appended (`_raise_with_traceback` keeps the original as `__context__`)."""
 
-    serve(sys.argv[1:], version, provider)
+
+def _answer_api_errors(name: str) -> None:
+    original = getattr(ProviderServicer, name)
+
+    async def method(self: Servicer, request: object, context: grpc.aio.ServicerContext) -> object:  # type: ignore[type-arg]
+        try:
+            return await original(self, request, context)
+        except Exception as error:
+            cause = error if isinstance(error, ApiError) else error.__context__
+            if isinstance(cause, ApiError | KeyError):
+                await context.abort(grpc.StatusCode.UNKNOWN, str(cause).strip("'\""))
+            raise
+
+    setattr(Servicer, name, method)
+
+
+for _name in ("Check", "Diff", "Create", "Read", "Update", "Delete", "Invoke"):
+    _answer_api_errors(_name)
+
+
+def run(provider: StandinProvider, version: str) -> None:
+    """Serve `provider` as a plugin process, as `pulumi.provider.experimental.server.main`
+    does: the engine's address is argv[1]; the port goes to stdout, alone on its line."""
+    engine = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
+
+    async def serve() -> None:
+        server = grpc.aio.server(options=_GRPC_CHANNEL_OPTIONS)
+        servicer = Servicer(sys.argv[1:], version, provider, engine_address=engine)
+        provider_pb2_grpc.add_ResourceProviderServicer_to_server(servicer, server)
+        port = server.add_insecure_port(address="127.0.0.1:0")
+        await server.start()
+        sys.stdout.buffer.write(f"{port}\n".encode())
+        sys.stdout.buffer.flush()
+        await server.wait_for_termination()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
