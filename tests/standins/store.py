@@ -45,6 +45,7 @@ class Store:
     def __init__(self, kind: str, root: Path | None = None) -> None:
         self.kind = kind
         self.root = root if root is not None else state_dir()
+        self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / f"{kind}.json"
 
     @contextlib.contextmanager
