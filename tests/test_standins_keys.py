@@ -20,6 +20,7 @@ import re
 import shutil
 import string
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import bcrypt
@@ -31,6 +32,7 @@ from tests.mock_outputs import MANAGED_ZONE
 from tests.pulumi_program import ROOT, run_program
 from tests.standins import gcp_provider, random_provider, schema_trim, tls_provider
 from tests.standins.client import Plugin, urn
+from tests.standins.provider import StandinProvider
 from tests.standins.schema import SCHEMAS, load
 from tests.test_gke_backend import existing_cluster
 
@@ -62,8 +64,8 @@ def program_uses() -> set[str]:
 def served() -> dict[str, set[str]]:
     providers = {
         "gcp": gcp_provider.provider(),
-        "random": random_provider.StandinProvider("random", [random_provider.RandomPassword()], []),
-        "tls": tls_provider.StandinProvider("tls", [tls_provider.PrivateKey()], []),
+        "random": StandinProvider("random", [random_provider.RandomPassword()], []),
+        "tls": StandinProvider("tls", [tls_provider.PrivateKey()], []),
     }
     return {name: set(p.kinds) | set(p.functions) for name, p in providers.items()}
 
@@ -108,39 +110,51 @@ def test_schema_names_what_each_resource_requires() -> None:
 
 
 @pytest.fixture
-def tls() -> Plugin:
+def tls() -> Iterator[Plugin]:
     with Plugin("tls") as plugin:
         plugin.configure("tls", {})
         yield plugin
 
 
 @pytest.fixture
-def random() -> Plugin:
+def random() -> Iterator[Plugin]:
     with Plugin("random") as plugin:
         plugin.configure("random", {})
         yield plugin
 
 
-def test_tls_makes_a_real_ed25519_key_in_the_providers_encodings(tls: Plugin, tmp_path: Path) -> None:
+def test_tls_makes_a_real_ed25519_key_in_the_providers_encodings(
+    tls: Plugin, tmp_path: Path
+) -> None:
     resource_id, out = tls.up(KEY, "ssh-key", {"algorithm": "ED25519"})
     key = serialization.load_ssh_private_key(out["privateKeyOpenssh"].encode(), password=None)
     assert isinstance(key, ed25519.Ed25519PrivateKey)
     pem = serialization.load_pem_private_key(out["privateKeyPem"].encode(), password=None)
-    assert pem.private_bytes_raw() == key.private_bytes_raw()  # type: ignore[attr-defined]
+    assert isinstance(pem, ed25519.Ed25519PrivateKey)
+    assert pem.private_bytes_raw() == key.private_bytes_raw()
     assert out["privateKeyPem"].startswith("-----BEGIN PRIVATE KEY-----")  # PKCS#8 for ED25519
     public = key.public_key()
     line = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     assert out["publicKeyOpenssh"] == line.decode() + "\n"
-    der = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    der = public.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     assert resource_id == hashlib.sha1(der).hexdigest()  # noqa: S324 - the provider's id
     if shutil.which("ssh-keygen"):
         private = tmp_path / "id"
         private.write_text(out["privateKeyOpenssh"])
         private.chmod(0o600)
-        derived = subprocess.run(["ssh-keygen", "-y", "-f", str(private)], capture_output=True, text=True, check=True)
+        derived = subprocess.run(
+            ["ssh-keygen", "-y", "-f", str(private)], capture_output=True, text=True, check=True
+        )
         assert derived.stdout.split()[:2] == out["publicKeyOpenssh"].split()[:2]
         (tmp_path / "id.pub").write_text(out["publicKeyOpenssh"])
-        listed = subprocess.run(["ssh-keygen", "-l", "-f", str(tmp_path / "id.pub")], capture_output=True, text=True, check=True)
+        listed = subprocess.run(
+            ["ssh-keygen", "-l", "-f", str(tmp_path / "id.pub")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert out["publicKeyFingerprintSha256"] in listed.stdout
 
 
@@ -155,13 +169,23 @@ def test_tls_private_key_outputs_are_secret_and_algorithm_replaces(tls: Plugin) 
     _, failures, _ = tls.check(urn(KEY, "k"), {"algorithm": "DSA"})
     assert failures and failures[0][0] == "algorithm" and "DSA" in failures[0][1]
     _, failures, _ = tls.check(urn(KEY, "k"), {})
-    assert failures == [("algorithm", 'Missing required argument. The argument "algorithm" is required, but no definition was found.')]
+    assert failures == [
+        (
+            "algorithm",
+            'Missing required argument. The argument "algorithm" is required, but no '
+            "definition was found.",
+        )
+    ]
 
 
-def test_random_passwords_are_fresh_honour_length_and_special_and_stay_secret(random: Plugin) -> None:
+def test_random_passwords_are_fresh_honour_length_and_special_and_stay_secret(
+    random: Plugin,
+) -> None:
     results = []
     for name in ("a", "b"):
-        resource_id, out, secret = random.create(urn(PASSWORD, name), {"length": 48.0, "special": False})
+        resource_id, out, secret = random.create(
+            urn(PASSWORD, name), {"length": 48.0, "special": False}
+        )
         assert resource_id == "none"
         assert {"result", "bcryptHash"} <= secret
         assert len(out["result"]) == 48

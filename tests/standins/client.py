@@ -113,12 +113,16 @@ class Plugin:
 
     def update(self, urn_: str, resource_id: str, olds: Plain, news: Plain) -> Plain:
         response = self.stub.Update(
-            provider_pb2.UpdateRequest(urn=urn_, id=resource_id, olds=struct(olds), news=struct(news))
+            provider_pb2.UpdateRequest(
+                urn=urn_, id=resource_id, olds=struct(olds), news=struct(news)
+            )
         )
         return plain(response.properties)[0]
 
     def delete(self, urn_: str, resource_id: str, state: Plain) -> None:
-        self.stub.Delete(provider_pb2.DeleteRequest(urn=urn_, id=resource_id, properties=struct(state)))
+        self.stub.Delete(
+            provider_pb2.DeleteRequest(urn=urn_, id=resource_id, properties=struct(state))
+        )
 
     def invoke(self, token: str, args: Plain) -> tuple[Plain, list[tuple[str, str]]]:
         response = self.stub.Invoke(provider_pb2.InvokeRequest(tok=token, args=struct(args)))
@@ -126,7 +130,9 @@ class Plugin:
             (f.property, f.reason) for f in response.failures
         ]
 
-    def up(self, token: str, name: str, news: Plain, secret: tuple[str, ...] = ()) -> tuple[str, Plain]:
+    def up(
+        self, token: str, name: str, news: Plain, secret: tuple[str, ...] = ()
+    ) -> tuple[str, Plain]:
         """Check then create, as `pulumi up` does for a new resource; fails on a check failure."""
         inputs, failures, _ = self.check(urn(token, name), news)
         assert not failures, failures

@@ -25,7 +25,9 @@ from tests.standins.store import Store
 from tests.standins.values import UNKNOWN, Plain
 
 ATTRIBUTION_LABEL = {"goog-pulumi-provisioned": "true"}
-_MEMBER = re.compile(r"(.+:.+|projectOwners|projectReaders|projectWriters|allUsers|allAuthenticatedUsers)")
+_MEMBER = re.compile(
+    r"(.+:.+|projectOwners|projectReaders|projectWriters|allUsers|allAuthenticatedUsers)"
+)
 
 
 def project_number(project: str) -> str:
@@ -51,7 +53,10 @@ def etag() -> str:
 def label_outputs(inputs: Plain, key: str = "labels") -> Plain:
     """`effectiveLabels` / `pulumiLabels` for the given labels input."""
     labels = dict(inputs.get(key) or {})
-    return {"effectiveLabels": {**labels, **ATTRIBUTION_LABEL}, "pulumiLabels": {**labels, **ATTRIBUTION_LABEL}}
+    return {
+        "effectiveLabels": {**labels, **ATTRIBUTION_LABEL},
+        "pulumiLabels": {**labels, **ATTRIBUTION_LABEL},
+    }
 
 
 class IamMember(Kind):

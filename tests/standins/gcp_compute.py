@@ -26,7 +26,7 @@ import secrets
 from typing import Any
 
 from tests.standins.gcp_common import label_outputs, not_found
-from tests.standins.kinds import ApiError, Context, Kind, enum_failure, last_segment
+from tests.standins.kinds import ApiError, Context, Kind, enum_failure, fixed, last_segment
 from tests.standins.schema import Failure
 from tests.standins.store import Store
 from tests.standins.values import UNKNOWN, Plain
@@ -60,8 +60,10 @@ def network_link(project: str, network: str) -> str:
 class Firewall(Kind):
     token = "gcp:compute/firewall:Firewall"
     replace_on = frozenset(["name", "direction", "params", "project"])
-    computed = frozenset(["project", "direction", "destinationRanges", "enableLogging", "deletionPolicy"])
-    from_provider = {"project": "project"}
+    computed = frozenset(
+        ["project", "direction", "destinationRanges", "enableLogging", "deletionPolicy"]
+    )
+    from_provider = fixed(project="project")
     unordered = frozenset(
         [
             "allows",
@@ -74,7 +76,7 @@ class Firewall(Kind):
             "destinationRanges",
         ]
     )
-    defaults = {"priority": 1000}
+    defaults = fixed(priority=1000)
     autoname = ("name", 255)
 
     def same(self, prop: str, old: Any, new: Any) -> bool:
@@ -87,7 +89,10 @@ class Firewall(Kind):
         priority = inputs.get("priority")
         if isinstance(priority, int | float) and not 0 <= priority <= 65535:
             failures.append(
-                Failure("priority", f"expected priority to be in the range (0 - 65535), got {int(priority)}")
+                Failure(
+                    "priority",
+                    f"expected priority to be in the range (0 - 65535), got {int(priority)}",
+                )
             )
         rules = [k for k in ("allows", "denies") if inputs.get(k)]
         if len(rules) != 1:
@@ -122,7 +127,9 @@ class Firewall(Kind):
             "disabled": bool(inputs.get("disabled")),
         }
         if not Store("compute_firewalls").insert(path, outputs):
-            raise ApiError(f"googleapi: Error 409: The resource '{path}' already exists, alreadyExists")
+            raise ApiError(
+                f"googleapi: Error 409: The resource '{path}' already exists, alreadyExists"
+            )
         return path, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
@@ -164,10 +171,19 @@ class Address(Kind):
         ]
     )
     computed = frozenset(
-        ["address", "networkTier", "prefixLength", "purpose", "region", "subnetwork", "project", "deletionPolicy"]
+        [
+            "address",
+            "networkTier",
+            "prefixLength",
+            "purpose",
+            "region",
+            "subnetwork",
+            "project",
+            "deletionPolicy",
+        ]
     )
-    from_provider = {"project": "project", "region": "region"}
-    defaults = {"addressType": "EXTERNAL"}
+    from_provider = fixed(project="project", region="region")
+    defaults = fixed(addressType="EXTERNAL")
     autoname = ("name", 255)
 
     def validate(self, inputs: Plain, ctx: Context) -> list[Failure]:
@@ -205,7 +221,9 @@ class Address(Kind):
             "users": [],
         }
         if not store.insert(path, outputs):
-            raise ApiError(f"googleapi: Error 409: The resource '{path}' already exists, alreadyExists")
+            raise ApiError(
+                f"googleapi: Error 409: The resource '{path}' already exists, alreadyExists"
+            )
         return path, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:

@@ -38,12 +38,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.standins.gcp_common import label_outputs, not_found
-from tests.standins.kinds import ApiError, Context, Function, Kind, canonical, enum_failure
+from tests.standins.kinds import ApiError, Context, Function, Kind, canonical, enum_failure, fixed
 from tests.standins.schema import Failure
 from tests.standins.store import Store
 from tests.standins.values import Plain
 
-CLUSTERS, POOLS, SERVER_CONFIGS = "container_clusters", "container_node_pools", "container_server_configs"
+CLUSTERS, POOLS, SERVER_CONFIGS = (
+    "container_clusters",
+    "container_node_pools",
+    "container_server_configs",
+)
 CONTAINER_V1BETA1 = "https://container.googleapis.com/v1beta1/"
 DEFAULT_SERVER_CONFIG: Plain = {
     "defaultClusterVersion": "1.33.5-gke.1201000",
@@ -51,11 +55,21 @@ DEFAULT_SERVER_CONFIG: Plain = {
     "validNodeVersions": ["1.34.1-gke.1431000", "1.33.5-gke.1201000", "1.32.9-gke.1130000"],
     "channels": {
         "RAPID": {"defaultVersion": "1.34.1-gke.1431000", "validVersions": ["1.34.1-gke.1431000"]},
-        "REGULAR": {"defaultVersion": "1.33.5-gke.1201000", "validVersions": ["1.33.5-gke.1201000"]},
+        "REGULAR": {
+            "defaultVersion": "1.33.5-gke.1201000",
+            "validVersions": ["1.33.5-gke.1201000"],
+        },
         "STABLE": {"defaultVersion": "1.32.9-gke.1130000", "validVersions": ["1.32.9-gke.1130000"]},
     },
 }
-_NODE_CONFIG_FORCE_NEW = ("oauthScopes", "diskType", "imageType", "localSsdCount", "preemptible", "spot")
+_NODE_CONFIG_FORCE_NEW = (
+    "oauthScopes",
+    "diskType",
+    "imageType",
+    "localSsdCount",
+    "preemptible",
+    "spot",
+)
 
 
 def seed_server_config(root: Path, project: str, location: str, config: Plain) -> None:
@@ -98,7 +112,10 @@ def location_of(ctx: Context, inputs: Plain) -> str:
     """`tpgresource.GetLocation`: `location`, else the provider's zone, else its region."""
     value = inputs.get("location") or ctx.config.get("zone") or ctx.config.get("region")
     if not value:
-        raise ApiError("Cannot determine location: set location in this resource, or set zone or region in the provider")
+        raise ApiError(
+            "Cannot determine location: set location in this resource, or set zone or region "
+            "in the provider"
+        )
     return str(value)
 
 
@@ -133,8 +150,8 @@ class Cluster(Kind):
             "deletionPolicy",
         ]
     )
-    from_provider = {"project": "project"}
-    defaults = {"network": "default", "deletionProtection": True}
+    from_provider = fixed(project="project")
+    defaults = fixed(network="default", deletionProtection=True)
     autoname = ("name", 255)
 
     def validate(self, inputs: Plain, ctx: Context) -> list[Failure]:
@@ -143,7 +160,9 @@ class Cluster(Kind):
         if isinstance(channel, dict):
             failures += [
                 Failure(f"releaseChannel.{f.property}", f.reason)
-                for f in enum_failure(channel, "channel", ["UNSPECIFIED", "RAPID", "REGULAR", "STABLE", "EXTENDED"])
+                for f in enum_failure(
+                    channel, "channel", ["UNSPECIFIED", "RAPID", "REGULAR", "STABLE", "EXTENDED"]
+                )
             ]
         return failures
 
@@ -152,10 +171,15 @@ class Cluster(Kind):
         path = f"projects/{project}/locations/{location}/clusters/{inputs['name']}"
         store = Store(CLUSTERS)
         taken = {c.get("endpoint") for c in store.all().values()}
-        endpoint = next(str(ip) for ip in ipaddress.ip_network("192.0.2.0/24").hosts() if str(ip) not in taken)
+        endpoint = next(
+            str(ip) for ip in ipaddress.ip_network("192.0.2.0/24").hosts() if str(ip) not in taken
+        )
         channel = (inputs.get("releaseChannel") or {}).get("channel") or "REGULAR"
         versions = server_config(project, location)
-        version = versions["channels"].get(channel, {}).get("defaultVersion") or versions["defaultClusterVersion"]
+        version = (
+            versions["channels"].get(channel, {}).get("defaultVersion")
+            or versions["defaultClusterVersion"]
+        )
         outputs = {
             **inputs,
             **label_outputs(inputs, "resourceLabels"),
@@ -186,7 +210,11 @@ class Cluster(Kind):
         store = Store(CLUSTERS)
         if store.get(resource_id) is None:
             raise not_found(f"Cluster {resource_id}")
-        keep = {k: olds[k] for k in ("project", "location", "endpoint", "masterAuth", "masterVersion") if k in olds}
+        keep: Plain = {
+            k: olds[k]
+            for k in ("project", "location", "endpoint", "masterAuth", "masterVersion")
+            if k in olds
+        }
         outputs = {**olds, **news, **label_outputs(news, "resourceLabels"), **keep}
         store.put(resource_id, outputs)
         return outputs
@@ -206,14 +234,32 @@ class Cluster(Kind):
 
 class NodePool(Kind):
     token = "gcp:container/nodePool:NodePool"
-    replace_on = frozenset(["name", "namePrefix", "cluster", "location", "project", "initialNodeCount"])
-    computed = frozenset(["name", "location", "project", "nodeLocations", "nodeCount", "management", "initialNodeCount", "version", "deletionPolicy"])
-    from_provider = {"project": "project"}
+    replace_on = frozenset(
+        ["name", "namePrefix", "cluster", "location", "project", "initialNodeCount"]
+    )
+    computed = frozenset(
+        [
+            "name",
+            "location",
+            "project",
+            "nodeLocations",
+            "nodeCount",
+            "management",
+            "initialNodeCount",
+            "version",
+            "deletionPolicy",
+        ]
+    )
+    from_provider = fixed(project="project")
     unordered = frozenset(["nodeLocations"])
 
     def replaces(self, prop: str, old: Any, new: Any) -> bool:
         if prop == "nodeConfig" and isinstance(old, dict) and isinstance(new, dict):
-            return any(canonical(old.get(k)) != canonical(new.get(k)) for k in _NODE_CONFIG_FORCE_NEW if k in new)
+            return any(
+                canonical(old.get(k)) != canonical(new.get(k))
+                for k in _NODE_CONFIG_FORCE_NEW
+                if k in new
+            )
         return prop in self.replace_on
 
     def validate(self, inputs: Plain, ctx: Context) -> list[Failure]:
@@ -221,11 +267,18 @@ class NodePool(Kind):
         failures = []
         disk = config.get("diskSizeGb")
         if isinstance(disk, int | float) and disk < 10:
-            failures.append(Failure("nodeConfig.diskSizeGb", f"expected node_config.0.disk_size_gb to be at least (10), got {int(disk)}"))
+            failures.append(
+                Failure(
+                    "nodeConfig.diskSizeGb",
+                    f"expected node_config.0.disk_size_gb to be at least (10), got {int(disk)}",
+                )
+            )
         mode = config.get("workloadMetadataConfig") or {}
         failures += [
             Failure("nodeConfig.workloadMetadataConfig.mode", f.reason)
-            for f in enum_failure(mode, "mode", ["MODE_UNSPECIFIED", "GCE_METADATA", "GKE_METADATA"])
+            for f in enum_failure(
+                mode, "mode", ["MODE_UNSPECIFIED", "GCE_METADATA", "GKE_METADATA"]
+            )
         ]
         return failures
 
@@ -264,7 +317,14 @@ class NodePool(Kind):
         if store.get(resource_id) is None:
             raise not_found(f"NodePool {resource_id}")
         management = {"autoRepair": True, "autoUpgrade": True, **(news.get("management") or {})}
-        outputs = {**olds, **news, "management": management, "name": olds["name"], "project": olds["project"], "location": olds["location"]}
+        outputs = {
+            **olds,
+            **news,
+            "management": management,
+            "name": olds["name"],
+            "project": olds["project"],
+            "location": olds["location"],
+        }
         store.put(resource_id, outputs)
         return outputs
 
@@ -283,13 +343,24 @@ class GetCluster(Function):
             raise ApiError(f"{path} not found")
         listed = {
             "masterAuths": [found.get("masterAuth") or {}],
-            "workloadIdentityConfigs": [found["workloadIdentityConfig"]] if found.get("workloadIdentityConfig") else [],
-            "secretManagerConfigs": [found["secretManagerConfig"]] if found.get("secretManagerConfig") else [],
+            "workloadIdentityConfigs": [found["workloadIdentityConfig"]]
+            if found.get("workloadIdentityConfig")
+            else [],
+            "secretManagerConfigs": [found["secretManagerConfig"]]
+            if found.get("secretManagerConfig")
+            else [],
             "clusterAutoscalings": [found.get("clusterAutoscaling") or {"enabled": False}],
             "releaseChannels": [found["releaseChannel"]] if found.get("releaseChannel") else [],
         }
         plain = {k: v for k, v in found.items() if not isinstance(v, dict)}
-        return {**plain, **listed, "id": path, "project": project, "location": location, "name": args["name"]}
+        return {
+            **plain,
+            **listed,
+            "id": path,
+            "project": project,
+            "location": location,
+            "name": args["name"],
+        }
 
 
 class GetEngineVersions(Function):
@@ -313,5 +384,7 @@ class GetEngineVersions(Function):
             "latestNodeVersion": nodes[0] if nodes else "",
             "releaseChannelDefaultVersion": {c: v["defaultVersion"] for c, v in channels.items()},
             "releaseChannelLatestVersion": {c: v["validVersions"][0] for c, v in channels.items()},
-            "releaseChannelUpgradeTargetVersion": {c: v["defaultVersion"] for c, v in channels.items()},
+            "releaseChannelUpgradeTargetVersion": {
+                c: v["defaultVersion"] for c, v in channels.items()
+            },
         }

@@ -5,7 +5,8 @@ resource_dns_record_set.go`, `data_source_dns_managed_zone.go` and `data_source_
 - RecordSet: ForceNew `managed_zone` (a name or self link), `name` (must end with a dot,
   `validateRecordNameTrailingDot`), `project`; `type`, `ttl`, `rrdatas` update in place;
   `rrdatas` and `routing_policy` ExactlyOneOf (an empty `rrdatas` is none); `rrdatas` compared
-  without order (`rrdatasDnsDiffSuppress`); id `projects/{p}/managedZones/{zone}/rrsets/{name}/{type}`;
+  without order (`rrdatasDnsDiffSuppress`); id
+  `projects/{p}/managedZones/{zone}/rrsets/{name}/{type}`;
 - getManagedZone: the zone's `dnsName`, `visibility`, `nameServers`, `managedZoneId`,
   `description`; the API's 404 when it does not exist;
 - getRecordSet: exactly one record set or "Only expected 1 record set, got N".
@@ -20,7 +21,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from tests.standins.kinds import ApiError, Context, Function, Kind, last_segment
+from tests.standins.kinds import ApiError, Context, Function, Kind, fixed, last_segment
 from tests.standins.schema import Failure
 from tests.standins.store import Store
 from tests.standins.values import UNKNOWN, Plain
@@ -60,7 +61,7 @@ class RecordSet(Kind):
     token = "gcp:dns/recordSet:RecordSet"
     replace_on = frozenset(["managedZone", "name", "project"])
     computed = frozenset(["project", "deletionPolicy"])
-    from_provider = {"project": "project"}
+    from_provider = fixed(project="project")
     unordered = frozenset(["rrdatas"])
 
     def same(self, prop: str, old: Any, new: Any) -> bool:
@@ -84,7 +85,8 @@ class RecordSet(Kind):
             failures.append(
                 Failure(
                     "rrdatas",
-                    f'"rrdatas": one of `routing_policy,rrdatas` must be specified, {len(given)} were',
+                    f'"rrdatas": one of `routing_policy,rrdatas` must be specified, '
+                    f"{len(given)} were",
                 )
             )
         return failures
@@ -96,7 +98,9 @@ class RecordSet(Kind):
     def create(self, ctx: Context, inputs: Plain) -> tuple[str, Plain]:
         project = ctx.project(inputs)
         found = zone(project, inputs["managedZone"])
-        if not (inputs["name"] == found["dnsName"] or inputs["name"].endswith("." + found["dnsName"])):
+        if not (
+            inputs["name"] == found["dnsName"] or inputs["name"].endswith("." + found["dnsName"])
+        ):
             raise ApiError(
                 f"googleapi: Error 400: The resource record set name '{inputs['name']}' is not "
                 f"within the zone's DNS name '{found['dnsName']}'., invalid"
@@ -117,7 +121,10 @@ class RecordSet(Kind):
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store(RECORDS)
         if store.get(resource_id) is None:
-            raise ApiError(f"googleapi: Error 404: The resource record set '{resource_id}' does not exist., notFound")
+            raise ApiError(
+                f"googleapi: Error 404: The resource record set '{resource_id}' does not "
+                "exist., notFound"
+            )
         outputs = {**olds, **news, "project": olds["project"]}
         store.delete(resource_id)
         store.put(self._key(olds["project"], outputs), outputs)
@@ -153,15 +160,15 @@ class GetRecordSet(Function):
         project = ctx.project(args)
         zone(project, args["managedZone"])
         key = RecordSet()._key(project, args)
-        found = [Store(RECORDS).get(key)] if Store(RECORDS).get(key) else []
-        if len(found) != 1:
-            raise ApiError(f"Only expected 1 record set, got {len(found)}")
+        record = Store(RECORDS).get(key)
+        if record is None:
+            raise ApiError("Only expected 1 record set, got 0")
         return {
             "id": key,
             "project": project,
             "managedZone": args["managedZone"],
             "name": args["name"],
             "type": args["type"],
-            "rrdatas": found[0].get("rrdatas") or [],
-            "ttl": found[0].get("ttl", 0),
+            "rrdatas": record.get("rrdatas") or [],
+            "ttl": record.get("ttl", 0),
         }

@@ -18,7 +18,7 @@ import re
 import secrets
 
 from tests.standins.gcp_common import IamMember, not_found
-from tests.standins.kinds import ApiError, Context, Kind
+from tests.standins.kinds import ApiError, Context, Kind, fixed
 from tests.standins.schema import Failure
 from tests.standins.store import Store
 from tests.standins.values import UNKNOWN, Plain
@@ -31,8 +31,8 @@ class Account(Kind):
     token = "gcp:serviceaccount/account:Account"
     replace_on = frozenset(["accountId", "project"])
     computed = frozenset(["project", "deletionPolicy"])
-    from_provider = {"project": "project"}
-    defaults = {"disabled": False}
+    from_provider = fixed(project="project")
+    defaults = fixed(disabled=False)
     autoname = ("accountId", 30)
 
     def validate(self, inputs: Plain, ctx: Context) -> list[Failure]:
@@ -58,7 +58,8 @@ class Account(Kind):
             failures.append(
                 Failure(
                     "description",
-                    f"expected length of description to be in the range (0 - 256), got {description}",
+                    "expected length of description to be in the range (0 - 256), got "
+                    f"{description}",
                 )
             )
         return failures
@@ -77,7 +78,7 @@ class Account(Kind):
         }
         if not Store("iam_service_accounts").insert(name, account):
             if inputs.get("createIgnoreAlreadyExists"):
-                account = Store("iam_service_accounts").get(name)
+                account = Store("iam_service_accounts").get(name) or account
             else:
                 raise ApiError(
                     "Error creating service account: googleapi: Error 409: Service account "

@@ -26,6 +26,7 @@ scripts/save_hf_token.py's writes) meet what the stack made. Otherwise to the st
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import urllib.error
@@ -34,7 +35,7 @@ import urllib.request
 from typing import Any
 
 from tests.standins.gcp_common import IamMember, label_outputs, not_found, now, project_number
-from tests.standins.kinds import ApiError, Context, Function, Kind, last_segment
+from tests.standins.kinds import ApiError, Context, Function, Kind, fixed, last_segment
 from tests.standins.schema import Failure
 from tests.standins.store import Store
 from tests.standins.values import Plain, is_unknown
@@ -68,10 +69,8 @@ class RestSecrets:
             if error.code == 404 and method == "GET":
                 return None
             detail = error.read().decode(errors="replace")
-            try:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
                 detail = json.loads(detail)["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                pass
             raise ApiError(f"googleapi: Error {error.code}: {detail}") from None
 
     def create_secret(self, project: str, secret_id: str, body: Plain) -> Plain:
@@ -110,7 +109,9 @@ class LocalSecrets:
         return secret
 
     def get_secret(self, project: str, secret_id: str) -> Plain | None:
-        found: Plain | None = self.secrets.get(f"projects/{project_number(project)}/secrets/{secret_id}")
+        found: Plain | None = self.secrets.get(
+            f"projects/{project_number(project)}/secrets/{secret_id}"
+        )
         return found
 
     def delete_secret(self, project: str, secret_id: str) -> None:
@@ -142,7 +143,9 @@ class LocalSecrets:
         version = self.get_version(name)
         if version is None:
             raise not_found(f"Secret Version [{name}]")
-        version["state"] = {"enable": "ENABLED", "disable": "DISABLED", "destroy": "DESTROYED"}[verb]
+        version["state"] = {"enable": "ENABLED", "disable": "DISABLED", "destroy": "DESTROYED"}[
+            verb
+        ]
         if verb == "destroy":
             version["destroyTime"] = now()
         self.versions.put(version["name"], version)
@@ -174,8 +177,8 @@ class Secret(Kind):
     token = "gcp:secretmanager/secret:Secret"
     replace_on = frozenset(["replication", "secretId", "tags", "project"])
     computed = frozenset(["project", "expireTime", "deletionPolicy"])
-    from_provider = {"project": "project"}
-    defaults = {"deletionProtection": False}
+    from_provider = fixed(project="project")
+    defaults = fixed(deletionProtection=False)
     autoname = ("secretId", 255)
     delete_before_replace = True
 
@@ -188,7 +191,7 @@ class Secret(Kind):
                     Failure(
                         "replication",
                         '"replication.0.auto": only one of `replication.0.auto,'
-                        'replication.0.user_managed` can be specified, but '
+                        "replication.0.user_managed` can be specified, but "
                         f"{len(chosen)} were specified.",
                     )
                 ]
@@ -242,7 +245,7 @@ class SecretVersion(Kind):
         ["secret", "secretData", "isSecretDataBase64", "project", "secretDataWoVersion"]
     )
     computed = frozenset(["project", "deletionPolicy"])
-    defaults = {"enabled": True}
+    defaults = fixed(enabled=True)
     sensitive = frozenset(["secretData"])
 
     def same(self, prop: str, old: Any, new: Any) -> bool:
@@ -287,11 +290,17 @@ class SecretVersion(Kind):
         found = api(ctx).get_version(resource_id)
         if found is None:
             return None
-        return {**state, "enabled": found.get("state") == "ENABLED", "destroyTime": found.get("destroyTime", "")}
+        return {
+            **state,
+            "enabled": found.get("state") == "ENABLED",
+            "destroyTime": found.get("destroyTime", ""),
+        }
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         if bool(news.get("enabled", True)) != bool(olds.get("enabled", True)):
-            api(ctx).set_version_state(resource_id, "enable" if news.get("enabled", True) else "disable")
+            api(ctx).set_version_state(
+                resource_id, "enable" if news.get("enabled", True) else "disable"
+            )
         return {**olds, **news, "project": olds["project"]}
 
     def delete(self, ctx: Context, resource_id: str, state: Plain) -> None:
@@ -339,7 +348,11 @@ class GetSecret(Function):
         found = api(ctx).get_secret(project, args["secretId"])
         if found is None:
             raise ApiError(f"{resource_id} not found")
-        labels = {k: v for k, v in (found.get("labels") or {}).items() if k not in ("goog-pulumi-provisioned",)}
+        labels = {
+            k: v
+            for k, v in (found.get("labels") or {}).items()
+            if k not in ("goog-pulumi-provisioned",)
+        }
         automatic = "automatic" in (found.get("replication") or {})
         return {
             "id": resource_id,
@@ -353,11 +366,13 @@ class GetSecret(Function):
             "annotations": found.get("annotations") or {},
             "effectiveAnnotations": found.get("annotations") or {},
             "replications": [
-                {"autos": [{"customerManagedEncryptions": []}] if automatic else [], "userManageds": []}
+                {
+                    "autos": [{"customerManagedEncryptions": []}] if automatic else [],
+                    "userManageds": [],
+                }
             ],
             "rotations": [],
             "topics": [],
             "versionAliases": found.get("versionAliases") or {},
             "deletionProtection": False,
         }
-

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.standins.gcp_common import IamMember, label_outputs, not_found, now, project_number
-from tests.standins.kinds import ApiError, Context, Kind, last_segment
+from tests.standins.kinds import ApiError, Context, Kind, fixed, last_segment
 from tests.standins.store import Store
 from tests.standins.values import Plain
 
@@ -47,10 +47,17 @@ class Bucket(Kind):
     token = "gcp:storage/bucket:Bucket"
     replace_on = frozenset(["name", "location", "project", "hierarchicalNamespace"])
     computed = frozenset(
-        ["project", "uniformBucketLevelAccess", "rpo", "publicAccessPrevention", "softDeletePolicy", "deletionPolicy"]
+        [
+            "project",
+            "uniformBucketLevelAccess",
+            "rpo",
+            "publicAccessPrevention",
+            "softDeletePolicy",
+            "deletionPolicy",
+        ]
     )
-    from_provider = {"project": "project"}
-    defaults = {"forceDestroy": False, "storageClass": "STANDARD"}
+    from_provider = fixed(project="project")
+    defaults = fixed(forceDestroy=False, storageClass="STANDARD")
     autoname = ("name", 222)
 
     def same(self, prop: str, old: Any, new: Any) -> bool:
@@ -93,7 +100,13 @@ class Bucket(Kind):
         store = Store("storage_buckets")
         if store.get(resource_id) is None:
             raise not_found(f"The bucket '{resource_id}'")
-        outputs = {**olds, **news, **label_outputs(news), "location": olds["location"], "updated": now()}
+        outputs = {
+            **olds,
+            **news,
+            **label_outputs(news),
+            "location": olds["location"],
+            "updated": now(),
+        }
         outputs["project"] = olds["project"]
         store.put(resource_id, outputs)
         return outputs
@@ -105,7 +118,8 @@ class Bucket(Kind):
         if directory is not None and directory.is_dir():
             if any(directory.iterdir()) and not state.get("forceDestroy"):
                 raise ApiError(
-                    f"Error trying to delete bucket {resource_id} without `force_destroy` set to true"
+                    f"Error trying to delete bucket {resource_id} without `force_destroy` set "
+                    "to true"
                 )
             shutil.rmtree(directory)
         Store("storage_buckets").delete(resource_id)

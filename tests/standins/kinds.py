@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from tests.standins.schema import Failure
@@ -25,12 +26,22 @@ from tests.standins.values import UNKNOWN, Plain, integral
 #: GOOGLE_OAUTH_ACCESS_TOKEN and each product's `CustomEndpointEnvVar`, Secret Manager's in
 #: `google-beta/services/secretmanager/product.go`).
 CONFIG_ENV: dict[str, tuple[str, ...]] = {
-    "project": ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"),
+    "project": (
+        "GOOGLE_PROJECT",
+        "GOOGLE_CLOUD_PROJECT",
+        "GCLOUD_PROJECT",
+        "CLOUDSDK_CORE_PROJECT",
+    ),
     "region": ("GOOGLE_REGION", "GCLOUD_REGION", "CLOUDSDK_COMPUTE_REGION"),
     "zone": ("GOOGLE_ZONE", "GCLOUD_ZONE", "CLOUDSDK_COMPUTE_ZONE"),
     "accessToken": ("GOOGLE_OAUTH_ACCESS_TOKEN",),
     "secretManagerCustomEndpoint": ("GOOGLE_SECRET_MANAGER_CUSTOM_ENDPOINT",),
 }
+
+
+def fixed(**values: Any) -> Mapping[str, Any]:
+    """A read-only mapping for a `Kind`'s class attributes (`defaults`, `from_provider`)."""
+    return MappingProxyType(values)
 
 
 class ApiError(RuntimeError):
@@ -147,7 +158,8 @@ def canonical(value: Any) -> str:
 
 def last_segment(value: Any) -> str:
     """`projects/p/secrets/s` -> `s`: Terraform's `CompareSelfLinkOrResourceName` compares
-    the last segment of a self link or path with a bare name (`tpgresource/self_link_helpers.go`)."""
+    the last segment of a self link or path with a bare name
+    (`google-beta/tpgresource/self_link_helpers.go`)."""
     return str(value or "").rstrip("/").rsplit("/", 1)[-1]
 
 

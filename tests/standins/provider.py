@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import grpc
 import grpc.aio
+from pulumi.provider.experimental.property_value import PropertyValue
 from pulumi.provider.experimental.provider import (
     CheckFailure,
     CheckRequest,
@@ -215,7 +216,7 @@ class StandinProvider(Provider):
         result = function.call(self.ctx, _integral_inputs(args))
         return InvokeResponse(return_value=marshal(result, ()))
 
-    def _out(self, kind: Kind, outputs: Plain, secret_inputs: set[str]) -> dict:  # type: ignore[type-arg]
+    def _out(self, kind: Kind, outputs: Plain, secret_inputs: set[str]) -> dict[str, PropertyValue]:
         return marshal(outputs, self.secret_keys(kind, secret_inputs))
 
 
@@ -241,7 +242,7 @@ class Servicer(ProviderServicer):
 def _answer_api_errors(name: str) -> None:
     original = getattr(ProviderServicer, name)
 
-    async def method(self: Servicer, request: object, context: grpc.aio.ServicerContext) -> object:  # type: ignore[type-arg]
+    async def method(self: Servicer, request: object, context: grpc.aio.ServicerContext) -> object:
         try:
             return await original(self, request, context)
         except Exception as error:

@@ -75,9 +75,7 @@ class RandomPassword(Kind):
         length = inputs.get("length")
         failures = []
         if isinstance(length, int | float):
-            minimum = sum(
-                int(v) for k in _MINIMUMS if isinstance(v := inputs.get(k), int | float)
-            )
+            minimum = sum(int(v) for k in _MINIMUMS if isinstance(v := inputs.get(k), int | float))
             if length < max(1, minimum):
                 failures.append(
                     Failure(

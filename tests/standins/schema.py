@@ -103,7 +103,8 @@ class Schema:
             )
         kind = spec.get("type")
         if not _is_a(value, kind):
-            return [Failure(path, f"expected type of {path} to be {_TYPE_NAMES.get(kind, kind)}")]
+            expected = _TYPE_NAMES.get(str(kind), str(kind))
+            return [Failure(path, f"expected type of {path} to be {expected}")]
         if kind == "array":
             return [
                 failure
@@ -127,7 +128,9 @@ def _is_a(value: Any, kind: str | None) -> bool:
     if kind == "boolean":
         return isinstance(value, bool)
     if kind == "integer":
-        return isinstance(value, int | float) and not isinstance(value, bool) and value == int(value)
+        return (
+            isinstance(value, int | float) and not isinstance(value, bool) and value == int(value)
+        )
     if kind == "number":
         return isinstance(value, int | float) and not isinstance(value, bool)
     if kind == "array":

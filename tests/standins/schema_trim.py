@@ -145,10 +145,10 @@ class Sdk:
 
     # -- classes ----------------------------------------------------------------------------
     @staticmethod
-    def wire_names(cls: ast.ClassDef) -> dict[str, str]:
+    def wire_names(node_class: ast.ClassDef) -> dict[str, str]:
         """python name -> wire name, from the getters' `@pulumi.getter(name=...)`."""
         names: dict[str, str] = {}
-        for node in cls.body:
+        for node in node_class.body:
             if not isinstance(node, ast.FunctionDef):
                 continue
             for deco in node.decorator_list:
@@ -284,8 +284,10 @@ def main() -> None:
         schema = trimmed(package)
         path = OUT / f"{schema['name']}-{schema['version']}.json"
         path.write_text(json.dumps(schema, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-        print(f"{path.relative_to(ROOT)}: {len(schema['resources'])} resources, "
-              f"{len(schema['functions'])} functions, {len(schema['types'])} types")
+        print(
+            f"{path.relative_to(ROOT)}: {len(schema['resources'])} resources, "
+            f"{len(schema['functions'])} functions, {len(schema['types'])} types"
+        )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,12 @@ from tests.standins.values import Plain
 
 VERSION = "5.6.2"
 ALGORITHMS = ["RSA", "ECDSA", "ED25519"]
-CURVES = {"P224": ec.SECP224R1, "P256": ec.SECP256R1, "P384": ec.SECP384R1, "P521": ec.SECP521R1}
+CURVES: dict[str, type[ec.EllipticCurve]] = {
+    "P224": ec.SECP224R1,
+    "P256": ec.SECP256R1,
+    "P384": ec.SECP384R1,
+    "P521": ec.SECP521R1,
+}
 _PEM = serialization.Encoding.PEM
 _NONE = serialization.NoEncryption()
 

@@ -19,6 +19,17 @@ from pulumi.provider.experimental.property_value import (
 )
 from pulumi.runtime.rpc import UNKNOWN
 
+__all__ = [
+    "UNKNOWN",
+    "Plain",
+    "from_plain",
+    "integral",
+    "is_unknown",
+    "marshal",
+    "to_plain",
+    "unmarshal",
+]
+
 Plain = dict[str, Any]
 
 
