@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from pulumi.runtime.proto import provider_pb2
 
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.standins.client import Plugin, urn
@@ -35,6 +36,7 @@ BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
 RECORD = "gcp:dns/recordSet:RecordSet"
 CLUSTER = "gcp:container/cluster:Cluster"
 POOL = "gcp:container/nodePool:NodePool"
+NONE = provider_pb2.DiffResponse.DIFF_NONE
 SENTINEL = "STANDINSECRETSENTINEL-7f3a"
 RULE = {
     "network": "default",
@@ -378,3 +380,24 @@ def test_gke_cluster_pool_and_lookups(gcp: Plugin, state: Path) -> None:
         gcp.invoke(
             "gcp:container/getCluster:getCluster", {"name": "absent", "location": "us-east5"}
         )
+
+
+def test_a_name_and_a_path_of_the_same_parent_are_no_change(gcp: Plugin) -> None:
+    """Terraform's DiffSuppressFuncs: the state holds `projects/P/secrets/S` and `b/B` where the
+    program passes `S` and `B`; a second `pulumi up` must not replace the grants."""
+    secret_id, _ = gcp.up(SECRET, "s", {"secretId": "tpu-vllm-key", "replication": {"auto": {}}})
+    grant = {"secretId": "tpu-vllm-key", "role": "roles/secretmanager.secretAccessor"}
+    grant["member"] = "serviceAccount:node@proj-standin.iam.gserviceaccount.com"
+    member_id, member = gcp.up(SECRET_MEMBER, "m", grant)
+    assert member["secretId"] == secret_id
+    assert gcp.diff(urn(SECRET_MEMBER, "m"), member_id, member, grant).changes == NONE
+    gcp.up(BUCKET, "b", {"name": "tpu-vllm-cache", "location": "US-WEST4"})
+    writer = {
+        "bucket": "tpu-vllm-cache",
+        "role": "roles/storage.objectUser",
+        "member": grant["member"],
+    }
+    writer_id, written = gcp.up(BUCKET_MEMBER, "w", writer)
+    assert gcp.diff(urn(BUCKET_MEMBER, "w"), writer_id, written, writer).changes == NONE
+    other = gcp.diff(urn(BUCKET_MEMBER, "w"), writer_id, written, {**writer, "bucket": "other"})
+    assert list(other.replaces) == ["bucket"]

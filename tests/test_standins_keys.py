@@ -269,3 +269,13 @@ def test_the_programs_own_inputs_pass_the_stand_ins_checks(
         checked += 1
     loop.close()
     assert checked >= 8
+
+
+def test_the_plugin_starts_in_a_directory_with_a_tests_package_of_its_own(tmp_path: Path) -> None:
+    """The engine starts plugins in the program's directory; another checkout's `tests/` there
+    must not shadow the stand-ins (the launcher runs python with `-P`)."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    with Plugin("tls", cwd=tmp_path) as plugin:
+        plugin.configure("tls", {})
+        assert plugin.up(KEY, "k", {"algorithm": "ED25519"})[0]

@@ -36,13 +36,16 @@ def urn(token: str, name: str, stack: str = "test", project: str = "standins") -
 class Plugin:
     """A running stand-in plugin process and a gRPC stub to it."""
 
-    def __init__(self, name: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         environment = {**os.environ, "TPU_VLLM_STANDIN_PYTHON": sys.executable, **(env or {})}
         self.process = subprocess.Popen(
             [str(BIN / f"pulumi-resource-{name}"), "127.0.0.1:1"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=environment,
+            cwd=cwd,
             text=True,
         )
         assert self.process.stdout is not None
