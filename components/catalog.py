@@ -163,11 +163,12 @@ class GkeTpu:
 
     GKE docs "Plan TPUs in GKE" (single-host slice table): v5e nodes carry
     `cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice`, v6e `tpu-v6e-slice`, and
-    `cloud.google.com/gke-tpu-topology` `1x1` / `2x2` / `2x4` for 1, 4 and 8 chips; pods select
-    them by these two labels (GoogleCloudPlatform/cluster-toolkit `examples/gke-tpu-v6e`). The
+    `cloud.google.com/gke-tpu-topology` `1x1` / `2x2` / `2x4` for 1, 4 and 8 chips
+    (GoogleCloudPlatform/cluster-toolkit `examples/gke-tpu-v6e` selects nodes by them). The
     node offers `google.com/tpu` = the chip count, and is tainted `google.com/tpu`.
-    GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm` selects its nodes
-    differently: through a ComputeClass (`cloud.google.com/compute-class: tpu-v6e-2x2`, whose
+    The stack's ComputeClass names the slice by `type` (the accelerator) and `topology`, and the
+    pods select the class alone, as GoogleCloudPlatform/accelerated-platforms
+    `online-inference-tpu/vllm` does (`cloud.google.com/compute-class: tpu-v6e-2x2`, whose
     priorities include `flexStart` with `nodeRecycling`: `platforms/gke/base/core/
     custom_compute_class/templates/manifests/tpu/v6e/custom-compute-tpu-v6e-2x2.yaml`).
     """
@@ -177,8 +178,6 @@ class GkeTpu:
     topology: str
 
 
-GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 GKE_TPU_RESOURCE = "google.com/tpu"
 
 GKE_TPUS: Mapping[str, GkeTpu] = MappingProxyType(
@@ -189,6 +188,46 @@ GKE_TPUS: Mapping[str, GkeTpu] = MappingProxyType(
         "v6e-1": GkeTpu("ct6e-standard-1t", "tpu-v6e-slice", "1x1"),
         "v6e-4": GkeTpu("ct6e-standard-4t", "tpu-v6e-slice", "2x2"),
         "v6e-8": GkeTpu("ct6e-standard-8t", "tpu-v6e-slice", "2x4"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class MachineShape:
+    """What one TPU node counts against node auto-provisioning's cluster-wide `cpu` (vCPUs)
+    and `memory` (GB) limits (GKE docs "About node auto-provisioning", Resource limits)."""
+
+    vcpus: int
+    memory_gb: int
+
+
+# v5e: Cloud TPU docs "TPU v5e", VM types table (machine type (GKE API), vCPUs per VM, RAM (GB)
+# per VM): 24/48, 112/192, 224/384. v6e: 44/176, 180/720, 180/1440, as a public machine-type
+# table gives them (its v5e rows match Google's); Google's "TPU v6e" page gives 1536 GiB of DRAM
+# per 8-chip host, which fits, but lists no per-VM figures, so these were not read off a Google
+# page (`gcloud compute machine-types describe ct6e-standard-4t --zone us-east5-a` shows them).
+GKE_MACHINE_SHAPES: Mapping[str, MachineShape] = MappingProxyType(
+    {
+        "ct5lp-hightpu-1t": MachineShape(24, 48),
+        "ct5lp-hightpu-4t": MachineShape(112, 192),
+        "ct5lp-hightpu-8t": MachineShape(224, 384),
+        "ct6e-standard-1t": MachineShape(44, 176),
+        "ct6e-standard-4t": MachineShape(180, 720),
+        "ct6e-standard-8t": MachineShape(180, 1440),
+    }
+)
+
+# The `resourceType` names a node auto-provisioning limit on these TPUs may carry, counted in
+# chips. v6e: `tpu-v6e-slice` in AI-Hypercomputer/xpk (`src/xpk/core/nap.py`, the node label),
+# GoogleCloudPlatform/accelerated-platforms (`platforms/gke/base/_shared_config/
+# cluster_variables.tf`) and cluster-toolkit (`pkg/config/machine_mappings.json`). v5e: xpk and
+# accelerated-platforms use the node label `tpu-v5-lite-podslice`, cluster-toolkit
+# `tpu-v5e-slice`; both are read. cluster-toolkit (`pkg/config/autoscaling.go`) counts the
+# limit in accelerators, a multiple of the chips per VM.
+GKE_NAP_TPU_RESOURCE_TYPES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "tpu-v5-lite-podslice": ("tpu-v5-lite-podslice", "tpu-v5e-slice"),
+        "tpu-v6e-slice": ("tpu-v6e-slice",),
     }
 )
 

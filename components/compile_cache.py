@@ -3,7 +3,9 @@
 Why: 685 s of seed 000's 857 s cold start is XLA compilation. The `~/.cache/vllm` mount saves it
 on a restart of the same VM (497 s), but a flex-start node is deleted with its disk when its run
 ends, so every renewed TPU compiles again while it is billed. So the node restores the cache from
-Cloud Storage before `docker run` and saves what is new after `Application startup complete.`.
+Cloud Storage before `docker run` and saves what is new after `Application startup complete.`,
+again every `cache.saveInterval` and when the server stops (docs/compile-cache.md, "When the
+node saves"); saves running at once are safe beside each other (generation preconditions).
 
 What is cached: vLLM's `VLLM_XLA_CACHE_PATH` (default `~/.cache/vllm/xla_cache`, vllm
 `envs.py`), where tpu-inference points JAX's persistent compilation cache. JAX's own cache key

@@ -23,6 +23,20 @@ HF_TOKEN_FILE = "hf_token"  # noqa: S105 - a file name
 API_KEY_FILE = "vllm_api_key"
 #: Seconds the VM keeps retrying while a fresh IAM grant reaches Secret Manager.
 SECRET_ACCESS_DEADLINE = 600
+#: The node tool (scripts/remote/xla_cache.py) and its parts, written side by side on the node:
+#: into ~/.tpu-vllm by the start script (VM), into /tpu-vllm by the GKE ConfigMap.
+XLA_CACHE_MODULES = (
+    "xla_cache.py",
+    "xla_cache_base.py",
+    "xla_cache_pool.py",
+    "xla_cache_api.py",
+    "xla_cache_gcloud.py",
+    "xla_cache_restore.py",
+    "xla_cache_save.py",
+    "xla_cache_watch.py",
+)
+#: The heredoc delimiter each of them is written with; no file may contain it.
+TOOL_HEREDOC = "TPU_VLLM_XLA_CACHE"
 #: The readiness command prints a line at least this often (seconds) while it waits: no SSH
 #: keepalives come from pulumi-command, so a session silent for minutes of XLA compilation
 #: could be dropped by a NAT or proxy. At most 30 s.
@@ -132,13 +146,25 @@ def docker_run_words(config: StackConfig, container: str) -> list[str]:
     return words
 
 
+def tool_files_script() -> str:
+    """A heredoc per part of the node tool, each into the tool's directory on the VM."""
+    folder = compile_cache.NODE_TOOL.rsplit("/", 1)[0]
+    blocks = []
+    for name in XLA_CACHE_MODULES:
+        text = _template(name).rstrip("\n")
+        if TOOL_HEREDOC in text:
+            raise ValueError(f"scripts/remote/{name} contains the heredoc delimiter {TOOL_HEREDOC}")
+        blocks.append(f"cat > {folder}/{name} <<'{TOOL_HEREDOC}'\n{text}\n{TOOL_HEREDOC}")
+    return "\n".join(blocks)
+
+
 def _cache_paths() -> dict[str, str]:
     # `~` paths are constants without special characters, left unquoted so the VM's shell
     # expands them (like the `-v ~/.cache/vllm` mount).
     return {
         "TOOL": compile_cache.NODE_TOOL,
         "WORK": compile_cache.NODE_WORK_DIR,
-        "TOOL_PY": _template("xla_cache.py").rstrip("\n"),
+        "TOOL_FILES": tool_files_script(),
     }
 
 
@@ -158,11 +184,19 @@ def cache_restore_script(config: StackConfig) -> str:
     ).rstrip("\n")
 
 
-def cache_save_script() -> str:
-    """The readiness script's last step: save the cache in the background (a no-op when off)."""
+def cache_save_script(config: StackConfig, container: str) -> str:
+    """The readiness script's last step: save the cache in the background, then every
+    `cache.saveInterval` and when the container stops (a no-op when the cache is off)."""
     paths = _cache_paths()
-    del paths["TOOL_PY"]
-    return _fill(_template("cache_save.sh"), paths)
+    del paths["TOOL_FILES"]
+    return _fill(
+        _template("cache_save.sh"),
+        {
+            **paths,
+            "CONTAINER": shlex.quote(container),
+            "EVERY": str(config.cache.save_interval_seconds),
+        },
+    )
 
 
 def log_flags(config: StackConfig) -> list[str]:
@@ -231,9 +265,10 @@ def readiness_script(
     heartbeat_seconds: float = READINESS_HEARTBEAT_SECONDS,
 ) -> str:
     """Follow this container start's log until ready, then check /health and /v1/models."""
+    ref = container_ref(start_stdout, container)
     args = [
         "--container",
-        container_ref(start_stdout, container),
+        ref,
         "--model",
         config.model.id,
         "--port",
@@ -255,5 +290,5 @@ def readiness_script(
         + " <<'TPU_VLLM_WAIT_READY'\n"
         + _template("wait_ready.py").rstrip("\n")
         + "\nTPU_VLLM_WAIT_READY\n"
-        + cache_save_script()
+        + cache_save_script(config, ref)
     )

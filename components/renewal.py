@@ -28,8 +28,9 @@ SCHEDULE_MINUTES = 15
 #: load, "High load times include the start of every hour", and may drop queued ones (GitHub
 #: docs, "Events that trigger workflows", `schedule`).
 SCHEDULE_OFFSET_MINUTES = 7
-#: Scheduled runs that may be lost in a row before one notices an expiry. GitHub may drop a
-#: run at high load, so the estimate allows for one; GitHub's start delay comes on top.
+#: Scheduled runs the estimates allow to be lost in a row before one notices an expiry: one.
+#: A choice, not a bound: GitHub bounds neither how many scheduled runs it drops at high load
+#: nor how late it starts one; more drops, or the start delay, come on top.
 DROPPED_RUNS_ALLOWED = 1
 
 

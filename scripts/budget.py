@@ -7,9 +7,10 @@ the catalog and the program's own timeouts. Every figure is read from what the p
 registers under Pulumi mocks (like `scripts/plan.py`): the queued resource's capacity wait and
 timings, the host-key wait, the SSH dial bounds, the secret fetch's deadline and the readiness
 timeout in the rendered remote scripts. GKE stacks (`tpu-vllm:backend: gke`) get a table of
-their own: cluster and node-pool creation, the load balancer, the first TPU node and readiness,
-and the node-recycling overlap, read from the resources the GKE backend registers (the stack's
-ComputeClass, the Deployment, the readiness Job) and the timeouts it sets.
+their own: cluster and node-pool creation, the wait for the CRDs, the load balancer, the first
+TPU node and readiness, and the node-recycling overlap, read from the resources the GKE backend
+registers (the stack's ComputeClass, the CRD wait, the Deployment, the readiness Job) and the
+timeouts it sets.
 
     python scripts/budget.py [STACK ...]      # default: every Pulumi.<stack>.yaml
 """
@@ -164,6 +165,8 @@ class GkeBudget:
     cluster_s: float
     #: The system pool of a created cluster; 0 with `gke.cluster` (TPU pools are the class's).
     node_pool_s: float
+    #: The bound on the wait for the ComputeClass and SecretProviderClass CRDs (crd_wait.py).
+    crd_wait_s: float
     #: Whether `pulumi up` waits for the Service's load balancer (it does not: skipAwait).
     load_balancer_awaited: bool
     capacity_wait_s: float
@@ -184,12 +187,14 @@ class GkeBudget:
 
     @property
     def worst_case_s(self) -> float:
-        """The cluster, then the node pools, then the readiness Job: a first TPU node (capacity
-        wait) and the server's start (readiness timeout), plus the Job's margin: its await
-        timeout. The load balancer is not awaited: GKE builds it during that wait."""
+        """The cluster; then the system node pool and, beside it, the wait for the CRDs (both
+        need only the cluster, and the Deployment needs both: the pool, and the ComputeClass
+        after the wait); then the readiness Job: a first TPU node (capacity wait) and the
+        server's start (readiness timeout), plus the Job's margin: its await timeout. The load
+        balancer is not awaited: GKE builds it during that wait."""
         return (
             self.cluster_s
-            + self.node_pool_s
+            + max(self.node_pool_s, self.crd_wait_s)
             + self.capacity_wait_s
             + self.readiness_s
             + self.job_margin_s
@@ -254,6 +259,7 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
         zones=len(rule["location"]["zones"]),
         cluster_s=float(parse_duration(gke.CLUSTER_TIMEOUT)) if creates_cluster else 0.0,
         node_pool_s=float(parse_duration(gke.NODE_POOL_TIMEOUT)) if creates_cluster else 0.0,
+        crd_wait_s=float(_one(run, DYNAMIC, "vllm-crds")["timeout_seconds"]),
         load_balancer_awaited=_awaited(_one(run, "kubernetes:core/v1:Service", "vllm-service")),
         capacity_wait_s=capacity_wait,
         readiness_s=_readiness_seconds(run),
@@ -416,6 +422,11 @@ def _gke_table(stacks: list[str]) -> str:
         (
             "creating the system node pool (none with `gke.cluster`)",
             [duration(b.node_pool_s) for b in budgets],
+        ),
+        (
+            "the ComputeClass and SecretProviderClass CRDs served (beside the node pool; GKE: "
+            "up to an hour on a new cluster), at most",
+            [duration(b.crd_wait_s) for b in budgets],
         ),
         (
             "the load balancer (GKE builds it during the wait below)",

@@ -67,7 +67,13 @@ def after_apply(args: mocks.MockResourceArgs) -> dict[str, Any]:
     """Deterministic stand-ins for values only the cloud knows, named for what they are."""
     fields: tuple[str, ...] = AFTER_APPLY.get(args.typ, ())
     if args.typ == "pulumi-python:dynamic:Resource":
-        fields = OUTPUT_KEYS if "qr_id" in args.inputs else ("host_key",)
+        fields = (
+            OUTPUT_KEYS
+            if "qr_id" in args.inputs
+            else ("host_key",)
+            if "node_create_time" in args.inputs
+            else ("served", "waited_seconds")  # the GKE CRD wait
+        )
     return {f: f"<{args.name}.{f}>" for f in fields}
 
 

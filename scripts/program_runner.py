@@ -87,6 +87,11 @@ class ProgramRun:
         assert len(found) == 1, f"expected one {type_}, found {[r.name for r in found]}"
         return found[0]
 
+    def named(self, name: str) -> Registered:
+        """The one resource registered under `name` (a kind may have several)."""
+        [found] = [r for r in self.resources if r.name == name]
+        return found
+
     @property
     def warnings(self) -> list[str]:
         return [msg for level, msg in self.log if level == logging.WARNING]

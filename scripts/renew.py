@@ -17,11 +17,13 @@ something to renew:
    override);
 3. ACTIVE with less than `renewal_lead_seconds` left (the renewal window), ended (SUSPENDED,
    FAILED) or gone (404, or no `queued_resource` output at all): run
-   `pulumi up --refresh --yes -s STACK`. Anything else (ACTIVE with more time left, or still on
-   its way up: WAITING_FOR_RESOURCES, PROVISIONING, ...): do nothing. Nothing to do costs one
-   API read: no TPU time, no stack change, no lock. A stack deployed before the window existed
-   has no `renewal_lead_seconds` output and is renewed only once its run ended, until its next
-   `pulumi up`.
+   `pulumi up --refresh --yes -s STACK` (inside the window, once more if the stack still names
+   the same node after it: that up stored settings changed since the node's create, which the
+   renewal's delete of it must use, and renews at the next up). Anything else (ACTIVE with more
+   time left, or still on its way up: WAITING_FOR_RESOURCES, PROVISIONING, ...): do nothing.
+   Nothing to do costs one API read: no TPU time, no stack change, no lock. A stack deployed
+   before the window existed has no `renewal_lead_seconds` output and is renewed only once its
+   run ended, until its next `pulumi up`.
 
 The schedule's period must be shorter than the lead, or a scheduled check can miss the window
 (tests/test_renewal_window.py reads the cron in .github/workflows/renew.yml and checks it).
@@ -231,11 +233,27 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
             return 0
         log(f"renewing: `pulumi up --refresh --yes -s {stack}` (a cold start takes ~15 minutes)")
         pulumi.up()
+        if queued is not None and queued.state == "ACTIVE" and _kept(pulumi, name):
+            # Inside the window, a diff that finds tpu.zones, renewal.drain or a timing changed
+            # since the node's create stores them first (an in-place update) and leaves the
+            # renewal to the next up, so that the old node's delete drains with them.
+            log(
+                f"{name} is still the stack's node: that `pulumi up` stored settings changed "
+                "since its create (tpu.zones, renewal.drain, timing) for its delete to use; "
+                f"renewing now: `pulumi up --refresh --yes -s {stack}`"
+            )
+            pulumi.up()
         log("renewed: `pulumi up` succeeded; its Outputs above show the endpoint and expires_at")
     except RenewError as error:
         print(f"renew {stack}: FAILED: {error}", file=sys.stderr, flush=True)
         return error.status
     return 0
+
+
+def _kept(pulumi: Pulumi, name: str) -> bool:
+    """Whether the stack's `queued_resource` output still names `name` after a `pulumi up`
+    that was to renew it (a renewal names the successor: the other id pair, or another zone)."""
+    return str(pulumi.outputs().get("queued_resource") or "") == name
 
 
 def _lead_seconds(outputs: Mapping[str, Any], log: Callable[[str], None]) -> float | None:

@@ -25,6 +25,7 @@ Python loopback server.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,17 +80,22 @@ def seed_bucket(store: GcsStore, entries: int, total_bytes: int) -> list[int]:
     return made
 
 
-def restore_once(
-    api: FakeGcsApi, metadata: FakeMetadataServer, node: Path, workers: int
-) -> dict[str, Any]:
-    """A fresh node's `fetch` then `install`, each its own process."""
-    env = {
+def tool_env(api: FakeGcsApi, metadata: FakeMetadataServer, workers: int) -> dict[str, str]:
+    """The node tool's environment: the JSON API, this pool size, the loopback endpoints."""
+    return {
         **os.environ,
         "TPU_VLLM_CACHE_VIA": "api",
         "TPU_VLLM_CACHE_WORKERS": str(workers),
         "STORAGE_API_ENDPOINT": api.url,
         "GCE_METADATA_HOST": metadata.host,
     }
+
+
+def restore_once(
+    api: FakeGcsApi, metadata: FakeMetadataServer, node: Path, workers: int
+) -> dict[str, Any]:
+    """A fresh node's `fetch` then `install`, each its own process."""
+    env = tool_env(api, metadata, workers)
     work, cache = node / "work", node / "xla_cache"
     common = ["--work", str(work), "--prefix", PREFIX, "--timeout", "600"]
     api.reset_counts()
@@ -120,59 +127,85 @@ def restore_once(
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def arguments(doc: str | None) -> argparse.Namespace:
+    """The options both transfer benchmarks take (this one and tests/bench_save_speed.py)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--entries", type=int, default=300)
     parser.add_argument("--mb", type=float, default=SEED_000_MB)
     parser.add_argument("--workers", default="1,16", help="pool sizes, comma-separated")
     parser.add_argument("--latency", default="0,0.03", help="seconds per request, comma-separated")
     parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    pools = [int(w) for w in args.workers.split(",")]
-    latencies = [float(x) for x in args.latency.split(",")]
+    return parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="tpu-vllm-bench-restore-"))
+
+def describe(made: list[int], runs: int) -> str:
+    return (
+        f"cache: {len(made)} entries, {sum(made) / 1e6:.0f} MB, "
+        f"{min(made) / 1024:.1f} KiB to {max(made) / 2**20:.1f} MiB "
+        f"(median {statistics.median(made) / 1024:.0f} KiB); {runs} runs each, medians"
+    )
+
+
+def sweep(
+    api: FakeGcsApi,
+    args: argparse.Namespace,
+    measure: Callable[[int, str], dict[str, Any]],
+    rate_key: str,
+    row: Callable[[float, int, list[dict[str, Any]], float], str],
+) -> None:
+    """For each latency and pool size, `args.runs` measurements (`measure(workers, run id)`);
+    a row of their medians (`row(latency, workers, runs, median rate)`) and the ratio of the
+    median `rate_key` to the one-at-a-time figure."""
+    for latency in [float(x) for x in args.latency.split(",")]:
+        api.latency = latency
+        serial = 0.0
+        for workers in [int(w) for w in args.workers.split(",")]:
+            runs = [measure(workers, f"{latency}-{workers}-{run}") for run in range(args.runs)]
+            rate = statistics.median(r[rate_key] for r in runs)
+            if workers == 1:
+                serial = rate
+            ratio = f" ({rate / serial:.1f}x serial)" if serial and workers != 1 else ""
+            print(row(latency, workers, runs, rate) + ratio, flush=True)
+
+
+@contextlib.contextmanager
+def loopback(prefix: str) -> Iterator[tuple[Path, FakeGcsApi, FakeMetadataServer]]:
+    """A scratch directory, the fake JSON API over a bucket in it, and the metadata server."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    metadata = FakeMetadataServer().start()
+    api = FakeGcsApi(root / "gcs", token=metadata.access_token).start()
     try:
-        metadata = FakeMetadataServer().start()
-        api = FakeGcsApi(root / "gcs", token=metadata.access_token).start()
-        try:
-            made = seed_bucket(api.store, args.entries, int(args.mb * 1e6))
-            print(
-                f"cache: {len(made)} entries, {sum(made) / 1e6:.0f} MB, "
-                f"{min(made) / 1024:.1f} KiB to {max(made) / 2**20:.1f} MiB "
-                f"(median {statistics.median(made) / 1024:.0f} KiB); {args.runs} runs each, "
-                "medians",
-                flush=True,
-            )
-            print(
-                f"{'latency':>8} {'workers':>7} {'download MB/s':>14} {'restore s':>10} "
-                f"{'restore MB/s':>13} {'in flight':>9}"
-            )
-            for latency in latencies:
-                api.latency = latency
-                serial = 0.0
-                for workers in pools:
-                    runs = []
-                    for run in range(args.runs):
-                        node = root / f"node-{latency}-{workers}-{run}"
-                        runs.append(restore_once(api, metadata, node, workers))
-                    rate = statistics.median(r["download_mb_s"] for r in runs)
-                    restore_s = statistics.median(r["restore_s"] for r in runs)
-                    total = runs[0]["bytes"] / 1e6
-                    if workers == 1:
-                        serial = rate
-                    ratio = f" ({rate / serial:.1f}x serial)" if serial and workers != 1 else ""
-                    print(
-                        f"{latency * 1000:>6.0f}ms {workers:>7} {rate:>14.1f} {restore_s:>10.2f} "
-                        f"{total / max(restore_s, 1e-3):>13.1f} "
-                        f"{max(r['in_flight'] for r in runs):>9}{ratio}",
-                        flush=True,
-                    )
-        finally:
-            api.stop()
-            metadata.stop()
+        yield root, api, metadata
     finally:
+        api.stop()
+        metadata.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    args = arguments(__doc__)
+    with loopback("tpu-vllm-bench-restore-") as (root, api, metadata):
+        made = seed_bucket(api.store, args.entries, int(args.mb * 1e6))
+        print(describe(made, args.runs), flush=True)
+        print(
+            f"{'latency':>8} {'workers':>7} {'download MB/s':>14} {'restore s':>10} "
+            f"{'restore MB/s':>13} {'in flight':>9}"
+        )
+
+        def row(latency: float, workers: int, runs: list[dict[str, Any]], rate: float) -> str:
+            restore_s = statistics.median(r["restore_s"] for r in runs)
+            total = runs[0]["bytes"] / 1e6
+            return (
+                f"{latency * 1000:>6.0f}ms {workers:>7} {rate:>14.1f} {restore_s:>10.2f} "
+                f"{total / max(restore_s, 1e-3):>13.1f} "
+                f"{max(r['in_flight'] for r in runs):>9}"
+            )
+
+        sweep(
+            api, args,
+            lambda workers, run: restore_once(api, metadata, root / f"node-{run}", workers),
+            "download_mb_s", row,
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -44,6 +44,12 @@ READY_STDOUT = (
 _START_SCRIPTS: dict[str, str] = {}
 
 
+def k8s_name(resource: str, metadata: dict[str, Any]) -> str:
+    """An object's `metadata.name`: its own, or the one pulumi-kubernetes gives an object without
+    one, `RESOURCE-` and 8 random characters (here fixed)."""
+    return str(metadata.get("name") or f"{resource}-1f2e3d4c")
+
+
 def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
     inputs = args.inputs
     if args.typ == "tls:index/privateKey:PrivateKey":
@@ -88,9 +94,22 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
             "masterAuth": {"clusterCaCertificate": CLUSTER_CA},
             "masterVersion": "1.34.1-gke.1829001",
         }
+    if args.typ.startswith("kubernetes:") and isinstance(inputs.get("metadata"), dict):
+        # The API server gives every object a uid; pulumi-kubernetes names an object whose
+        # metadata has no name (its autonaming).
+        meta = inputs["metadata"]
+        return {
+            "metadata": {
+                **meta,
+                "name": k8s_name(args.name, meta),
+                "uid": f"00000000-0000-4000-8000-{sum(map(ord, args.name)):012d}",
+            }
+        }
     if args.typ == "gcp:serviceaccount/account:Account":
         project = inputs.get("project", "test-project")
-        return {"email": f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"}
+        email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
+        # As the provider names it (tests/standins/gcp_iam.py): the IAM API's resource name.
+        return {"email": email, "name": f"projects/{project}/serviceAccounts/{email}"}
     if args.typ == "pulumi-python:dynamic:Resource" and "qr_id" in inputs:
         zone = inputs["zones"][0]
         project = inputs["project"]

@@ -272,6 +272,23 @@ class Renewal:
                 changed_at_start = bool(diff.changes)
         return changed_at_start
 
+    def reconfigure(self, **changes: Any) -> dyn.DiffResult:
+        """A `pulumi up` after the stack's config changed (`changes`: props, e.g. `zones`,
+        `drain_seconds`), before the renewal: the engine's steps for the queued resource as
+        pulumi/pulumi `pkg/resource/deploy/step_generator.go` picks them: an update when the
+        diff reports changes without replacing (the state then holds what `update` returned),
+        a SameStep otherwise (`pkg/resource/deploy/step.go`: the old outputs are kept). No
+        dependant changes: the queued resource's outputs stay what they were. Inside the
+        window too, the diff must store such a change rather than renew with the old values."""
+        self.props = {**self.props, **changes}
+        name = str(self.current["__id"])
+        diff = self.provider.diff(name, self.current, self.props)
+        assert not diff.replaces, diff.replaces
+        if diff.changes:
+            updated = self.provider.update(name, self.current, self.props)
+            self.current = {**dict(updated.outs or {}), "__id": name}
+        return diff
+
     def wait_for_window(self, timeout: float = WINDOW_AFTER + 30) -> None:
         """Refresh until the diff asks for a replacement (the window opened)."""
         deadline = time.monotonic() + timeout

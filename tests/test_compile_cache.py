@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +17,12 @@ from components.compile_cache import (
     key_material,
 )
 from components.config import ConfigError, parse_stack_config
+from components.remote_scripts import XLA_CACHE_MODULES
 from scripts.program_runner import stack_file_config, with_changes
 from tests.pulumi_program import TEST_PROJECT, run_program
+from tests.remote_stack import READY, START, commands
 
+ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "gcp:storage/bucket:Bucket"
 MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
 
@@ -197,3 +201,42 @@ def test_the_server_sees_its_cache_at_the_same_absolute_path_everywhere(stack: s
         assert not any(o in text for o in overrides)
         # The restore fills the host side of that mount.
         assert f"--dir ~/.cache/vllm/{sub} \\" in text
+
+
+#: Linux's limit on one argument string, execve(2) "Limits on size of arguments and
+#: environment": MAX_ARG_STRLEN, 32 pages of 4096 bytes.
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def test_the_start_script_writes_every_part_of_the_node_tool_and_fits_one_argument() -> None:
+    """The node tool is several files that import each other: the start script writes each
+    beside the tool (~/.tpu-vllm) before it runs. And it stays one argument long: sshd runs an
+    exec request as `$SHELL -c COMMAND` (OpenSSH session.c `do_child`), and execve(2) refuses a
+    longer single argument with E2BIG ("Argument list too long"), so the start would fail."""
+    for changes in (None, {"tpu-vllm:cache.enabled": False}):
+        text = commands("v5e1", changes)[START]
+        for name in XLA_CACHE_MODULES:
+            body = (ROOT / "scripts" / "remote" / name).read_text().rstrip("\n")
+            assert f"cat > ~/.tpu-vllm/{name} <<'TPU_VLLM_XLA_CACHE'\n{body}\n" in text, name
+        assert len(text.encode()) < MAX_ARG_STRLEN, len(text.encode())
+
+
+def test_the_readiness_command_leaves_a_watcher_that_saves_every_save_interval() -> None:
+    """After ready the VM keeps a watcher of this container: a save now, every
+    `cache.saveInterval` (default 5m) and when the container stops."""
+    cid = "0123456789ab" * 4
+    ready = commands("v5e1", start_stdout=f"{cid}\n")[READY]
+    assert (
+        "setsid nohup python3 ~/.tpu-vllm/xla_cache.py watch \\\n"
+        "    --work ~/.tpu-vllm/xla-cache \\\n"
+        f"    --container {cid} \\\n"
+        "    --every 300 </dev/null"
+    ) in ready
+    changed = commands("v5e1", {"tpu-vllm:cache.saveInterval": "30m"}, start_stdout=cid)[READY]
+    assert "    --every 1800 </dev/null" in changed
+
+
+@pytest.mark.parametrize("value", ["0s", "soon", "-5m"])
+def test_a_save_interval_that_is_not_a_positive_duration_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"cache\.saveInterval.*not a duration"):
+        config_for("v5e1", {"tpu-vllm:cache.saveInterval": value})

@@ -10,6 +10,7 @@ text, as `remote.Command` would send them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -69,6 +70,18 @@ class Start:
             time.sleep(0.1)
         log = (self.work / "save.log").read_text() if (self.work / "save.log").exists() else ""
         raise AssertionError(f"no save result after {timeout}s; save.log:\n{log}")
+
+    def wait_last_save(self, timeout: float = 30) -> dict[str, Any]:
+        """Once the container has stopped: the watcher's last save (its summary says why)."""
+        path = self.work / "save.json"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                summary = dict(json.loads(path.read_text()))
+                if str(summary.get("why", "")).startswith("the container"):
+                    return summary
+            time.sleep(0.1)
+        raise AssertionError(f"no last save after {timeout}s; save.log:\n{self.save_log()}")
 
     @property
     def xla_cache(self) -> str:
@@ -211,7 +224,11 @@ def cold_then_saved(lab: Lab, **node_args: Any) -> Start:
     assert first.wait_saved()["ok"], first.save_log()
     lab.open_up()
     # Its node is gone (flex-start expiry): the next node serves on the same loopback port.
+    # Its watcher saw the container stop and saved once more (nothing new): let that end
+    # before a test changes the bucket under it.
     first.node.docker.kill_all()
+    assert first.wait_last_save()["ok"], first.save_log()
+    lab.open_up()
     return first
 
 
@@ -350,6 +367,22 @@ def test_a_corrupt_entry_is_dropped_and_logged_and_the_start_succeeds(lab: Lab) 
     assert f"dropping {victim.rsplit('/', 1)[-1]}" in second.start_stderr
     # One entry short: the container compiles (that one) again.
     assert second.xla_cache == "cold"
+    # Its save has the entry again, and the object under that name does not hold the bytes
+    # the manifest records: it is uploaded again (on the condition that it is still the
+    # corrupt object), so the next node restores every entry and starts warm.
+    saved = second.wait_saved()
+    assert saved["ok"] and saved["uploaded"] == 1, second.save_log()
+    record = json.loads(lab.store.get(lab.bucket, victim.rsplit("/", 1)[0] + "/MANIFEST.json"))
+    fixed = lab.store.meta(lab.bucket, victim)
+    assert record["files"][victim.rsplit("/", 1)[-1]]["md5"] == fixed["md5Hash"]
+    second.node.docker.kill_all()
+    assert second.wait_last_save()["ok"]
+    lab.open_up()
+    third = lab.start(lab.node())
+    cache = third.result["cache"]
+    assert cache["restored"] is True and cache["files"] == COMPILED, third.start_stderr
+    assert not cache["reason"], cache
+    assert third.xla_cache == "warm"
 
 
 def test_a_partial_generation_without_manifest_is_not_restored(lab: Lab) -> None:
@@ -390,18 +423,18 @@ def test_a_slow_restore_is_cut_off_at_the_bound(lab: Lab) -> None:
 
 
 def test_a_failed_upload_is_logged_and_does_not_fail_the_deployment(lab: Lab) -> None:
-    lab.store.set_fault("upload", fail="backendError: upload refused")
+    lab.store.set_fault("write", fail="backendError: upload refused")
     lab.open_up()
     first = lab.start(lab.node())
     assert first.code == 0
     saved = first.wait_saved()
-    assert saved["ok"] is False and "upload refused" in saved["error"]
+    assert saved["ok"] is False and "HTTP 503" in saved["error"], saved
     assert "save FAILED" in first.save_log()
     assert not [n for n in lab.objects() if n.endswith("MANIFEST.json")]
 
 
 def test_a_slow_upload_does_not_delay_the_readiness_line(lab: Lab) -> None:
-    lab.store.set_fault("upload", delay=8)
+    lab.store.set_fault("write", delay=3)  # each of the 60 uploads, 16 at a time
     lab.open_up()
     first = lab.start(lab.node())
     assert first.code == 0
@@ -449,9 +482,14 @@ def test_no_secret_crosses_into_the_cache_commands(lab: Lab) -> None:
 
 
 def load_tool() -> Any:
-    """scripts/remote/xla_cache.py as a module (it is a file the node runs, not a package)."""
+    """scripts/remote/xla_cache.py as a module (it is a file the node runs, not a package),
+    with its parts (xla_cache_*.py beside it) loaded afresh: a new process on the node, with
+    no store, token or fallback left from another run."""
     import importlib.util
+    import sys
 
+    for name in [n for n in sys.modules if n.startswith("xla_cache_")]:
+        del sys.modules[name]
     spec = importlib.util.spec_from_file_location(
         "xla_cache_tool",
         Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py",
@@ -488,8 +526,10 @@ def test_a_restore_that_never_learns_the_digest_leaves_nothing_for_the_save(
     def no_bucket() -> None:
         raise AssertionError("the bucket was used")
 
-    monkeypatch.setattr(tool, "inspect_image", lambda image, in_pod: tool.Image("", {}))  # failed
-    monkeypatch.setattr(tool, "transport", no_bucket)
+    failed = tool.restore.Image("", {})
+    monkeypatch.setattr(tool.restore, "inspect_image", lambda image, in_pod: failed)
+    monkeypatch.setattr(tool.restore, "transport", no_bucket)
+    monkeypatch.setattr(tool.watch, "api_store", no_bucket)
     install = ["install", "--work", str(work), "--prefix", "gs://b/xla-cache/NEWKEY/"]
     assert tool.main([*install, "--timeout", "5", "--dir", str(cache_dir), "--image", "i:t"]) == 0
     assert "cannot resolve the digest" in tool.read_json(str(work / "result.json"))["reason"]
@@ -542,14 +582,13 @@ def test_a_restore_works_in_the_cache_directory_the_root_server_created(lab: Lab
 @pytest.mark.parametrize("installed", ["cat,cp", "none"], ids=["no-rsync", "no-storage-group"])
 def test_an_older_cloud_sdk_falls_back_to_the_json_api(lab: Lab, installed: str) -> None:
     """gcloud is on PATH but its `storage` lacks `rsync` / `objects update` (or the whole
-    group): it refuses the command line with exit status 2 and "Invalid choice". The tool then
-    uses the JSON API, so the save and the next node's restore still work."""
+    group): it refuses the command line with exit status 2 and "Invalid choice". The restore
+    then uses the JSON API (the save always does), so the next node's restore still works."""
     old_sdk = {"FAKE_GCLOUD_STORAGE_COMMANDS": installed}
     first = lab.start(lab.node(env=old_sdk))
     assert first.code == 0, first.stdout
     saved = first.wait_saved()
     assert saved["ok"] and saved["uploaded"] == COMPILED, first.save_log()
-    assert "using the Cloud Storage JSON API" in first.save_log()
     lab.open_up()
     assert len([n for n in lab.objects() if n.endswith("-cache")]) == COMPILED
 
@@ -559,6 +598,7 @@ def test_an_older_cloud_sdk_falls_back_to_the_json_api(lab: Lab, installed: str)
     assert cache["restored"] is True, (cache, second.start_stderr)
     assert second.xla_cache == "warm"
     assert "Invalid choice" in second.start_stderr
+    assert "using the Cloud Storage JSON API" in second.start_stderr  # the restore fell back
     tried = [c["argv"][1:3] for c in lab.gcloud_calls(node) if c["argv"][1:2] == ["storage"]]
     assert tried  # gcloud was asked first, as on a VM that has it
 
@@ -582,9 +622,10 @@ def one_more_compile(tmp: Path) -> str:
 def test_restored_files_keep_their_time_so_a_save_sends_only_what_is_new(
     lab: Lab, via: str
 ) -> None:
-    """A restore of N entries, then one new compilation: the save uploads that one file, the
-    manifest and LATEST, nothing else. `gcloud storage rsync` compares size and mtime
-    (rsync_command_util.py), so a restore that loses the mtimes would send all N again."""
+    """A restore of N entries, then one new compilation: the save uploads that one file and the
+    manifest, nothing else. It compares each file with the object listed under its name (size
+    and MD5, as `gcloud storage rsync` compares size and hash, rsync_command_util.py): the
+    restored ones are already there."""
     cold_then_saved(lab, via=via)
     tmp = Path(tempfile.mkdtemp(prefix="tpu-vllm-log-", dir=os.environ.get("TPU_VLLM_SSH_TMPDIR")))
     tmp.chmod(0o755)
@@ -603,7 +644,8 @@ def test_restored_files_keep_their_time_so_a_save_sends_only_what_is_new(
         generation = cache["generation"][len(lab.prefix) :]
         files = [n for n in sent if n.endswith("-cache")]
         assert len(files) == 1, f"{len(files)} cache files sent, not only the new one"
-        assert sent == sorted([*files, f"{generation}MANIFEST.json", "LATEST"]), sent
+        # LATEST already names this generation: it is not written again.
+        assert sent == sorted([*files, f"{generation}MANIFEST.json"]), sent
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -666,3 +708,55 @@ def test_latest_moves_only_after_the_files_and_the_manifest(
         assert store.get("b", "xla-cache/KEY/LATEST") == b"img-good"
     finally:
         api.stop()
+
+
+def recorded(lab: Lab, generation: str) -> dict[str, Any]:
+    """The generation's MANIFEST.json records (`generation`: its key under the bucket)."""
+    raw = lab.store.get(lab.bucket, generation + "MANIFEST.json")
+    return dict(json.loads(raw)["files"])
+
+
+def test_a_compile_after_ready_is_saved_at_the_next_save_interval(lab: Lab) -> None:
+    """Requests bring shapes the start did not compile, and JAX writes each as an entry. The
+    watcher the readiness command leaves behind saves again every `cache.saveInterval` (here
+    2 s): the entry is in the bucket and the manifest while the server runs on. (The VM's
+    deletion at a flex-start run's end gives no moment for a last save: this is the bound.)"""
+    node = lab.node()
+    first = lab.start(node, {"tpu-vllm:cache.saveInterval": "2s"})
+    assert first.code == 0, first.stdout
+    saved = first.wait_saved()  # the save at ready, or already a periodic one after it
+    assert saved["ok"], first.save_log()
+    generation = saved["generation"][len(f"gs://{lab.bucket}/") :]
+    cache_dir = node.home / ".cache" / "vllm" / "xla_cache"
+    later = f"jit_later-{'3' * 64}-cache"
+    (cache_dir / later).write_bytes(os.urandom(20_000))  # as root, as the server writes
+    deadline = time.monotonic() + 60
+    while later not in recorded(lab, generation) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert later in recorded(lab, generation), first.save_log()
+    assert len(recorded(lab, generation)) == COMPILED + 1
+    assert lab.store.get(lab.bucket, generation + later) == (cache_dir / later).read_bytes()
+    assert "why=periodic" in first.save_log()
+
+
+def test_a_compile_after_ready_is_saved_when_the_container_stops(lab: Lab) -> None:
+    """The watcher also saves once more when the container stops (`docker wait` returns: a
+    `docker stop`, the next start's `docker rm -f`, a crash), with the default interval (5m)
+    far off: the entry written after the save at ready is carried by that last save."""
+    node = lab.node()
+    first = lab.start(node)
+    assert first.code == 0, first.stdout
+    saved = first.wait_saved()
+    assert saved["ok"] and saved["why"] == "ready"
+    generation = saved["generation"][len(f"gs://{lab.bucket}/") :]
+    cache_dir = node.home / ".cache" / "vllm" / "xla_cache"
+    last = f"jit_last-{'4' * 64}-cache"
+    (cache_dir / last).write_bytes(os.urandom(20_000))
+    time.sleep(1.2)  # complete: older than the save's settle pause
+    stopped = node.run(f"sudo docker stop {first.container}", timeout=60)
+    assert stopped.returncode == 0, stopped.stderr.decode()
+    summary = first.wait_last_save()
+    assert summary["ok"] and summary["uploaded"] == 1, summary
+    assert last in recorded(lab, generation), first.save_log()
+    assert lab.store.get(lab.bucket, generation + last) == (cache_dir / last).read_bytes()
+    assert "saving what is new one last time" in first.save_log()

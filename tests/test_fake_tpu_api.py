@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -661,3 +663,45 @@ def test_termination_time_may_be_missing_on_the_queued_resource(manual: FakeTpuA
     manual.advance(1.0)
     assert "terminationTime" not in get_qr(manual)["runDuration"]
     assert get_node(manual)["schedulingConfig"]["terminationTimestamp"].endswith("Z")
+
+
+def _first_read_of_each_answer(fake: FakeTpuApi, requests: list[bytes]) -> list[tuple[int, bool]]:
+    """Send each request on one kept-alive connection, as httplib2 does, and tell for each
+    answer (status, whether the first read once the socket turned readable held it whole).
+    Every wait is bounded (5 s), so a fake that stops answering fails here instead of hanging."""
+    seen: list[tuple[int, bool]] = []
+    with socket.create_connection(("127.0.0.1", fake.port), timeout=5) as sock:
+        for request in requests:
+            sock.sendall(request)
+            readable, _, _ = select.select([sock], [], [], 5)
+            assert readable, "no answer within 5 s"
+            first = sock.recv(1 << 16)
+            head, _, body = first.partition(b"\r\n\r\n")
+            fields = dict(line.split(b":", 1) for line in head.split(b"\r\n")[1:] if b":" in line)
+            length = int(fields[b"Content-Length"])
+            whole = len(body) == length
+            while len(body) < length:  # read the rest, so the next answer starts clean
+                more = sock.recv(1 << 16)
+                assert more, "connection closed mid-answer"
+                body += more
+            assert fields.get(b"Connection", b"").strip().lower() != b"close"
+            seen.append((int(head.split(b" ")[1]), whole))
+    return seen
+
+
+def test_each_answer_on_a_kept_alive_connection_arrives_whole(manual: FakeTpuApi) -> None:
+    """The discovery client reuses one HTTP/1.1 connection (httplib2 `Http.connections`). An
+    answer written as headers and body apart is held back by Nagle's algorithm until the
+    client's delayed ACK, ~40 ms for every call (see `_Handler`); each answer, an error
+    (a refused delete, 409) as much as a success, must leave in one piece."""
+    manual.delete_refusal = (409, "ABORTED")
+    manual.undeletable_states = frozenset({"ACTIVE"})
+    create(manual)
+    manual.advance(1.0)
+    assert get_qr(manual)["state"]["state"] == "ACTIVE"
+    auth = f"Authorization: Bearer {manual.token}\r\nHost: 127.0.0.1\r\n"
+    delete = f"DELETE /v2alpha1/{QR_NAME}?force=true HTTP/1.1\r\n{auth}Content-Length: 0\r\n\r\n"
+    get = f"GET /v2alpha1/{QR_NAME} HTTP/1.1\r\n{auth}\r\n"
+    seen = _first_read_of_each_answer(manual, [delete.encode(), get.encode()] * 10)
+    assert [status for status, _ in seen] == [409, 200] * 10
+    assert [whole for _, whole in seen] == [True] * 20

@@ -181,11 +181,8 @@ def test_pods_ask_for_the_whole_slice_on_a_matching_tpu_node(run: ProgramRun) ->
     assert container["resources"]["requests"] == {"google.com/tpu": tp}
     assert tp == "4"
     pod = server_pod(run)
-    assert pod["nodeSelector"] == {
-        "cloud.google.com/compute-class": NS,
-        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-        "cloud.google.com/gke-tpu-topology": "2x2",
-    }
+    # The class alone (item 3 of issue 22): the class's rule names the slice.
+    assert pod["nodeSelector"] == {"cloud.google.com/compute-class": NS}
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
@@ -206,10 +203,9 @@ def test_pods_select_the_stacks_own_compute_class_and_tolerate_its_taint(run: Pr
         "value": name,
         "effect": "NoSchedule",
     } in pod["tolerations"]
-    # The class's TPU rule and the pod's TPU labels and request agree.
+    # The class's TPU rule names the slice, and the pod's request takes all of it.
     rule = tpu_rule(run)
-    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == rule["tpu"]["type"]
-    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == rule["tpu"]["topology"]
+    assert rule["tpu"] == {"type": "tpu-v6e-slice", "count": 4, "topology": "2x2"}
     count = int(rule["tpu"]["count"])  # numbers cross the engine as floats
     assert server_container(run)["resources"]["limits"]["google.com/tpu"] == str(count)
 
@@ -281,11 +277,7 @@ def test_v5e1_on_gke_uses_the_v5e_machine_type_and_labels() -> None:
     assert rule["machineType"] == "ct5lp-hightpu-1t"
     assert rule["tpu"] == {"type": "tpu-v5-lite-podslice", "count": 1, "topology": "1x1"}
     assert rule["location"] == {"zones": ["us-west4-a"]}
-    assert server_pod(run)["nodeSelector"] == {
-        "cloud.google.com/compute-class": NS,
-        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-        "cloud.google.com/gke-tpu-topology": "1x1",
-    }
+    assert server_pod(run)["nodeSelector"] == {"cloud.google.com/compute-class": NS}
     assert server_container(run)["resources"]["limits"] == {"google.com/tpu": "1"}
 
 
@@ -301,7 +293,7 @@ def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
     for flag, value in itertools.pairwise(container["args"][3:]):
         if flag.startswith("--") and not value.startswith("--"):
             assert f"{flag} {value}" in start.inputs["create"].replace("'", "")
-    scripts = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    scripts = run.named("vllm-scripts").inputs["data"]
     assert scripts["entrypoint.sh"] == (ROOT / "scripts/remote/vllm_entrypoint.sh").read_text()
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["HF_HOME"] == "/dev/shm"  # the VM path's HF cache in memory
@@ -335,7 +327,7 @@ def test_up_waits_for_one_replica_to_answer_v1_models(run: ProgramRun) -> None:
     # capacityWait 30m (default) + readinessTimeout 60m
     assert int(env["DEADLINE_SECONDS"]) == 90 * 60
     assert job["spec"]["activeDeadlineSeconds"] > int(env["DEADLINE_SECONDS"])
-    script = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]["wait_ready.sh"]
+    script = run.named("vllm-scripts").inputs["data"]["wait_ready.sh"]
     assert script.startswith("set -euo pipefail\n")
     assert "/v1/models" in script and "--header @-" in script
     assert job["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
@@ -638,12 +630,12 @@ def test_pods_restore_and_save_the_vm_paths_compile_cache(run: ProgramRun) -> No
     for container in (restore, save, server_container(run)):
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         assert mounts["vllm-cache"] == "/root/.cache/vllm"  # one emptyDir, shared
-    scripts = run.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    scripts = run.named("vllm-scripts").inputs["data"]
     assert scripts["xla_cache.py"] == (ROOT / "scripts/remote/xla_cache.py").read_text()
     assert scripts["cache_restore.sh"].startswith("set -euo pipefail\n")
     writer = run.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs
     assert writer["member"] == f"serviceAccount:{GSA}"
-    role = run.one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs
+    role = run.named("vllm-pod-reader").inputs
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
     assert run.outputs["cache_restored"]["restored"] is False
 

@@ -105,7 +105,7 @@ class Pod:
         self.tmp = tmp / name
         self.tools = self.tmp / "tpu-vllm"
         self.tools.mkdir(parents=True)
-        for file, text in run.one("kubernetes:core/v1:ConfigMap").inputs["data"].items():
+        for file, text in run.named("vllm-scripts").inputs["data"].items():
             (self.tools / file).write_text(text)
         account = self.tmp / "serviceaccount"
         account.mkdir()
@@ -169,13 +169,15 @@ class Pod:
             deadline = time.monotonic() + 120
             while not summary.exists() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
+            first = dict(json.loads(summary.read_text()))  # the save after ready
             time.sleep(0.3)
             assert proc.poll() is None, "the sidecar exited: Kubernetes would restart it"
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
-            _, stderr = proc.communicate(timeout=10)
+            _, stderr = proc.communicate(timeout=30)
         assert TOKEN not in stderr
-        return dict(json.loads(summary.read_text()))
+        self.save_log = stderr
+        return first
 
 
 def bucket_of(prefix: str) -> str:
@@ -332,7 +334,7 @@ def test_a_token_refusal_is_final_on_a_vm_and_explained_when_it_lasts_in_a_pod(
     with pytest.raises(RuntimeError, match="refused a token: HTTP 404"):
         tool.JsonApi()._fetch_token(tool.Deadline(60))
     assert fake_metadata.refused == 1
-    monkeypatch.setattr(tool, "TOKEN_RETRY_SECONDS", 1.0)
+    monkeypatch.setattr(tool.api, "TOKEN_RETRY_SECONDS", 1.0)
     monkeypatch.setattr(tool.JsonApi, "in_pod", True)
     with pytest.raises(RuntimeError, match=r"attempts \(HTTP 404\); .*Workload Identity"):
         tool.JsonApi()._fetch_token(tool.Deadline(60))
@@ -396,7 +398,8 @@ def test_the_save_sidecar_as_pid_1_exits_promptly_on_sigterm(
     """The sidecar's script is its container's PID 1, which gets only the signals it handles
     (kill(2), pid_namespaces(7)): run it as PID 1 of a new PID namespace and send SIGTERM from
     outside, as the kubelet does on a pod deletion. It must exit within seconds, not at the end
-    of the grace period."""
+    of the grace period; after ready, with a last save first, which carries an entry JAX wrote
+    after the save at ready."""
     probe = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, check=False
     )
@@ -419,11 +422,15 @@ def test_the_save_sidecar_as_pid_1_exits_promptly_on_sigterm(
     )
     try:
         init = pid1_of(outer)
+        late = {f"jit_late-{'1' * 64}-cache": os.urandom(3000)}
         if phase == "idle after the save":
             deadline = time.monotonic() + 60
             while not (pod.work / "save.json").exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert json.loads((pod.work / "save.json").read_text())["ok"] is True
+            for name, data in late.items():  # a request's new shape, compiled after ready
+                (pod.cache / name).write_bytes(data)
+            time.sleep(1.2)  # complete: older than the save's settle pause
         time.sleep(1.0)  # into its wait
         assert outer.poll() is None
         sent = time.monotonic()
@@ -437,3 +444,93 @@ def test_the_save_sidecar_as_pid_1_exits_promptly_on_sigterm(
     stderr = outer.stderr.read().decode() if outer.stderr else ""
     assert outer.returncode == 0, stderr
     assert "xla-cache-save: SIGTERM; exiting" in stderr
+    if phase == "idle after the save":
+        assert "SIGTERM: saving what is new one last time" in stderr
+        last = json.loads((pod.work / "save.json").read_text())
+        assert last["ok"] is True and last["why"] == "SIGTERM" and last["uploaded"] == 1, last
+        prefix = program.outputs["compile_cache"]
+        key = f"{prefix}{generation_name(VM_DIGEST)}/"[len(f"gs://{bucket_of(prefix)}/") :]
+        for name, data in late.items():
+            assert cloud["store"].get(bucket_of(prefix), key + name) == data
+
+
+def test_the_sidecar_saves_again_every_save_interval(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path
+) -> None:
+    """After the save at ready the sidecar keeps saving, every CACHE_SAVE_EVERY seconds
+    (`cache.saveInterval`, here shortened): an entry JAX writes later reaches the bucket and the
+    manifest while the pod runs on, without a restart."""
+    generation = seed_generation(program.outputs["compile_cache"], cloud["store"])
+    pod = Pod(program, cloud, tmp_path, "vllm-7d9f-iiiii")
+    assert pod.restore()["restored"] is True
+    env = pod.env("xla-cache-save", SERVER_PORT=str(cloud["health_port"]), CACHE_SAVE_EVERY="1")
+    proc = subprocess.Popen(
+        ["bash", str(pod.tools / "cache_save.sh")], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    bucket = bucket_of(generation)
+    key = generation[len(f"gs://{bucket}/") :]
+    late = f"jit_late-{'2' * 64}-cache"
+    try:
+        deadline = time.monotonic() + 60
+        while not (pod.work / "save.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (pod.cache / late).write_bytes(os.urandom(5000))
+        manifest = {}
+        while time.monotonic() < deadline:
+            manifest = json.loads(cloud["store"].get(bucket, key + "MANIFEST.json"))["files"]
+            if late in manifest:
+                break
+            time.sleep(0.2)
+        assert late in manifest, "no later save carried the new entry"
+        assert cloud["store"].get(bucket, key + late) == (pod.cache / late).read_bytes()
+        assert json.loads((pod.work / "save.json").read_text())["why"] == "periodic"
+        assert proc.poll() is None, "the sidecar exited: Kubernetes would restart it"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=30)
+
+
+def test_a_sigterm_before_ready_saves_what_the_start_compiled_so_far(
+    program: ProgramRun, cloud: dict[str, Any], tmp_path: Path
+) -> None:
+    """A pod deleted during its cold start (an update, a recycled node) has compiled part of
+    its programs; each entry is a whole program. The sidecar, still waiting for /health, saves
+    them on SIGTERM, so the next replica starts from them."""
+    prefix = program.outputs["compile_cache"]
+    bucket = bucket_of(prefix)
+    cloud["store"].create_bucket(bucket)
+    pod = Pod(program, cloud, tmp_path, "vllm-7d9f-jjjjj")
+    assert pod.restore()["restored"] is False
+    pod.cache.mkdir(parents=True, exist_ok=True)
+    for name, data in ENTRIES.items():
+        (pod.cache / name).write_bytes(data)
+    time.sleep(1.2)  # complete: older than the save's settle pause
+    with socket.socket() as sock:  # a port nothing listens on: the server is not up
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        ["bash", str(pod.tools / "cache_save.sh")],
+        env=pod.env("xla-cache-save", SERVER_PORT=str(port)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    time.sleep(1.0)  # into its wait for the server
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "SIGTERM before the server was ready; saving what it compiled so far" in stderr
+    saved = json.loads((pod.work / "save.json").read_text())
+    assert saved["ok"] is True and saved["uploaded"] == len(ENTRIES), saved
+    warm = Pod(program, cloud, tmp_path, "vllm-7d9f-kkkkk").restore()
+    assert warm["restored"] is True and warm["files"] == len(ENTRIES), warm
+
+
+def test_the_last_save_fits_in_the_pods_grace_period(program: ProgramRun) -> None:
+    """The kubelet SIGKILLs what still runs when the grace period ends: the sidecar's last
+    save is bounded well inside it, and its period is `cache.saveInterval`'s."""
+    pod = program.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"]
+    env = env_of(containers(program)["xla-cache-save"])
+    assert 0 < int(env["CACHE_STOP_TIMEOUT"]) < int(pod["terminationGracePeriodSeconds"]) - 5
+    assert env["CACHE_SAVE_EVERY"] == "300"  # the default, 5m
+    other = run_program(STACK, {"tpu-vllm:cache.saveInterval": "90s"})
+    assert env_of(containers(other)["xla-cache-save"])["CACHE_SAVE_EVERY"] == "90"

@@ -1,10 +1,13 @@
-"""The GKE readiness Job's script, run as the Job runs it, against a loopback fake vLLM.
+"""The GKE readiness Job's script, run as the Job runs it, against loopback fakes of vLLM and
+of the Kubernetes API's Deployment read.
 
 The script and the Job's environment come from a mocked run of the v6e4-gke program (the
-ConfigMap the pod mounts, the Job's env); only the address, the key file and the timings are
-pointed at the test. The pod's shell is busybox ash (curlimages/curl is Alpine): the script runs
-under `busybox sh` when the machine has busybox, else under bash. The fake server is
-`tests/fakes/openai_server.py` (vLLM's 401 for a key it was not started with, `/health`).
+ConfigMap the pod mounts, the Job's env); only the addresses, the key and token files and the
+timings are pointed at the test. The pod's shell is busybox ash (curlimages/curl is Alpine): the
+script runs under `busybox sh` when the machine has busybox, else under bash. The fakes are
+`tests/fakes/openai_server.py` (vLLM's 401 for a key it was not started with, `/health`) and
+`tests/fakes/kube_deployments.py` (the Deployment as the API server and the Recreate controller
+show it).
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.kube_deployments import FakeDeploymentApi, Rollout, recreate_update
 from tests.fakes.openai_server import FakeOpenAI
 from tests.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"
+NS = "tpu-vllm-v6e4-gke"
 MODEL = "google/gemma-4-31B-it"
 SERVER_KEY = "key-the-pods-started-with"
+POD_TOKEN = "PODTOKENSENTINEL-readiness-job"
 SHELL = ["busybox", "sh"] if shutil.which("busybox") else ["bash"]
+#: A Deployment whose generation 1 is rolled out, both replicas Ready: nothing to wait for.
+ROLLED_OUT = [Rollout(1, 1, 2, 2, 2, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +50,29 @@ def server() -> Iterator[FakeOpenAI]:
         fake.stop()
 
 
+@pytest.fixture
+def api() -> Iterator[FakeDeploymentApi]:
+    fake = FakeDeploymentApi(NS, "vllm", POD_TOKEN, list(ROLLED_OUT)).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
 def job_env(program: ProgramRun) -> dict[str, str]:
     job = program.one("kubernetes:batch/v1:Job").inputs
     [container] = job["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def pod_account(tmp_path: Path) -> Path:
+    """The pod's service-account directory as the kubelet mounts it: token, CA, namespace."""
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(POD_TOKEN)
+    (account / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    (account / "namespace").write_text(NS)
+    return account
 
 
 def run_job(
@@ -54,12 +81,14 @@ def run_job(
     tmp_path: Path,
     *,
     key: str,
+    api: FakeDeploymentApi,
     changes: Mapping[str, str] | None = None,
     timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """The Job's script with the Job's env, aimed at `server`, holding `key` in its key file."""
+    """The Job's script with the Job's env, aimed at `server` and at `api` for the Deployment,
+    holding `key` in its key file."""
     script = tmp_path / "wait_ready.sh"
-    script.write_text(program.one("kubernetes:core/v1:ConfigMap").inputs["data"]["wait_ready.sh"])
+    script.write_text(program.named("vllm-scripts").inputs["data"]["wait_ready.sh"])
     key_file = tmp_path / "vllm_api_key"
     key_file.write_text(key)
     host, port = server.url.removeprefix("http://").split(":")
@@ -68,7 +97,9 @@ def run_job(
         "TARGET_HOST": host,
         "TARGET_PORT": port,
         "API_KEY_FILE": str(key_file),
-        "POD_NAMESPACE": "tpu-vllm-v6e4-gke",
+        "POD_NAMESPACE": NS,
+        "KUBERNETES_API": api.url,
+        "SERVICE_ACCOUNT_DIR": str(pod_account(tmp_path)),
         "POLL_SECONDS": "1",
         "PATH": os.environ["PATH"],
         **(changes or {}),
@@ -84,8 +115,10 @@ def run_job(
     )
 
 
-def test_the_right_key_passes(program: ProgramRun, server: FakeOpenAI, tmp_path: Path) -> None:
-    done = run_job(program, server, tmp_path, key=SERVER_KEY)
+def test_the_right_key_passes(
+    program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path
+) -> None:
+    done = run_job(program, server, tmp_path, key=SERVER_KEY, api=api)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"ready: /health 200 and /v1/models lists {MODEL}" in done.stdout
     assert server.paths()[-2:] == ["/health", "/v1/models"]
@@ -98,13 +131,13 @@ def test_without_a_key_file_variable_the_job_fails_at_once_naming_it(
     /run/secrets (issue 16): a Job without API_KEY_FILE must not fall back to a guessed path
     and spend its deadline on 401s, but stop at once and say which variable is missing."""
     script = tmp_path / "wait_ready.sh"
-    script.write_text(program.one("kubernetes:core/v1:ConfigMap").inputs["data"]["wait_ready.sh"])
+    script.write_text(program.named("vllm-scripts").inputs["data"]["wait_ready.sh"])
     host, port = server.url.removeprefix("http://").split(":")
     env = {
         **job_env(program),
         "TARGET_HOST": host,
         "TARGET_PORT": port,
-        "POD_NAMESPACE": "tpu-vllm-v6e4-gke",
+        "POD_NAMESPACE": NS,
         "POLL_SECONDS": "1",
         "PATH": os.environ["PATH"],
     }
@@ -125,13 +158,18 @@ def test_without_a_key_file_variable_the_job_fails_at_once_naming_it(
 
 
 def test_a_refused_key_fails_the_job_and_names_the_key(
-    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+    program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path
 ) -> None:
     """vLLM answers 401 to a key it was not started with: a wrong or rotated key. That fails
     the Job (never skipped as "answered"), within the grace, saying the key is the cause."""
     began = time.monotonic()
     done = run_job(
-        program, server, tmp_path, key="a-rotated-key", changes={"AUTH_GRACE_SECONDS": "2"}
+        program,
+        server,
+        tmp_path,
+        key="a-rotated-key",
+        api=api,
+        changes={"AUTH_GRACE_SECONDS": "2"},
     )
     assert done.returncode != 0, done.stdout
     assert time.monotonic() - began < 30  # the grace, not the 90-minute deadline
@@ -144,13 +182,14 @@ def test_a_refused_key_fails_the_job_and_names_the_key(
 
 
 def test_a_refusal_that_outlasts_the_deadline_still_blames_the_key(
-    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+    program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path
 ) -> None:
     done = run_job(
         program,
         server,
         tmp_path,
         key="wrong",
+        api=api,
         changes={"DEADLINE_SECONDS": "3", "AUTH_GRACE_SECONDS": "600"},
     )
     assert done.returncode != 0, done.stdout
@@ -159,10 +198,10 @@ def test_a_refusal_that_outlasts_the_deadline_still_blames_the_key(
 
 
 def test_a_refusal_that_ends_within_the_grace_is_waited_out(
-    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+    program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path
 ) -> None:
-    """A pod of the previous template (the old key) may answer for a moment while it
-    terminates; once the new pods answer, the Job passes."""
+    """A refusal that stops within the grace (here the server's key changes under the Job) is
+    waited out; once the pods answer the Job's key, the Job passes."""
     server.api_key = "the-old-key"
 
     def rotate() -> None:
@@ -170,6 +209,109 @@ def test_a_refusal_that_ends_within_the_grace_is_waited_out(
         server.api_key = SERVER_KEY
 
     threading.Thread(target=rotate, daemon=True).start()
-    done = run_job(program, server, tmp_path, key=SERVER_KEY, changes={"AUTH_GRACE_SECONDS": "30"})
+    done = run_job(
+        program, server, tmp_path, key=SERVER_KEY, api=api, changes={"AUTH_GRACE_SECONDS": "30"}
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "HTTP 401" in done.stdout and "ready:" in done.stdout
+
+
+# --- the update window: the Job passes only once its generation is rolled out -----------------
+
+
+def test_an_update_is_not_ready_while_an_old_pod_answers(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Right after a Recreate update, the old pods terminate and, with no Ready endpoint,
+    kube-proxy still sends the Service's traffic to them (kubernetes `pkg/proxy/topology.go`,
+    `CategorizeEndpoints`): here the fake vLLM, the old pod, answers /health and /v1/models
+    with the model the whole time, as a new pod will. The Job must ask it nothing until the
+    Deployment shows its generation rolled out (`kubectl rollout status`'s checks, kubectl
+    `pkg/polymorphichelpers/rollout_status.go`), then one new replica Ready."""
+    asked_before: list[tuple[int, int]] = []  # (state served, vLLM requests so far)
+    states = recreate_update(replicas=2)
+    api = FakeDeploymentApi(
+        NS,
+        "vllm",
+        POD_TOKEN,
+        states,
+        on_read=lambda i: asked_before.append((i, len(server.paths()))),
+    ).start()
+    try:
+        done = run_job(program, server, tmp_path, key=SERVER_KEY, api=api)
+    finally:
+        api.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Every state was read, in order, and vLLM was asked nothing before the last one.
+    assert [state for state, _ in asked_before] == [0, 1, 2, 3]
+    assert all(asked == 0 for _, asked in asked_before), asked_before
+    assert server.paths()[-2:] == ["/health", "/v1/models"]
+    out = done.stdout
+    steps = [
+        "waiting for the Deployment controller to observe generation 2 (observed: 1)",
+        "0 of 2 replicas of generation 2 created (Recreate starts them once the old pods",
+        "2 replicas of generation 2, none Ready yet",
+        "rollout: generation 2 rolled out, 1 of 2 replicas Ready",
+        f"ready: /health 200 and /v1/models lists {MODEL}",
+    ]
+    assert [out.index(step) for step in steps] == sorted(out.index(step) for step in steps)
+    # It read the Deployment as curl, so the API server indented its JSON.
+    assert all(agent.startswith("curl/") for _, agent in api.served)
+    assert POD_TOKEN not in done.stdout + done.stderr  # the token never reaches the log
+
+
+def test_a_rollout_that_never_completes_times_out_and_says_so(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The old pods never stop (or no new pod is created): the Job fails at its deadline,
+    naming the rollout and how far it got, and never took an old pod's answer for ready."""
+    stuck = [Rollout(2, 2, 2)]  # observed, old ReplicaSet scaled to 0, no new pod
+    with FakeDeploymentApi(NS, "vllm", POD_TOKEN, stuck) as api:
+        done = run_job(
+            program, server, tmp_path, key=SERVER_KEY, api=api, changes={"DEADLINE_SECONDS": "3"}
+        )
+    assert done.returncode != 0, done.stdout
+    assert "deployment/vllm did not roll out generation 2 within 3s" in done.stderr
+    assert "0 of 2 replicas of generation 2 created" in done.stderr
+    assert f"kubectl -n {NS} rollout status deploy/vllm" in done.stderr
+    assert "ready:" not in done.stdout
+    assert server.paths() == []
+
+
+def test_a_refused_deployment_read_fails_naming_the_role(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """No RBAC (the Role or its binding missing): HTTP 403 from the API server. The Job fails
+    within the grace, naming the Role, instead of waiting out its 90-minute deadline."""
+    with FakeDeploymentApi(NS, "vllm", POD_TOKEN, list(ROLLED_OUT)) as api:
+        api.forbidden = True
+        began = time.monotonic()
+        done = run_job(
+            program, server, tmp_path, key=SERVER_KEY, api=api, changes={"AUTH_GRACE_SECONDS": "2"}
+        )
+    assert done.returncode != 0, done.stdout
+    assert time.monotonic() - began < 30
+    assert "HTTP 403 for deployment vllm" in done.stderr
+    assert "Role tpu-vllm-rollout-reader" in done.stderr
+    assert "get role,rolebinding tpu-vllm-rollout-reader" in done.stderr
+    assert server.paths() == []
+
+
+def test_the_job_sends_the_pods_token_only_as_a_header(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The fake refuses a read without `Authorization: Bearer TOKEN` (401); with a wrong token
+    file the Job never gets past the rollout step, and neither token reaches the log."""
+    with FakeDeploymentApi(NS, "vllm", "another-token", list(ROLLED_OUT)) as api:
+        done = run_job(
+            program,
+            server,
+            tmp_path,
+            key=SERVER_KEY,
+            api=api,
+            changes={"AUTH_GRACE_SECONDS": "2"},
+        )
+    assert done.returncode != 0
+    assert "HTTP 401 for deployment vllm" in done.stderr
+    assert POD_TOKEN not in done.stdout + done.stderr
+    assert server.paths() == []

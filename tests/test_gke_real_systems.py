@@ -319,14 +319,23 @@ def test_pods_are_pinned_to_the_stacks_own_compute_class(run: ProgramRun) -> Non
     """In a shared cluster another v6e 2x2 pool matches the TPU labels too. The pods select the
     ComputeClass this stack owns (`cloud.google.com/compute-class`, GKE docs "About custom
     ComputeClasses"), whose auto-created pools carry that label and a matching taint: only
-    nodes made for this stack's class take these pods."""
+    nodes made for this stack's class take these pods.
+
+    By the class alone, as the reference does (GoogleCloudPlatform/accelerated-platforms
+    `online-inference-tpu/vllm/v6e-gemma-4-31b-it/patch-nodeselector.yaml` has exactly one
+    selector, `cloud.google.com/compute-class`); Google's notes advise against mixing a class
+    with other hard node selectors (GoogleCloudPlatform/gke-mcp `gke-compute-class-creator`),
+    and no GKE source says the TPU labels are accepted and needed beside it. The class's rule
+    names the slice instead."""
     [node_class] = [r for r in run.resources if r.type.endswith(":ComputeClass")]
     [pod] = pod_specs(run.one(DEPLOYMENT).inputs)
     name = node_class.inputs["metadata"]["name"]
-    assert pod["nodeSelector"]["cloud.google.com/compute-class"] == name
+    assert pod["nodeSelector"] == {"cloud.google.com/compute-class": name}
     assert name.startswith("tpu-vllm-")  # the stack's own, not a shared class
-    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
-    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2"
+    assert not pod.get("affinity")  # no node affinity sneaks the labels back in
+    [rule] = node_class.inputs["spec"]["priorities"]
+    assert rule["tpu"]["type"] == "tpu-v6e-slice"
+    assert rule["tpu"]["topology"] == "2x2"
     assert node_class.name in run.dependencies["vllm-deployment"]
 
 
@@ -350,9 +359,46 @@ def test_the_deployment_waits_for_the_pod_reader_grant_when_the_cache_is_on(
     403/404 as final: a pod started before its Role and RoleBinding exist would start cold.
     With the cache off there is no init container to read anything, and no grant."""
     roles = {r.name for r in run.resources if r.type.startswith("kubernetes:rbac.")}
+    roles -= {"vllm-rollout-reader", "vllm-rollout-reader-binding"}  # the readiness Job's
     deployment = run.dependencies["vllm-deployment"]
-    if "cache_restore.sh" in run.one("kubernetes:core/v1:ConfigMap").inputs["data"]:
+    if "cache_restore.sh" in run.named("vllm-scripts").inputs["data"]:
         assert roles == {"vllm-pod-reader", "vllm-pod-reader-binding"}
         assert roles <= deployment
     else:
         assert roles == set()
+
+
+# --- the readiness Job reads the rollout it waits for -----------------------------------------
+
+
+def test_the_readiness_job_may_read_the_deployment_and_only_it(run: ProgramRun) -> None:
+    """scripts/remote/gke_wait_ready.sh reads `GET .../deployments/vllm` with the pod's token
+    before it asks the Service (kube-proxy's fallback to terminating endpoints,
+    `pkg/proxy/topology.go`, would otherwise let an old pod answer). RBAC (Kubernetes docs
+    "Using RBAC Authorization": `resourceNames` limits a rule to the named objects) must grant
+    exactly that to the KSA the Job runs as, before the Job starts: a 403 fails the Job."""
+    role = run.named("vllm-rollout-reader").inputs
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments"],
+            "resourceNames": [run.one(DEPLOYMENT).inputs["metadata"]["name"]],
+            "verbs": ["get"],
+        }
+    ]
+    binding = run.named("vllm-rollout-reader-binding").inputs
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    job = run.one(JOB)
+    [pod] = pod_specs(job.inputs)
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": pod["serviceAccountName"],
+            "namespace": "tpu-vllm-v6e4-gke",
+        }
+    ]
+    assert pod["automountServiceAccountToken"] is True  # the token the script sends
+    [container] = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DEPLOYMENT"] == run.one(DEPLOYMENT).inputs["metadata"]["name"]
+    assert {"vllm-rollout-reader", "vllm-rollout-reader-binding"} <= run.dependencies[job.name]

@@ -434,9 +434,10 @@ RESOURCE_COUNTS = {
     # writer grants, the metrics agent's command, the StackMonitoring component, its dashboard
     "v5e1": 29,
     "v6e4": 29,
-    # no TPU node pool; the ComputeClass and the PodDisruptionBudget; monitoring: the
-    # PodMonitoring, the StackMonitoring component, its dashboard
-    "v6e4-gke": 32,
+    # no TPU node pool; the ComputeClass, the PodDisruptionBudget, the CRD wait, the readiness
+    # Job's rollout Role and binding, the pods' owner; monitoring: the PodMonitoring, the
+    # StackMonitoring component, its dashboard
+    "v6e4-gke": 36,
 }
 
 

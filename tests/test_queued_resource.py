@@ -15,17 +15,21 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pulumi.dynamic as dyn
 import pytest
 from googleapiclient.errors import HttpError
 
 from components import config as config_module
+from components.vm import queued_resource_delete
 from components.vm.queued_resource import QueuedResourceProvider
-from components.vm.queued_resource_spec import Spec
+from components.vm.queued_resource_spec import OUTPUT_KEYS, Spec
 from components.vm.tpu import queued_resource_props
-from tests.fakes.tpu_api import FakeTpuApi, StateDurations
+from tests.docs import read_doc, section
+from tests.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
 from tests.pulumi_program import ROOT, run_program, stack_file_config
 
 FAST = {
@@ -326,22 +330,83 @@ def test_diff_replaces_on_spec_change_but_not_on_timing_or_kept_zone() -> None:
     assert moved.changes and "zones" in (moved.replaces or [])
 
 
-def test_diff_reports_no_change_for_timing_or_zone_order_alone() -> None:
-    """Item 13: the provider host never declares preview support, so a `changes=True` update
-    previews with unknown outputs (a new host key, re-run fetch/start/ready) that `up` would
-    not perform. Only a spec change is a change; zones and timing are read at the next create."""
+def test_a_timing_or_zone_list_change_is_an_update_in_place_with_no_tpu_call(
+    tpu_env: FakeTpuApi,
+) -> None:
+    """Issue 22 item 8: the engine hands `delete` the stored outputs, and a no-change diff keeps
+    them, so zones and timing changed since the create must be stored by an update, or the
+    node's delete never sees them. The update replaces nothing and calls no TPU API; only an
+    unchanged config is no change (the provider host never declares preview support, so any
+    update previews its outputs as unknown)."""
     provider = QueuedResourceProvider()
-    olds = {**props_for("v6e4"), "zone": "us-east5-a", "state": "ACTIVE"}
+    created = provider.create(props_for("v6e4"))
+    olds = {**props_for("v6e4"), **outs_of(created)}
     zones = list(olds["zones"])
     slower = props_for("v6e4")
     slower["timing"] = {**slower["timing"], "poll_seconds": 30.0, "iam_wait_seconds": 60.0}
     reordered = props_for("v6e4", zones=list(reversed(zones)))
-    kept = props_for("v6e4", zones=["us-east5-a"])
+    kept = props_for("v6e4", zones=[olds["zone"]])
     added = props_for("v6e4", zones=[*zones, "asia-northeast1-b"])
+    assert not provider.diff(created.id, olds, props_for("v6e4")).changes
+    calls = len(tpu_env.requests)
     for news in (slower, reordered, kept, added):
-        diff = provider.diff("id", olds, news)
-        assert not diff.changes, news["zones"]
-        assert not diff.replaces
+        diff = provider.diff(created.id, olds, news)
+        assert diff.changes and not diff.replaces, news["zones"]
+        stored = outs_of(provider.update(created.id, olds, news))
+        assert stored["zones"] == news["zones"] and stored["timing"] == news["timing"]
+        # What the API said about the node is kept as it was.
+        assert {k: stored[k] for k in OUTPUT_KEYS} == {k: olds[k] for k in OUTPUT_KEYS}
+        assert "__provider" not in stored  # the provider host adds the new one itself
+        # Stored, the new values are no change any more.
+        assert not provider.diff(created.id, {**stored, "__provider": "x"}, news).changes
+    assert len(tpu_env.requests) == calls  # no TPU call for any of it
+
+
+def test_the_diff_sets_only_what_the_provider_host_sends() -> None:
+    """Issue 22 item 10: the Python dynamic provider host (pulumi/dynamic/__main__.py, `Diff`)
+    sends the engine `changes`, `replaces` and `deleteBeforeReplace` and drops `stables`, so a
+    diff that sets `stables` claims what never reaches the engine. Checked against the host
+    that is installed, then on every kind of diff this provider returns."""
+    host = (Path(dyn.__file__).parent / "__main__.py").read_text()
+    diff_method = host[host.index("def Diff(") : host.index("def Update(")]
+    assert "result.stables" not in diff_method
+    assert "deleteBeforeReplace" in diff_method and "result.replaces" in diff_method
+    provider = QueuedResourceProvider()
+    olds = {**props_for("v6e4"), "zone": "us-east5-a", "state": "ACTIVE"}
+    ended = {**olds, "state": "SUSPENDED"}
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    due = {**olds, "termination_time": soon, "renewal_lead_seconds": 3600.0}
+    news = props_for("v6e4")
+    windowed = {**news, "renewal_lead_seconds": 3600.0}
+    moved = props_for("v6e4", zones=[*olds["zones"], "asia-northeast1-b"])
+    for old, new in ((olds, news), (ended, news), (due, windowed), (olds, moved)):
+        assert provider.diff("id", old, new).stables is None
+
+
+def test_provider_progress_takes_the_path_pulumi_log_takes_in_the_provider_host() -> None:
+    """Issue 22 item 10: the provider host configures the SDK with no engine address
+    (pulumi/dynamic/__main__.py `get_provider`), and then `pulumi.log.info` prints to stderr
+    (pulumi/log.py), which the engine shows in the CLI: it does not go nowhere. `report`
+    prints to stderr too; `pulumi.log.debug` is the one that prints nothing."""
+    script = (
+        "import pulumi\n"
+        "from pulumi.runtime import Settings, configure\n"
+        "configure(Settings(project='p', stack='stack', organization='organization'))\n"
+        "pulumi.log.info('from pulumi.log')\n"
+        "pulumi.log.debug('debug line')\n"
+        "from components.vm.tpu_api import report\n"
+        "report('from report')\n"
+    )
+    pipe = subprocess.PIPE
+    with subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=pipe, stderr=pipe
+    ) as run:
+        out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    assert out == b""
+    assert err.decode().splitlines() == ["info: from pulumi.log", "tpu-vllm: from report"]
+    source = (ROOT / "components/vm/tpu_api.py").read_text()
+    assert "goes nowhere" not in source
 
 
 def test_check_reports_missing_run_limit() -> None:
@@ -505,6 +570,18 @@ def test_every_create_carries_a_request_id_stable_per_zone_attempt(tpu_env: Fake
     assert first[0] != second[0]
 
 
+def test_the_request_id_is_called_this_projects_addition_not_gclouds() -> None:
+    """Issue 22 item 10: gcloud sends no `requestId` for a queued-resource create
+    (googlecloudsdk `surface/compute/tpus/queued_resources/create.yaml` maps only
+    `queuedResourceId`, and no request hook of `command_lib/compute/tpus/queued_resources/
+    util.py` sets one): the docs must not credit gcloud with it."""
+    create = " ".join(section(read_doc("tpu-request"), "The create").split())
+    assert "One addition of this project's: the call carries a `requestId`" in create
+    assert "gcloud sends none" in create
+    module = (ROOT / "components/vm/queued_resource_create.py").read_text()
+    assert "is this project's addition: gcloud sets none" in " ".join(module.split())
+
+
 @pytest.mark.parametrize(
     ("replay_answer", "answers"),
     [
@@ -649,6 +726,26 @@ def test_delete_is_retried_while_creating(tpu_env: FakeTpuApi) -> None:
     assert tpu_env.state(qr_name) is None
 
 
+def _bounded(call: Callable[[], None], seconds: float = 60.0) -> None:
+    """Run `call` in a thread; fail (instead of hanging the suite) if it has not ended after
+    `seconds`, far beyond what it needs: a retry loop that never ends is the bug looked for."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as error:  # noqa: BLE001 - handed to the test below
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running after {seconds:.0f} s: the delete loops")
+    if errors:
+        raise errors[0]
+
+
 def test_a_delete_refused_in_another_state_is_raised_not_waited_out(tpu_env: FakeTpuApi) -> None:
     provider = QueuedResourceProvider()
     props = props_for("v5e1")
@@ -657,9 +754,37 @@ def test_a_delete_refused_in_another_state_is_raised_not_waited_out(tpu_env: Fak
     tpu_env.undeletable_states = frozenset({"ACTIVE"})
     started = time.monotonic()
     with pytest.raises(Exception, match=r"could not be deleted: ABORTED .*it is ACTIVE"):
-        provider.delete(created.id, {**props, **outs_of(created)})
+        _bounded(lambda: provider.delete(created.id, {**props, **outs_of(created)}))
     assert time.monotonic() - started < 5
-    assert len(tpu_env.requests_for("DELETE")) == 1
+    # Tried once more at once (the state may have changed since the refusal), then raised.
+    assert [r.status for r in tpu_env.requests_for("DELETE")] == [409, 409]
+
+
+def test_a_delete_refused_while_provisioning_that_reads_active_after_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The refusal and the state read after it are two requests, and the node can turn ACTIVE
+    in between: the delete is then tried again, not reported as impossible (a race seen under
+    load in the full suite). On a manual clock, PROVISIONING ends exactly between the two."""
+    with FakeTpuApi(clock=ManualClock()) as fake:
+        monkeypatch.setenv("TPU_API_ENDPOINT", fake.base_url)
+        monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake.token)
+        fake.durations = StateDurations(1.0, 1.0, 1.0, provisioning=60.0)
+        props = props_for("v5e1")
+        name = _start_request_directly(fake, props)
+        fake.advance(3.5)
+        assert fake.state(name) == "PROVISIONING"
+        original = queued_resource_delete._state_or_gone
+
+        def provisioning_ends_meanwhile(api: Any, qr_name: str) -> str:
+            if fake.requests_for("DELETE"):  # after the refusal, before the read-back
+                fake.advance(120.0)
+            return original(api, qr_name)
+
+        monkeypatch.setattr(queued_resource_delete, "_state_or_gone", provisioning_ends_meanwhile)
+        _bounded(lambda: QueuedResourceProvider().delete(name, props))
+        assert [r.status for r in fake.requests_for("DELETE")] == [400, 200]
+        assert fake.state(name) is None
 
 
 def test_expires_at_falls_back_to_the_nodes_termination_timestamp(tpu_env: FakeTpuApi) -> None:

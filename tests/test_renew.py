@@ -388,10 +388,27 @@ def test_active_inside_the_renewal_window_is_renewed_before_it_ends(
     windowed(fake_pulumi, name, lead_seconds=4 * 3600 + 60)
     status, out, _ = run_renew(capfd)
     assert status == 0
-    assert fake_pulumi.argvs() == [STACK_OUTPUT, UP]
+    # After the up, the outputs name another node: renewed, nothing more to do.
+    assert fake_pulumi.argvs() == [STACK_OUTPUT, UP, STACK_OUTPUT]
     assert "inside the renewal window" in out
     assert "of its run left" in out
     assert tpu.state(name) == "ACTIVE"  # the script deletes nothing: `pulumi up` does, later
+
+
+def test_an_up_that_only_stored_changed_settings_is_followed_by_the_renewal(
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22 item 8: inside the window, an up whose diff found `renewal.drain` or
+    `tpu.zones` changed since the node's create only stores them (the renewal's delete of the
+    node must use them) and renews at the next up. The script runs that next up at once, once:
+    the stack still names the same node."""
+    name = in_state(tpu, "ACTIVE")
+    outputs = {**stack_outputs(name), "renewal_lead_seconds": 4 * 3600 + 60}
+    fake_pulumi.add_stack(STACK, outputs, secrets=("api_key",), after_up=outputs)
+    status, out, _ = run_renew(capfd)
+    assert status == 0
+    assert fake_pulumi.argvs() == [STACK_OUTPUT, UP, STACK_OUTPUT, UP]
+    assert f"{name} is still the stack's node: that `pulumi up` stored settings" in out
 
 
 def test_active_with_more_than_the_lead_left_is_left_alone(
@@ -430,7 +447,7 @@ def test_the_outputs_end_time_is_used_when_the_api_gives_none(
     soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 600))
     windowed(fake_pulumi, name, lead_seconds=3600, expires_at=soon)
     run_renew(capfd)
-    assert fake_pulumi.argvs() == [STACK_OUTPUT, UP]
+    assert fake_pulumi.argvs() == [STACK_OUTPUT, UP, STACK_OUTPUT]
 
 
 def test_a_stack_without_the_lead_output_is_renewed_only_once_ended(

@@ -28,6 +28,7 @@ from components.vm.queued_resource_spec import RENEWAL_SUFFIX, REQUEST_LABEL, Sp
 from components.vm.tpu import queued_resource_props
 from components.vm.tpu_api import TpuApi
 from scripts import budget
+from tests.docs import read_doc
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.mock_outputs import MANAGED_ZONE, cloud_outputs
 from tests.pulumi_program import ROOT, refused, run_program
@@ -232,10 +233,57 @@ def test_outside_the_window_the_diff_is_no_change(lead: float | None, left: floa
     assert not diff.changes and not diff.replaces
 
 
-def test_changing_the_lead_or_drain_alone_is_no_change() -> None:
+def test_a_changed_lead_or_drain_is_stored_in_place_not_replaced() -> None:
+    """The node's delete sees only the stored outputs: a drain changed since the create must
+    be stored (an update), or the replaced node would drain the old one."""
     olds = active(3900, 7200)
-    diff = QueuedResourceProvider().diff(BASE, olds, props(4500, drain=600))
-    assert not diff.changes
+    provider = QueuedResourceProvider()
+    for news in (props(4500), props(3900, drain=600), props(4500, drain=600)):
+        diff = provider.diff(BASE, olds, news)
+        assert diff.changes and not diff.replaces
+        stored = outs_of(provider.update(BASE, olds, news))
+        assert (stored["renewal_lead_seconds"], stored["drain_seconds"]) == (
+            news["renewal_lead_seconds"],
+            news["drain_seconds"],
+        )
+
+
+def test_inside_the_window_a_changed_drain_or_zone_list_is_stored_before_the_renewal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A renewal in the same `pulumi up` would delete this node with the old drain, looking
+    for its successor in the old zones only: the change is stored first, and the next up
+    renews. A lead changed alone is read from the new inputs: the renewal goes ahead."""
+    provider = QueuedResourceProvider()
+    olds = active(3900, 1800)
+    for news in (props(3900, drain=600), {**props(3900), "zones": [ZONE, ZONE_B]}):
+        diff = provider.diff(BASE, olds, news)
+        assert diff.changes and not diff.replaces
+        assert "renewal follows at the next `pulumi up`" in capsys.readouterr().err
+        stored = {**outs_of(provider.update(BASE, olds, news)), "__provider": "x"}
+        renewing = provider.diff(BASE, stored, news)  # the next up
+        assert renewing.replaces == ["termination_time"]
+        assert renewing.delete_before_replace is False
+    lead_only = provider.diff(BASE, olds, props(4500))
+    assert lead_only.replaces == ["termination_time"]
+
+
+def test_a_plain_up_without_refresh_renews_an_ended_run_when_a_lead_is_set() -> None:
+    """Issue 22 item 10: without `--refresh` the diff gets the state as stored (ACTIVE), but it
+    compares the stored end with now: a run past its end is inside the window and is renewed
+    create-first (the create then steps around the SUSPENDED predecessor: see
+    test_a_predecessor_that_ended_since_the_diff_is_stepped_around). Without a lead, nothing
+    tells it. docs/operations.md must say so."""
+    provider = QueuedResourceProvider()
+    ended = active(3900, -60)  # the state still says ACTIVE; its end was a minute ago
+    diff = provider.diff(BASE, ended, props(3900))
+    assert diff.replaces == ["termination_time"] and diff.delete_before_replace is False
+    unleaded = {**active(None, -60), "renewal_lead_seconds": None}
+    assert not provider.diff(BASE, unleaded, props(None)).changes
+    page = " ".join(read_doc("operations").split())
+    assert "does not notice the expiry" not in page
+    assert "compares the `expires_at` stored in the state with the current time" in page
+    assert "What only `--refresh` notices" in page
 
 
 def test_an_ended_tpu_or_a_spec_change_is_still_replaced_deleting_first() -> None:
@@ -265,7 +313,10 @@ def test_the_successor_is_created_beside_the_tpu_it_renews(tpu_env: FakeTpuApi) 
     refreshed = provider.read(NEXT, outs)
     assert outs_of(refreshed)["node_name"] == outs["node_name"]
     assert outs_of(refreshed)["external_ip"] == outs["external_ip"]
-    assert not provider.diff(NEXT, outs_of(refreshed), props(OUTSIDE)).changes
+    # Its stored ids are the stack's own: once outside the window (a lead stored shorter than
+    # what is left), the next diff against the unchanged config is no change.
+    later = {**outs_of(refreshed), "renewal_lead_seconds": OUTSIDE}
+    assert not provider.diff(NEXT, later, props(OUTSIDE)).changes
     # The next renewal goes back to the stack's own ids, once the old pair is deleted.
     provider.delete(BASE, {**outs_of(first), "drain_seconds": 0.0})
     third = provider.create(props(INSIDE))
@@ -347,6 +398,31 @@ def test_a_successor_with_no_room_beside_its_predecessor_goes_to_the_next_zone_a
     assert ended and ended[0] - started >= 1.0  # served on through the drain
     assert tpu_env.state(BASE) is None and tpu_env.state(BASE_IN_B) == "ACTIVE"
     assert f"draining {BASE}: its successor {BASE_IN_B} serves" in capsys.readouterr().err
+
+
+def test_a_zone_added_since_the_create_is_searched_for_the_successor_by_the_delete(
+    tpu_env: FakeTpuApi,  # noqa: F811
+) -> None:
+    """Issue 22 item 8: created with one zone, the stack adds a second; its renewal finds no
+    room beside the old node and lands in the new zone. The old node's delete gets the stored
+    outputs only: once the diff stored the new zone list in place, it finds the successor there
+    and drains; with the zones of the create it would delete at once."""
+    provider = QueuedResourceProvider()
+    created = provider.create(props(OUTSIDE, drain=1.0))
+    olds = {**props(OUTSIDE, drain=1.0), **outs_of(created)}
+    news = two_zones(OUTSIDE, drain=1.0)
+    calls = len(tpu_env.requests)
+    diff = provider.diff(BASE, olds, news)
+    assert diff.changes and not diff.replaces
+    stored = outs_of(provider.update(BASE, olds, news))
+    assert stored["zones"] == [ZONE, ZONE_B] and len(tpu_env.requests) == calls
+    tpu_env.set_zone(ZONE, "fail", f"There is no more capacity in the zone {ZONE}")
+    assert provider.create({**news, "renewal_lead_seconds": INSIDE}).id == BASE_IN_B
+    ended = deleting_at(tpu_env, BASE)
+    started = time.monotonic()
+    provider.delete(BASE, {**stored, "__provider": "x"})
+    assert ended and ended[0] - started >= 1.0  # served on through the drain
+    assert tpu_env.state(BASE) is None and tpu_env.state(BASE_IN_B) == "ACTIVE"
 
 
 def test_a_failed_first_send_then_409_does_not_adopt_the_tpu_being_renewed(

@@ -167,7 +167,7 @@ def test_progress_is_logged_while_the_download_runs(
     monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "2")
     bucket.api.latency = 0.1
     tool = load_tool()
-    tool.PROGRESS_SECONDS = 0.2  # the real pause is 10 s
+    tool.pool.PROGRESS_SECONDS = 0.2  # the real pause is 10 s
     result = restore(tmp_path, tool=tool)
     assert result["restored"] is True
     err = capsys.readouterr().err

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from components.config.reader import _as_bool, _as_float, _as_str, _parse_positive_duration, _Reader
 
 DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
+#: How often the node saves again after the post-ready save. On a VM this is the bound on what
+#: a flex-start run's end loses (the VM's deletion gives no reliable moment for a last save); a
+#: save that finds nothing new costs a listing and a manifest read.
+DEFAULT_CACHE_SAVE_INTERVAL = "5m"
 # Cloud Storage bucket names: 3-63 of [a-z0-9_.-], starting and ending with a letter or digit.
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
 
@@ -26,6 +30,9 @@ class CacheSettings:
     #: (`jax_persistent_cache_min_compile_time_secs`, JAX's default 1.0 s). 0: every compile, so
     #: a restored node recompiles nothing (components/jax_cache_env.py renders it).
     min_compile_seconds: float = 0.0
+    #: Seconds between the node's saves after the post-ready one (scripts/remote/
+    #: xla_cache_watch.py): compiles that requests bring after ready are carried too.
+    save_interval_seconds: int = 300
 
 
 def _parse_cache(r: _Reader) -> CacheSettings:
@@ -44,11 +51,13 @@ def _parse_cache(r: _Reader) -> CacheSettings:
             bucket = None
     timeout = _parse_positive_duration(r, "restoreTimeout", DEFAULT_CACHE_RESTORE_TIMEOUT)
     min_compile = _parse_min_compile_seconds(r)
+    interval = _parse_positive_duration(r, "saveInterval", DEFAULT_CACHE_SAVE_INTERVAL)
     return CacheSettings(
         enabled=enabled,
         bucket=bucket,
         restore_timeout_seconds=timeout,
         min_compile_seconds=min_compile,
+        save_interval_seconds=interval,
     )
 
 

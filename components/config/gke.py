@@ -66,7 +66,7 @@ def _parse_gke(
         r.fail(
             "replicas",
             replicas,
-            "must be at least 1 (the node pool scales from 0 to this many TPU nodes). Fix: "
+            "must be at least 1 (one TPU node of the stack's ComputeClass per replica). Fix: "
             f"`pulumi config set --path '{r.key('replicas')}' 1`, or `pulumi destroy` to stop",
         )
     cluster = r.get("cluster", _as_str, "", "a cluster name or projects/P/locations/L/clusters/N")
@@ -107,8 +107,8 @@ def _parse_gke(
                 "cluster",
                 cluster,
                 f"is in {location}, but {NAMESPACE}:tpu.zones lists {', '.join(outside or zones)}"
-                ": a node pool can only use zones of its cluster. Fix: list zones of "
-                f"{location} in {NAMESPACE}:tpu.zones, or name a cluster in their region",
+                ": the ComputeClass's TPU nodes can only be in zones of its cluster. Fix: list "
+                f"zones of {location} in {NAMESPACE}:tpu.zones, or name a cluster in their region",
             )
     if len(r.problems) != before or not zones:
         return None

@@ -74,6 +74,8 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "restoreTimeout": "how long a node may spend restoring the cache before starting cold",
         "minCompileSeconds": "JAX caches only compiles that took at least this long; "
         "default 0: every compile",
+        "saveInterval": "how often the node saves new compile-cache entries after the save at "
+        "ready, e.g. 5m; it also saves when the server stops",
     },
     "monitoring": {
         "enabled": "vLLM's /metrics to Cloud Monitoring, the container log to Cloud Logging, "

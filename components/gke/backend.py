@@ -1,8 +1,9 @@
 """The GKE backend: N flex-start TPU replicas in a GKE cluster behind one reserved address.
 
-config -> cluster and TPU node pool -> DNS name -> secrets (grants, API key) -> compile cache ->
-Kubernetes objects -> readiness -> monitoring (PodMonitoring, dashboard, uptime check, alerts).
-The same secrets component as the VM path makes the API key and
+config -> cluster (no TPU node pool: the TPU nodes come from the stack's ComputeClass, among the
+Kubernetes objects) -> DNS name -> secrets (grants, API key) -> compile cache -> Kubernetes
+objects -> readiness -> monitoring (PodMonitoring, dashboard, uptime check, alerts). The same
+secrets component as the VM path makes the API key and
 grants the stack's service account the two secrets; here that account is the pods' Workload
 Identity. The same `dns.*` record as the VM path's points at the reserved address.
 

@@ -1,7 +1,8 @@
 """The GKE backend's Kubernetes objects for the XLA compile cache (components/compile_cache.py).
 
 An init container restores the cache before the server starts and a sidecar saves it once the
-server is ready, with the same node tool and the same prefix (key) as the VM path; a Role lets
+server is ready, again every `cache.saveInterval` and on the pod's SIGTERM, with the same node
+tool and the same prefix (key) as the VM path; a Role lets
 the pods read their own status (the pulled image's digest, scripts/remote/pod_image.py). Pure
 functions beside components/gke/k8s_manifests.py, whose pod they extend (`PodExtras`).
 """
@@ -13,11 +14,11 @@ from typing import Any
 from components import remote_scripts
 from components.config import StackConfig
 from components.gke.k8s_manifests import (
-    KSA,
     SCRIPTS_DIR,
     VLLM_CACHE_DIR,
     PodExtras,
     _meta,
+    ksa_role_binding,
     namespace_name,
 )
 
@@ -27,12 +28,20 @@ CACHE_DIR = f"{VLLM_CACHE_DIR}/xla_cache"
 RESTORE_CONTAINER = "xla-cache-restore"
 SAVE_CONTAINER = "xla-cache-save"
 POD_READER = "tpu-vllm-pod-reader"
+#: How long the sidecar's last save (on SIGTERM) may take: inside the pod's grace period
+#: (components/gke/k8s_manifests.py `deployment`, 30 s), which the kubelet ends with SIGKILL,
+#: with room for the upload's last request to finish.
+STOP_SAVE_SECONDS = 20
 
 
 def cache_script_files() -> dict[str, str]:
-    """The node tool shared with the VM path, and the two GKE steps around it."""
+    """The node tool shared with the VM path (all its parts, side by side: a ConfigMap key
+    is a file name), and the two GKE steps around it."""
     return {
-        "xla_cache.py": remote_scripts.REMOTE.joinpath("xla_cache.py").read_text(),
+        **{
+            name: remote_scripts.REMOTE.joinpath(name).read_text()
+            for name in remote_scripts.XLA_CACHE_MODULES
+        },
         "pod_image.py": remote_scripts.REMOTE.joinpath("pod_image.py").read_text(),
         "cache_restore.sh": remote_scripts.HEADER
         + remote_scripts.REMOTE.joinpath("gke_cache_restore.sh").read_text(),
@@ -47,7 +56,8 @@ def _downward(name: str, path: str) -> dict[str, Any]:
 
 def compile_cache_extras(config: StackConfig, prefix: str, timeout_seconds: int) -> PodExtras:
     """An init container that restores the cache before the server starts, and a sidecar that
-    saves it once this pod's server is ready: the same prefix (key) as the VM path."""
+    saves it once this pod's server is ready, every `cache.saveInterval` after, and when the
+    pod stops: the same prefix (key) as the VM path."""
     env = [
         {"name": "TOOLS", "value": SCRIPTS_DIR},
         {"name": "CACHE_PREFIX", "value": prefix},
@@ -77,7 +87,12 @@ def compile_cache_extras(config: StackConfig, prefix: str, timeout_seconds: int)
         "name": SAVE_CONTAINER,
         "image": config.vllm.image,
         "command": ["bash", f"{SCRIPTS_DIR}/cache_save.sh"],
-        "env": [*env, {"name": "SERVER_PORT", "value": str(config.vllm.port)}],
+        "env": [
+            *env,
+            {"name": "SERVER_PORT", "value": str(config.vllm.port)},
+            {"name": "CACHE_SAVE_EVERY", "value": str(config.cache.save_interval_seconds)},
+            {"name": "CACHE_STOP_TIMEOUT", "value": str(STOP_SAVE_SECONDS)},
+        ],
         "volumeMounts": mounts,
     }
     return PodExtras(
@@ -99,11 +114,4 @@ def pod_reader_role(config: StackConfig) -> dict[str, Any]:
 
 
 def pod_reader_binding(config: StackConfig) -> dict[str, Any]:
-    ns = namespace_name(config.stack)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _meta(POD_READER, ns, config),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": POD_READER},
-        "subjects": [{"kind": "ServiceAccount", "name": KSA, "namespace": ns}],
-    }
+    return ksa_role_binding(config, POD_READER)

@@ -41,7 +41,7 @@ import pulumi_gcp as gcp
 
 from components import catalog
 from components.config import ConfigError, GkeSettings, StackConfig
-from components.gke import k8s_manifests
+from components.gke import k8s_manifests, nap_limits
 from components.naming import labels, resource_id
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -152,6 +152,7 @@ def check_existing_cluster(config: StackConfig, found: Any) -> None:
             "(`gcloud container clusters update ... --enable-autoprovisioning` with CPU and "
             "memory limits)"
         )
+    problems += nap_limits.limit_problems(config, found, where)
     pools = getattr(found, "workload_identity_configs", None)
     if pools is not None and not any(getattr(p, "workload_pool", None) for p in pools):
         problems.append(

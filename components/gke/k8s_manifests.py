@@ -2,8 +2,8 @@
 
 Pure functions, so the same dicts are what Pulumi sends (components/gke/k8s_workload.py) and
 what the tests validate against the Kubernetes OpenAPI schema offline. Values that only exist after
-`pulumi up` (the service account's email, the reserved address's name, the TPU node pool's name,
-the API key's version) are passed in as Pulumi inputs and nested as they are.
+`pulumi up` (the service account's email, the reserved address's name, the API key's version)
+are passed in as Pulumi inputs and nested as they are.
 
 What the server runs is the VM path's, from the same code: the image `vllm.image`, the
 entrypoint scripts/remote/vllm_entrypoint.sh (mounted from a ConfigMap, reads the API key file
@@ -15,9 +15,9 @@ is probed over HTTP.
 
 Shapes follow GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`
 (`base/deployment.yaml`: `strategy: Recreate`, a `/health` readiness probe, `/dev/shm` as a
-memory emptyDir; `v*-*/patch-resources.yaml`: `google.com/tpu` requests and limits), except
-node selection (it names a ComputeClass; see `catalog.GkeTpu`), and the GKE docs for the
-Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
+memory emptyDir; `v*-*/patch-resources.yaml`: `google.com/tpu` requests and limits;
+`v*-*/patch-nodeselector.yaml`: the ComputeClass alone, here the stack's own), and the GKE docs
+for the Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ DISRUPTION_BUDGET = "vllm"
 SCRIPTS_CONFIG_MAP = "tpu-vllm-scripts"
 SERVER_SECRETS = "vllm-secrets"
 PROBE_SECRETS = "vllm-api-key"
-READINESS_JOB = "vllm-ready"
 CONTAINER = "vllm"
 #: GKE's Secret Manager add-on (GKE docs "Use Secret Manager add-on with GKE").
 SECRETS_DRIVER = "secrets-store-gke.csi.k8s.io"
@@ -67,8 +66,6 @@ ENTRYPOINT = f"{SCRIPTS_DIR}/entrypoint.sh"
 SECRETS_DIR = "/etc/tpu-vllm/secrets"
 VLLM_CACHE_DIR = "/root/.cache/vllm"
 SHM_DIR = "/dev/shm"  # noqa: S108 - the VM path's HF_HOME, in memory
-#: A small image with curl for the readiness Job (Alpine; /bin/sh is busybox ash).
-PROBE_IMAGE = "curlimages/curl:8.11.1"
 PROBE_PERIOD_SECONDS = 10
 #: `pulumi.com/skipAwait`: pulumi-kubernetes would otherwise wait for *every* replica of a
 #: Recreate Deployment (its Available condition), i.e. for N flex-start nodes at once.
@@ -119,6 +116,19 @@ def service_account(config: StackConfig, gsa_email: pulumi.Input[str]) -> dict[s
             config,
             annotations={"iam.gke.io/gcp-service-account": gsa_email},
         ),
+    }
+
+
+def ksa_role_binding(config: StackConfig, role: str) -> dict[str, Any]:
+    """Binds the Role named `role` (the binding has its name) to the pods' KSA, which the
+    server pods and the readiness Job run as."""
+    ns = namespace_name(config.stack)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(role, ns, config),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": KSA, "namespace": ns}],
     }
 
 
@@ -191,17 +201,15 @@ def secrets_volume(name: str, provider_class: str) -> dict[str, Any]:
 
 
 def node_selector(config: StackConfig) -> dict[str, str]:
-    """The TPU node this replica needs: one of the stack's own ComputeClass (which creates and
-    recycles them, components/gke/compute_class.py), with the slice GKE labels every TPU node with
-    (the class's `tpu` rule; GKE accepts such system labels beside a class from
-    1.32.3-gke.1499000, docs "About custom ComputeClasses")."""
-    gke = config.tpu.chip.gke
-    assert gke is not None  # validated: backend gke needs a GKE machine type
-    return {
-        **compute_class.node_selector(config),
-        catalog.GKE_TPU_ACCELERATOR_LABEL: gke.accelerator,
-        catalog.GKE_TPU_TOPOLOGY_LABEL: gke.topology,
-    }
+    """The TPU node this replica needs: one of the stack's own ComputeClass, selected by the
+    class alone. The class's `tpu` rule already names the slice (components/gke/compute_class.py),
+    so its nodes are the right TPU; the reference this follows selects only
+    `cloud.google.com/compute-class` (GoogleCloudPlatform/accelerated-platforms
+    `online-inference-tpu/vllm/v6e-gemma-4-31b-it/patch-nodeselector.yaml`), and Google's notes
+    advise against other hard node selectors beside a class (GoogleCloudPlatform/gke-mcp skill
+    `gke-compute-class-creator`). No source says GKE accepts, or needs, the TPU node labels
+    (`cloud.google.com/gke-tpu-accelerator`, `gke-tpu-topology`) there, so they are not set."""
+    return compute_class.node_selector(config)
 
 
 TPU_TOLERATION = {
@@ -261,8 +269,12 @@ def deployment(
     api_key_version: pulumi.Input[str],
     scripts_digest: str,
     extras: PodExtras | None = None,
+    owner_references: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """N replicas of the server, one TPU node each, replaced all at once on an update.
+
+    `owner_references`: what the Deployment hangs from (components/gke/pod_owner.py), so that
+    `pulumi destroy` waits for its pods.
 
     Why `Recreate` and not a rolling update, now that the stack's ComputeClass could give a
     surge pod a node of its own:
@@ -270,9 +282,10 @@ def deployment(
       ReplicaSet makes a new one; the PodDisruptionBudget (`pod_disruption_budget`) is what
       keeps a replica serving then. The strategy only decides how a *new pod template* (a
       config change, a rotated API key) replaces the old pods.
-    - The readiness Job is `pulumi up`'s gate and asks the Service, which reaches any Ready
-      pod: during a rolling update the old replicas answer, so `up` would report the new
-      template serving before any of its replicas does. `Recreate` leaves only new pods.
+    - The readiness Job is `pulumi up`'s gate: it waits until the Deployment has rolled out
+      (no old replica left, components/gke/readiness_manifests.py), then for one new replica.
+      A rolling update removes its last old pod only once every new replica is Ready, so the
+      Job would wait for N new flex-start nodes; `Recreate` lets it pass on the first.
     - A surge (`maxUnavailable: 0`, `maxSurge: 1`) needs one spare flex-start slice per
       update, with its capacity wait and bill; `maxSurge: 0, maxUnavailable: 1` reuses nodes
       but serves with one replica fewer (with one replica, with none).
@@ -345,7 +358,11 @@ def deployment(
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(
-            DEPLOYMENT, namespace_name(config.stack), config, annotations=dict(SKIP_AWAIT)
+            DEPLOYMENT,
+            namespace_name(config.stack),
+            config,
+            annotations=dict(SKIP_AWAIT),
+            **({"ownerReferences": list(owner_references)} if owner_references else {}),
         ),
         "spec": {
             "replicas": config.replicas,
@@ -420,75 +437,5 @@ def service(config: StackConfig, address_name: pulumi.Input[str]) -> dict[str, A
             "ports": [
                 {"name": "http", "port": config.vllm.port, "targetPort": "http", "protocol": "TCP"}
             ],
-        },
-    }
-
-
-def readiness_deadline_seconds(config: StackConfig) -> int:
-    """How long `pulumi up` waits for a Ready replica: a flex-start node must be found
-    (`tpu.capacityWait`), then the server must start (`vllm.readinessTimeout`)."""
-    return config.tpu.capacity_wait_seconds + config.vllm.readiness_timeout_seconds
-
-
-def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str, Any]:
-    """Completes once one replica answers /health and /v1/models through the Service.
-
-    pulumi-kubernetes waits for a Job to complete, so this is what `pulumi up` waits on.
-    `revision` names the server's pod template: a new one replaces the Job, which runs again.
-    """
-    ns = namespace_name(config.stack)
-    deadline = readiness_deadline_seconds(config)
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(
-            READINESS_JOB,
-            ns,
-            config,
-            # A Job that failed once is replaced on the next `pulumi up` instead of awaited.
-            annotations={"pulumi.com/replaceUnready": "true"},
-        ),
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": deadline + 60,
-            "template": {
-                "metadata": {
-                    "labels": {**labels(config), "app.kubernetes.io/component": "readiness"},
-                    "annotations": {"tpu-vllm/server-revision": revision},
-                },
-                "spec": {
-                    "serviceAccountName": KSA,
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "wait-ready",
-                            "image": PROBE_IMAGE,
-                            "command": ["/bin/sh", f"{SCRIPTS_DIR}/wait_ready.sh"],
-                            "env": [
-                                {"name": "TARGET_HOST", "value": f"{SERVICE}.{ns}.svc"},
-                                {"name": "TARGET_PORT", "value": str(config.vllm.port)},
-                                {"name": "MODEL", "value": config.model.id},
-                                {"name": "DEADLINE_SECONDS", "value": str(deadline)},
-                                {
-                                    "name": "API_KEY_FILE",
-                                    "value": f"{SECRETS_DIR}/{remote_scripts.API_KEY_FILE}",
-                                },
-                                {
-                                    "name": "POD_NAMESPACE",
-                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-                                },
-                            ],
-                            "volumeMounts": [
-                                {"name": "api-key", "mountPath": SECRETS_DIR, "readOnly": True},
-                                {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        secrets_volume("api-key", PROBE_SECRETS),
-                        {"name": "scripts", "configMap": {"name": SCRIPTS_CONFIG_MAP}},
-                    ],
-                },
-            },
         },
     }

@@ -5,10 +5,11 @@ Readiness, deliberately: pulumi-kubernetes would wait on the Deployment until it
 and a `Recreate` Deployment is Available only when *every* replica is (its maxUnavailable is 0),
 which with flex-start means N TPU nodes found at once. So the Deployment is applied with
 `pulumi.com/skipAwait`, and so is the Service (its own await also demands that no endpoint be
-not-ready, which a starting replica is), and a Job (`k8s_manifests.readiness_job`) is what
-`pulumi up` waits on:
-pulumi-kubernetes awaits a Job until it completes, and this one completes when one replica
-answers /health and /v1/models through the Service (which sends traffic only to Ready pods).
+not-ready, which a starting replica is), and a Job (`readiness_manifests.readiness_job`) is
+what `pulumi up` waits on: pulumi-kubernetes awaits a Job until it completes, and this one
+completes once the Deployment has rolled out the generation the Job was created for (so no pod
+of the old template can answer, through kube-proxy's fallback to terminating endpoints) and one
+replica answers /health and /v1/models through the Service.
 Its await timeout is `tpu.capacityWait + vllm.readinessTimeout` plus a margin; the pods' startup
 probe allows `vllm.readinessTimeout` from container start. The Job runs in the cluster, so the
 API key never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
@@ -16,6 +17,10 @@ API key never passes through Pulumi and the deployer need not be in `access.allo
 The TPU nodes come from the stack's own ComputeClass (components/gke/compute_class.py), which GKE
 uses to create node pools and to recycle flex-start nodes ahead of their end; a
 PodDisruptionBudget keeps one replica serving while a node is drained.
+
+skipAwait also makes the Deployment's delete return at once, so the Deployment hangs from an
+owner (components/gke/pod_owner.py) whose delete waits for the pods, and what the pods use is a
+dependency of that owner: `pulumi destroy` removes it only once the pods are gone.
 """
 
 from __future__ import annotations
@@ -29,8 +34,16 @@ import pulumi_kubernetes as k8s
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.gke import cache_manifests, compute_class, monitoring_manifests
+from components.gke import (
+    cache_manifests,
+    compute_class,
+    crd_wait,
+    monitoring_manifests,
+    pod_owner,
+    readiness_manifests,
+)
 from components.gke import k8s_manifests as m
+from components.gke.cluster import cluster_path
 from components.naming import resource_id
 from components.outputs import endpoint_urls
 
@@ -93,13 +106,19 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         # Cluster-scoped: where the TPU nodes come from, before any pod asks for one.
         node_class = compute_class.compute_class(config, m.labels(config))
+        # The CRDs of the class and of the secret mounts may come long after a new cluster
+        # (components/gke/crd_wait.py): both kinds wait until the cluster serves them.
+        self.crds = self._served_crds(
+            name, config, args.kubeconfig, node_class["spec"], args.managed_collection
+        )
+        after_crds = pulumi.ResourceOptions(depends_on=[self.crds])
         self.compute_class = k8s.apiextensions.CustomResource(
             f"{name}-compute-class",
             api_version=node_class["apiVersion"],
             kind=node_class["kind"],
             metadata=_k8s(node_class["metadata"]),
             spec=node_class["spec"],
-            opts=base,
+            opts=pulumi.ResourceOptions.merge(base, after_crds),
         )
         ksa = m.service_account(config, args.service_account_email)
         self.service_account = k8s.core.v1.ServiceAccount(
@@ -115,7 +134,12 @@ class GkeWorkload(pulumi.ComponentResource):
                 config, args.cache_prefix, args.cache_restore_timeout_seconds
             )
             files.update(cache_manifests.cache_script_files())
-            pod_reader = self._pod_reader(name, config, in_ns)
+            pod_reader = self._grant(
+                f"{name}-pod-reader",
+                cache_manifests.pod_reader_role(config),
+                cache_manifests.pod_reader_binding(config),
+                in_ns,
+            )
         scripts = m.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
             f"{name}-scripts", metadata=_k8s(scripts["metadata"]), data=scripts["data"], opts=in_ns
@@ -135,35 +159,53 @@ class GkeWorkload(pulumi.ComponentResource):
         self.server_secrets = self._secret_provider_class(
             f"{name}-server-secrets",
             m.secret_provider_class(config, m.SERVER_SECRETS, [hf_token, api_key]),
-            in_ns,
+            pulumi.ResourceOptions.merge(in_ns, after_crds),
         )
         self.probe_secrets = self._secret_provider_class(
             f"{name}-probe-secrets",
             m.secret_provider_class(config, m.PROBE_SECRETS, [api_key]),
-            in_ns,
+            pulumi.ResourceOptions.merge(in_ns, after_crds),
+        )
+        # What the pods use, which `pulumi destroy` must delete only once they are gone: the
+        # pods' owner depends on it all, and its delete waits for the pods
+        # (components/gke/pod_owner.py); the Deployment depends on the owner.
+        used = [
+            self.service_account,
+            self.scripts,
+            self.server_secrets,
+            self.compute_class,
+            *pod_reader,
+            *args.after,
+        ]
+        owner = pod_owner.pods_owner(config)
+        self.pods_owner = k8s.core.v1.ConfigMap(
+            f"{name}-pods-owner",
+            metadata=_k8s(owner["metadata"]),
+            opts=pulumi.ResourceOptions.merge(
+                in_ns,
+                pulumi.ResourceOptions(
+                    depends_on=used,
+                    custom_timeouts=pulumi.CustomTimeouts(delete=pod_owner.DELETE_TIMEOUT),
+                ),
+            ),
         )
         deployment = m.deployment(
             config,
             api_key_version=key_version,
             scripts_digest=m.digest(sorted(files.items())),
             extras=extras,
+            owner_references=[
+                pod_owner.owner_reference(
+                    self.pods_owner.metadata.name, self.pods_owner.metadata.uid
+                )
+            ],
         )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=_k8s(deployment["metadata"]),
             spec=_k8s(deployment["spec"]),
             opts=pulumi.ResourceOptions.merge(
-                in_ns,
-                pulumi.ResourceOptions(
-                    depends_on=[
-                        self.service_account,
-                        self.scripts,
-                        self.server_secrets,
-                        self.compute_class,
-                        *pod_reader,
-                        *args.after,
-                    ]
-                ),
+                in_ns, pulumi.ResourceOptions(depends_on=[*used, self.pods_owner])
             ),
         )
         # Not awaited (`pulumi.com/skipAwait`, see `k8s_manifests.service`): GKE programs the
@@ -200,9 +242,16 @@ class GkeWorkload(pulumi.ComponentResource):
             spec=_k8s(budget["spec"]),
             opts=in_ns,
         )
+        # The Job reads the Deployment's rollout before it asks the Service.
+        rollout_reader = self._grant(
+            f"{name}-rollout-reader",
+            readiness_manifests.rollout_reader_role(config),
+            readiness_manifests.rollout_reader_binding(config),
+            in_ns,
+        )
         revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
-        job = m.readiness_job(config, revision)
-        wait = f"{m.readiness_deadline_seconds(config) + AWAIT_MARGIN_SECONDS}s"
+        job = readiness_manifests.readiness_job(config, revision)
+        wait = f"{readiness_manifests.readiness_deadline_seconds(config) + AWAIT_MARGIN_SECONDS}s"
         self.ready = k8s.batch.v1.Job(
             f"{name}-ready",
             metadata=_k8s(job["metadata"]),
@@ -211,8 +260,14 @@ class GkeWorkload(pulumi.ComponentResource):
                 in_ns,
                 pulumi.ResourceOptions(
                     # The Deployment first: on an update, a Job created before the new pod
-                    # template is applied would pass against the old pods.
-                    depends_on=[self.deployment, self.service, self.probe_secrets],
+                    # template is applied would wait for the old generation, and pass against
+                    # the old pods; and its Role, or its first read is refused.
+                    depends_on=[
+                        self.deployment,
+                        self.service,
+                        self.probe_secrets,
+                        *rollout_reader,
+                    ],
                     custom_timeouts=pulumi.CustomTimeouts(create=wait, update=wait),
                     # The Job's name is fixed: the old one goes before a new one runs.
                     delete_before_replace=True,
@@ -221,8 +276,8 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         self.pod_monitoring: k8s.apiextensions.CustomResource | None = None
         if args.managed_collection:
-            # After the readiness Job: by then the cluster's Managed Service for Prometheus
-            # components (and the PodMonitoring CRD they install) are long up.
+            # Once its CRD is served (managed collection installs it, crd_wait.py), and after
+            # the readiness Job: scraping starts once the pods serve.
             monitor = monitoring_manifests.pod_monitoring(config)
             self.pod_monitoring = k8s.apiextensions.CustomResource(
                 f"{name}-pod-monitoring",
@@ -231,7 +286,7 @@ class GkeWorkload(pulumi.ComponentResource):
                 metadata=_k8s(monitor["metadata"]),
                 spec=monitor["spec"],
                 opts=pulumi.ResourceOptions.merge(
-                    in_ns, pulumi.ResourceOptions(depends_on=[self.ready])
+                    in_ns, pulumi.ResourceOptions(depends_on=[self.ready, self.crds])
                 ),
             )
         # Depending on the Job means consumers never see an endpoint that does not serve yet.
@@ -240,25 +295,51 @@ class GkeWorkload(pulumi.ComponentResource):
         self.openai_base_url = urls.openai_base_url
         self.register_outputs(urls.as_outputs())
 
-    def _pod_reader(
-        self, name: str, config: StackConfig, opts: pulumi.ResourceOptions
-    ) -> list[pulumi.Resource]:
-        """The Role that lets the pods read their own status, and its binding to their KSA."""
-        role = cache_manifests.pod_reader_role(config)
-        self.pod_reader = k8s.rbac.v1.Role(
-            f"{name}-pod-reader", metadata=_k8s(role["metadata"]), rules=role["rules"], opts=opts
+    def _served_crds(
+        self,
+        name: str,
+        config: StackConfig,
+        kubeconfig: pulumi.Input[str],
+        spec: Any,
+        managed_collection: bool,
+    ) -> crd_wait.ServedCrds:
+        assert config.gke is not None
+        version = monitoring_manifests.API_VERSION.rsplit("/", 1)[1]
+        monitored = [(crd_wait.POD_MONITORING_CRD, version)] if managed_collection else []
+        settings = config.gke
+        cluster = cluster_path(settings, settings.existing_cluster or resource_id(config.stack))
+        return crd_wait.ServedCrds(
+            f"{name}-crds",
+            kubeconfig=kubeconfig,
+            cluster=cluster,
+            crds=[
+                (crd_wait.COMPUTE_CLASS_CRD, compute_class.API_VERSION.rsplit("/", 1)[1]),
+                (crd_wait.SECRET_PROVIDER_CLASS_CRD, m.SPC_API_VERSION.rsplit("/", 1)[1]),
+                *monitored,
+            ],
+            compute_class_spec=spec,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        binding = cache_manifests.pod_reader_binding(config)
-        self.pod_reader_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-pod-reader-binding",
+
+    def _grant(
+        self,
+        name: str,
+        role: Mapping[str, Any],
+        binding: Mapping[str, Any],
+        opts: pulumi.ResourceOptions,
+    ) -> list[pulumi.Resource]:
+        """A Role and its binding to the pods' KSA (`NAME`, `NAME-binding`)."""
+        made = k8s.rbac.v1.Role(
+            name, metadata=_k8s(role["metadata"]), rules=role["rules"], opts=opts
+        )
+        bound = k8s.rbac.v1.RoleBinding(
+            f"{name}-binding",
             metadata=_k8s(binding["metadata"]),
             role_ref=binding["roleRef"],
             subjects=binding["subjects"],
-            opts=pulumi.ResourceOptions.merge(
-                opts, pulumi.ResourceOptions(depends_on=[self.pod_reader])
-            ),
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[made])),
         )
-        return [self.pod_reader, self.pod_reader_binding]
+        return [made, bound]
 
     @staticmethod
     def _secret_provider_class(

@@ -26,7 +26,9 @@ node being renewed, then the other pair; when the zone beside it has no capacity
 is tried under the stack's own ids, so a successor may hold either pair in any of the stack's
 zones. The resource's id and outputs name the pair and zone in use. The delete of a replaced
 node that still serves while a successor does waits `renewal.drain` first, so clients that
-cached the old address finish.
+cached the old address finish. That delete sees only the stored outputs, so a change of
+`tpu.zones`, `renewal.drain` or a timing is an in-place update that stores them (`diff`,
+`update`): the drain waited and the zones searched for the successor are the current config's.
 
 Which TPU is whose is read from the node's labels, never from its ids alone: the stack's labels
 (`components/naming.py` `labels`) tell this stack's nodes from those of a stack whose own name ends
@@ -53,6 +55,8 @@ from components.vm.queued_resource_create import _try_zone
 from components.vm.queued_resource_delete import _delete_and_wait, _drain_if_succeeded
 from components.vm.queued_resource_spec import (
     DEAD_STATES,
+    IN_PLACE_CONFIG,
+    IN_PLACE_KEYS,
     OUTPUT_KEYS,
     PROVISIONING_MODELS,
     SPEC_KEYS,
@@ -124,16 +128,20 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         return dyn.ReadResult(id_=id_, outs={**_inputs(props), **outs})
 
     def diff(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
-        """Only a spec change (or a dead TPU) is a change. The provider host never declares
-        preview support, so an update would preview with unknown outputs and show the host key
-        and every remote command as changing, which `up` would not do. A zone list that still
-        holds the current zone, timing and the renewal settings are read at the next create;
-        they change nothing.
+        """A spec change (or a dead TPU) replaces it, delete-first: the old one cannot serve the
+        new spec, or serves nothing any more. Inside the renewal window (ACTIVE, less than
+        `renewal_lead_seconds` left) and with nothing else changed, it is replaced
+        create-first: the next one is requested while this one serves on.
 
-        Inside the renewal window (ACTIVE, less than `renewal_lead_seconds` left) and with
-        nothing else changed, the TPU is replaced create-first: the next one is requested while
-        this one serves on. A spec change or an ended TPU is replaced delete-first as always:
-        the old one cannot serve the new spec, or serves nothing any more."""
+        A change of zones (still holding the current zone), timing, lead or drain is an update
+        in place (`IN_PLACE_KEYS`): only the stored values change, since `delete` sees nothing
+        else. Inside the window such a change (the lead's aside) is stored first and the
+        renewal waits for the next `pulumi up` (scripts/renew.py runs it at once): a renewal in
+        the same up would delete this node with the old drain, looking for its successor only
+        in the old zones. Anything else is no change: the provider host never declares preview
+        support, so an update previews with unknown outputs (a new host key, re-run
+        fetch/start/ready) that `up` would not perform."""
+        name = olds.get("qr_name") or id_
         replaces = [k for k in SPEC_KEYS if _norm(olds.get(k)) != _norm(news.get(k))]
         new_zones = [str(z) for z in news.get("zones") or ()]
         old_zone = olds.get("zone")
@@ -141,30 +149,44 @@ class QueuedResourceProvider(dyn.ResourceProvider):
             replaces.append("zones")  # its zone was dropped from the list
         if olds.get("state") in DEAD_STATES:
             replaces.append("state")
+        if replaces:
+            return dyn.DiffResult(changes=True, replaces=replaces, delete_before_replace=True)
+        stored = [k for k in IN_PLACE_KEYS if _norm(olds.get(k)) != _norm(news.get(k))]
         lead = news.get("renewal_lead_seconds")
         termination = olds.get("termination_time")
-        if not replaces and renewal.in_window(olds.get("state"), termination, lead):
+        window = renewal.in_window(olds.get("state"), termination, lead)
+        if stored and (not window or stored != ["renewal_lead_seconds"]):
+            keys = ", ".join(IN_PLACE_CONFIG[k] for k in stored)
+            later = (
+                "; it is inside its renewal window, so the renewal follows at the next "
+                "`pulumi up`, which then drains and looks for the successor with these values"
+                if window
+                else ""
+            )
+            report(
+                f"{name}: {keys} changed since it was created: stored in place (an update with "
+                f"no TPU call), so its delete uses the new values{later}"
+            )
+            return dyn.DiffResult(changes=True, replaces=[], delete_before_replace=False)
+        if window:
             drain = news.get("drain_seconds")
             text = _window_text(
                 termination, lead, renewal.DEFAULT_DRAIN_SECONDS if drain is None else drain
             )
-            report(f"{olds.get('qr_name') or id_}: {text}")
+            report(f"{name}: {text}")
             return dyn.DiffResult(
-                changes=True,
-                replaces=["termination_time"],
-                stables=[],
-                delete_before_replace=False,
+                changes=True, replaces=["termination_time"], delete_before_replace=False
             )
-        return dyn.DiffResult(
-            changes=bool(replaces),
-            replaces=replaces,
-            stables=[] if replaces else list(OUTPUT_KEYS),
-            delete_before_replace=True,
-        )
+        return dyn.DiffResult(changes=False, replaces=[], delete_before_replace=True)
 
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        # `diff` reports no change unless it replaces, so this is not reached; kept harmless.
+    def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
+        """Store the new `IN_PLACE_KEYS` (the diff names no other change without replacing) and
+        keep what the TPU API said: no TPU call is needed, nothing about the node changed."""
         outs = {k: olds.get(k) for k in OUTPUT_KEYS}
+        changed = [
+            IN_PLACE_CONFIG[k] for k in IN_PLACE_KEYS if _norm(olds.get(k)) != _norm(news.get(k))
+        ]
+        report(f"{olds.get('qr_name') or id_}: stored {', '.join(changed) or 'its settings'}")
         return dyn.UpdateResult(outs={**_inputs(news), **outs})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:

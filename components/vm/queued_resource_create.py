@@ -1,8 +1,11 @@
 """Creating a queued resource: one zone after another, each attempt cleaned up if it fails.
 
 The create follows what gcloud does (`surface/compute/tpus/queued_resources/create.yaml`: the
-call answers a long-running Operation and gcloud waits on it unless `--async`): it sends a
-`requestId`, polls `operations.get` until `done`, then polls the queued resource until ACTIVE.
+call answers a long-running Operation and gcloud waits on it unless `--async`): it polls
+`operations.get` until `done`, then the queued resource until ACTIVE. The `requestId` it sends
+(the API's "Idempotent request UUID.") is this project's addition: gcloud sets none (create.yaml
+maps only `queuedResourceId`, and none of its request hooks in `command_lib/compute/tpus/
+queued_resources/util.py` sets one); it makes the library's retry of a create a replay.
 A refusal is classified the same way whether it came as an HTTP error, as the operation's
 `error` or as a FAILED queued resource: see `_verdict`. Part of the queued-resource provider
 (components/vm/queued_resource.py).

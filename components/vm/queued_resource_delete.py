@@ -60,9 +60,10 @@ def _drain_if_succeeded(api: TpuApi, spec: Spec, name: str) -> None:
 
 def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
     """Another ACTIVE queued resource of this stack (by its node's labels), or None: under
-    either id pair, in this TPU's zone or any of the stack's others. A successor that found no
-    capacity beside its predecessor was requested in the next zone under the stack's own ids,
-    which may be this TPU's own ids in another zone."""
+    either id pair, in this TPU's zone or any of the stack's others (`spec.zones`: the current
+    config's, which an in-place update stored after any change since the create). A successor
+    that found no capacity beside its predecessor was requested in the next zone under the
+    stack's own ids, which may be this TPU's own ids in another zone."""
     zone = name.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in name else ""
     for candidate_zone in dict.fromkeys([zone, *spec.zones]):
         if not candidate_zone:
@@ -89,10 +90,14 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
 
     Seed 000 says a PROVISIONING queued resource cannot be deleted but not with which error
     code, so any refusal is retried, with backoff, while the state read back is PROVISIONING or
-    CREATING; a refusal in any other state is raised."""
+    CREATING. The refusal and the state read after it are two requests: a node refused while
+    PROVISIONING may read ACTIVE by then, when the delete would be accepted. So a refusal whose
+    read-back is any other state is tried again at once, and raised only if that try is
+    refused with such a state read back too."""
     start = time.monotonic()
     deadline = start + timing.delete_timeout_seconds
     delay = timing.poll_seconds
+    tried_again = False  # the last refusal's read-back was a deletable state
     while True:
         try:
             api.delete_queued_resource(name)
@@ -107,12 +112,17 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
                 return
             if state == "DELETING":
                 break  # someone else's delete is under way: wait for it
+            if state not in UNDELETABLE_STATES and not tried_again:
+                tried_again = True
+                report(f"{name}: delete refused ({error}), but it is {state} now: trying again")
+                continue
             if state not in UNDELETABLE_STATES:
                 raise Exception(
                     f"{name} could not be deleted: {error} (it is {state}). It may still bill. "
                     "Fix: delete it with `gcloud alpha compute tpus queued-resources delete "
                     "... --force`, or run `pulumi destroy` again."
                 ) from None
+            tried_again = False
             if time.monotonic() + delay > deadline:
                 raise Exception(
                     f"{name} could not be deleted within {timing.delete_timeout_seconds:.0f} s: "

@@ -51,6 +51,22 @@ SPEC_KEYS = (
     "network",
     "metadata",
 )
+#: Props whose change needs no new TPU, only new stored values: an in-place update that makes
+#: no TPU call. The engine hands `delete` the stored outputs, never the current inputs (pulumi
+#: `sdk/go/common/resource/plugin/provider_plugin.go`, Delete sends `Properties: outputs`), and a
+#: diff that reports no change keeps them (`pkg/resource/deploy/step.go`, SameStep retains the
+#: old outputs). So a drain, zone list or timing changed since the create would never reach the
+#: node's delete: it would look for its successor only in the zones of the create and wait the
+#: old drain. `renewal_lead_seconds` is read from the new inputs at each diff; it is stored for
+#: `read`'s progress line.
+IN_PLACE_KEYS = ("zones", "timing", "renewal_lead_seconds", "drain_seconds")
+#: The config key behind each, for the progress line of the diff.
+IN_PLACE_CONFIG = {
+    "zones": "tpu.zones",
+    "timing": "timing",
+    "renewal_lead_seconds": "renewal.lead",
+    "drain_seconds": "renewal.drain",
+}
 OUTPUT_KEYS = (
     "qr_name",
     "node_name",

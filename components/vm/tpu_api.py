@@ -110,8 +110,13 @@ def _violated_fields(details: Any) -> tuple[str, ...]:
 
 
 def report(message: str) -> None:
-    """Progress for the operator. Python dynamic providers have no engine connection, so
-    `pulumi.log` goes nowhere; provider stderr reaches the Pulumi CLI as diagnostics."""
+    """Progress for the operator, one line on stderr. The Python dynamic provider host
+    configures the SDK with no engine address (pulumi/dynamic/__main__.py `get_provider`), so
+    `pulumi.log.info`/`warn`/`error` print `info: ...` (`warning: `, `error: `) to stderr
+    themselves and `pulumi.log.debug` prints nothing (pulumi/log.py); the engine shows each
+    line a plugin writes to stderr in the CLI as a diagnostic
+    (sdk/go/common/resource/plugin/plugin.go, `runtrace`, `Infoerrf`). Printing here takes the
+    same path with this project's prefix, and a debug-level line would be lost."""
     print(f"tpu-vllm: {message}", file=sys.stderr, flush=True)
 
 

@@ -5,9 +5,7 @@
 # The key (a hash of the chip, TP size and shape-changing flags) is part of this prefix.
 cache_prefix=@PREFIX@
 mkdir -p @WORK@
-cat > @TOOL@ <<'TPU_VLLM_XLA_CACHE'
-@TOOL_PY@
-TPU_VLLM_XLA_CACHE
+@TOOL_FILES@
 python3 @TOOL@ fetch \
   --work @WORK@ \
   --prefix "$cache_prefix" \

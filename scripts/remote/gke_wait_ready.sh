@@ -1,21 +1,42 @@
-# Runs in the readiness Job's pod on GKE (components/gke/k8s_manifests.py `readiness_job`), with
-# /bin/sh of a small curl image. `pulumi up` waits for this Job to complete, so it is the
-# GKE backend's "ready": at least one replica answers through the Service, which routes only to
-# Ready pods. It mirrors the VM's wait_ready.py checks: /health answers 200, then /v1/models
-# (with the API key) lists the model. The key goes from its mounted file down a pipe into curl's
+# Runs in the readiness Job's pod on GKE (components/gke/readiness_manifests.py `readiness_job`),
+# with /bin/sh of a small curl image. `pulumi up` waits for this Job to complete, so it is the
+# GKE backend's "ready", in two steps:
+# 1. The Deployment has rolled out the generation this Job was created for (its
+#    metadata.generation at the first read), as `kubectl rollout status` decides it
+#    (kubernetes/kubectl pkg/polymorphichelpers/rollout_status.go): status.observedGeneration has
+#    reached it, status.updatedReplicas has reached spec.replicas, no old replica is left; then
+#    one replica of it is Ready (not all: flex-start nodes come when they come). Until then an
+#    old pod may still answer through the Service: kube-proxy sends traffic to terminating but
+#    serving endpoints when none is ready (kubernetes/kubernetes pkg/proxy/topology.go). With
+#    Recreate, new pods exist only once no old pod runs (pkg/controller/deployment/recreate.go
+#    oldPodsRunning), so after this step only pods of this generation answer.
+#    The progress condition (progressDeadlineSeconds, 600 s by default) is not a failure here,
+#    as it is for kubectl: a flex-start capacity wait outlasts it; DEADLINE_SECONDS bounds it.
+# 2. It mirrors the VM's wait_ready.py checks: /health answers 200, then /v1/models (with the API
+#    key) lists the model.
+# The API key and the service-account token go from their mounted files down a pipe into curl's
 # header (`-H @-`): never an argument, a variable or a log line. Values come from the Job's env.
 # A refused /v1/models (HTTP 401/403: vLLM's answer to a key it was not started with) is never
 # skipped: it fails the Job, naming the key as the likely cause, once it has lasted
-# AUTH_GRACE_SECONDS (default 60; a pod of the previous template may answer for a moment while it
-# terminates) or at the deadline, whichever comes first.
+# AUTH_GRACE_SECONDS (default 60) or at the deadline, whichever comes first; a refused Deployment
+# read (no RBAC) fails it the same way, naming the Role.
 url="http://${TARGET_HOST}:${TARGET_PORT}"
 deadline=${DEADLINE_SECONDS}
 poll=${POLL_SECONDS:-10}
 auth_grace=${AUTH_GRACE_SECONDS:-60}
-auth_since=""
+refused_since=""
 # No default: the Job always sets it (components/gke/k8s_manifests.py, SECRETS_DIR); a guessed
 # path would only turn a rendering mistake into 401s blamed on the key.
-key_file=${API_KEY_FILE:?"is not set: the readiness Job must name its mounted API key file (components/gke/k8s_manifests.py readiness_job)"}
+key_file=${API_KEY_FILE:?"is not set: the readiness Job must name its mounted API key file (components/gke/readiness_manifests.py readiness_job)"}
+deployment=${DEPLOYMENT:?"is not set: the readiness Job must name the server Deployment (components/gke/readiness_manifests.py readiness_job)"}
+# The API server from inside a pod: the kubernetes.default.svc name, the pod's token and CA
+# (Kubernetes docs "Accessing the Kubernetes API from a Pod"). KUBERNETES_API: tests only.
+account=${SERVICE_ACCOUNT_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}
+api=${KUBERNETES_API:-https://kubernetes.default.svc}
+deployment_url="${api}/apis/apps/v1/namespaces/${POD_NAMESPACE}/deployments/${deployment}"
+role=tpu-vllm-rollout-reader
+want=""
+rolled_out=""
 start=$(date +%s)
 last=""
 say() {
@@ -29,12 +50,106 @@ note() {
     say "$last"
   fi
 }
-say "waiting for a Ready replica of ${MODEL} behind ${url} (a new flex-start node is found first)"
+# refused TEXT FIX: note a refusal; once refusals have lasted the grace, fail with TEXT and FIX.
+refused() {
+  now=$(date +%s)
+  refused_since=${refused_since:-$now}
+  note "$1"
+  if [ "$((now - refused_since))" -ge "$auth_grace" ]; then
+    say "FAILED: ${last}, for $((now - refused_since))s. $2" >&2
+    exit 1
+  fi
+}
+# read_deployment: GET the Deployment into /tmp/deployment.json; prints the HTTP code.
+read_deployment() {
+  case "$api" in
+    https://*) ca="${account}/ca.crt" ;;
+    *) ca="" ;;
+  esac
+  { printf 'Authorization: Bearer '; cat "${account}/token"; } \
+    | curl --silent --max-time 20 ${ca:+--cacert "$ca"} --header @- \
+      --output /tmp/deployment.json --write-out '%{http_code}' "$deployment_url"
+}
+# field KEY TEXT: the number after the first "KEY": in TEXT (no whitespace), 0 when absent: the
+# API server leaves zero counts out (apps/v1 DeploymentStatus fields are omitempty).
+field() {
+  printf '%s' "$2" | awk -v key="\"$1\":" '
+    { at = index($0, key) }
+    at && match(substr($0, at + length(key)), /^[0-9]+/) {
+      print substr($0, at + length(key), RLENGTH); found = 1; exit
+    }
+    END { if (!found) print 0 }'
+}
+# rollout_done: 0 once the generation this Job waits for is rolled out and one replica of it is
+# Ready; else 1, with a note of how far it is (exits on a refusal that outlasts the grace).
+rollout_done() {
+  code=$(read_deployment) || code=000
+  case "$code" in
+    200) refused_since="" ;;
+    401 | 403)
+      refused "the Kubernetes API answered HTTP ${code} for deployment ${deployment}: the Job's service account may not read it (Role ${role})" \
+        "Fix: kubectl -n ${POD_NAMESPACE} get role,rolebinding ${role} (components/gke/readiness_manifests.py makes both), then run pulumi up again"
+      return 1
+      ;;
+    *)
+      refused_since=""
+      note "the Kubernetes API answered HTTP ${code} for deployment ${deployment} (000: no answer)"
+      return 1
+      ;;
+  esac
+  # The API server indents JSON for a curl User-Agent (apiserver pkg/endpoints/handlers/
+  # negotiation isPrettyPrint): drop all whitespace, then split at the top-level status, which
+  # follows metadata and spec (managedFields name it "f:status", never "status").
+  json=$(tr -d ' \t\r\n' </tmp/deployment.json)
+  mark='"status":{'
+  case "$json" in
+    *"$mark"*)
+      front=${json%%"$mark"*}
+      status=${json#*"$mark"}
+      ;;
+    *)
+      front=$json
+      status=""
+      ;;
+  esac
+  want=${want:-$(field generation "$front")}
+  spec=$(field replicas "$front")
+  observed=$(field observedGeneration "$status")
+  replicas=$(field replicas "$status")
+  updated=$(field updatedReplicas "$status")
+  ready=$(field readyReplicas "$status")
+  if [ "$observed" -lt "$want" ]; then
+    note "rollout: waiting for the Deployment controller to observe generation ${want} (observed: ${observed})"
+  elif [ "$updated" -lt "$spec" ]; then
+    note "rollout: ${updated} of ${spec} replicas of generation ${want} created (Recreate starts them once the old pods have stopped)"
+  elif [ "$replicas" -gt "$updated" ]; then
+    note "rollout: $((replicas - updated)) old replicas pending termination"
+  elif [ "$ready" -lt 1 ]; then
+    note "rollout: ${updated} replicas of generation ${want}, none Ready yet (a new flex-start node is found first)"
+  else
+    say "rollout: generation ${want} rolled out, ${ready} of ${spec} replicas Ready"
+    return 0
+  fi
+  return 1
+}
+say "waiting for the rollout of deployment/${deployment}, then for a Ready replica of ${MODEL} behind ${url} (a new flex-start node is found first)"
 while :; do
   now=$(date +%s)
   if [ "$((now - start))" -ge "$deadline" ]; then
-    say "no replica answered /v1/models within ${deadline}s (last: ${last:-no answer}). See: kubectl -n ${POD_NAMESPACE} get pods,events; kubectl -n ${POD_NAMESPACE} logs deploy/vllm" >&2
+    if [ -z "$rolled_out" ]; then
+      say "deployment/${deployment} did not roll out generation ${want:-?} within ${deadline}s (last: ${last:-no answer}). See: kubectl -n ${POD_NAMESPACE} rollout status deploy/${deployment}; kubectl -n ${POD_NAMESPACE} get pods,events" >&2
+    else
+      say "no replica answered /v1/models within ${deadline}s (last: ${last:-no answer}). See: kubectl -n ${POD_NAMESPACE} get pods,events; kubectl -n ${POD_NAMESPACE} logs deploy/${deployment}" >&2
+    fi
     exit 1
+  fi
+  if [ -z "$rolled_out" ]; then
+    if rollout_done; then
+      rolled_out=1
+    else
+      sleep "$poll"
+      continue
+    fi
   fi
   if curl --silent --show-error --fail --max-time 10 --output /dev/null "${url}/health" 2>/dev/null; then
     code=$({ printf 'Authorization: Bearer '; cat "$key_file"; } \
@@ -42,7 +157,7 @@ while :; do
         --write-out '%{http_code}' "${url}/v1/models") || code=000
     case "$code" in
       200)
-        auth_since=""
+        refused_since=""
         if grep -qF "\"${MODEL}\"" /tmp/models.json; then
           say "ready: /health 200 and /v1/models lists ${MODEL}"
           exit 0
@@ -50,21 +165,16 @@ while :; do
         note "/v1/models answered without ${MODEL}"
         ;;
       401 | 403)
-        now=$(date +%s)
-        auth_since=${auth_since:-$now}
-        note "/v1/models answered HTTP ${code}: the API key is the likely cause (the pods serve with another key than the Job's ${key_file}: a wrong or rotated key)"
-        if [ "$((now - auth_since))" -ge "$auth_grace" ]; then
-          say "FAILED: ${last}, for $((now - auth_since))s. Clients with the stack's api_key are refused too. Fix: restart the pods so they read the current key (kubectl -n ${POD_NAMESPACE} rollout restart deploy/vllm), then run pulumi up again" >&2
-          exit 1
-        fi
+        refused "/v1/models answered HTTP ${code}: the API key is the likely cause (the pods serve with another key than the Job's ${key_file}: a wrong or rotated key)" \
+          "Clients with the stack's api_key are refused too. Fix: restart the pods so they read the current key (kubectl -n ${POD_NAMESPACE} rollout restart deploy/vllm), then run pulumi up again"
         ;;
       *)
-        auth_since=""
+        refused_since=""
         note "/health 200 but /v1/models answered HTTP ${code} (000: no answer); is the API key the one the pods mounted?"
         ;;
     esac
   else
-    auth_since=""
+    refused_since=""
     note "no Ready replica yet"
   fi
   sleep "$poll"

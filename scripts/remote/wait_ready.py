@@ -273,10 +273,11 @@ def read_cache_result(path: str) -> dict[str, object]:
     }  # fmt: skip
     try:
         with open(os.path.expanduser(path), encoding="utf-8") as handle:
-            result.update(json.load(handle))
+            found = dict(json.load(handle))
     except (OSError, ValueError, TypeError):
-        pass
-    return result
+        return result
+    # A clean restore writes no `reason`: the default above is for a missing result only.
+    return {**result, "reason": "", **found}
 
 
 def main() -> None:

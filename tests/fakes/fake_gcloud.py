@@ -14,7 +14,10 @@ match (the mtime is kept in the object's metadata on upload and restored on down
 only descends into folders with --recursive, matches --exclude regexes against the path
 relative to the source, and never copies empty folders; `cat`/`objects update` of nothing
 fail with "The following URLs matched no objects or files". Faults (a 503 or a stall) are set
-per operation (read, write, download, upload, touch) in `$FAKE_GCS_ROOT/faults.json`.
+per operation (read, write, download, upload, touch) in `$FAKE_GCS_ROOT/faults.json`. The node
+tool uses gcloud for its restore only (its save goes through the JSON API, with generation
+preconditions: scripts/remote/xla_cache_gcloud.py), so `cp`'s `--if-generation-match`
+(googlecloudsdk/command_lib/storage/flags.py `add_precondition_flags`) is not modelled.
 
 An older Cloud SDK: `$FAKE_GCLOUD_STORAGE_COMMANDS` lists the `gcloud storage` commands this
 "installation" has (e.g. `cat,cp`; `none` for an SDK without the `storage` group; unset: all).

@@ -3,11 +3,21 @@
 The node's compile-cache tool falls back to this API when the VM has no gcloud. It serves what
 that tool calls, as documented in https://cloud.google.com/storage/docs/json_api/v1/objects:
 - ``GET    /storage/v1/b/B/o?prefix=P[&pageToken=T]``   objects.list (``items``, ``nextPageToken``)
+- ``GET    /storage/v1/b/B/o/NAME``                     objects.get, the Object resource
 - ``GET    /storage/v1/b/B/o/NAME?alt=media``           objects.get, the bytes (404 if absent)
 - ``POST   /upload/storage/v1/b/B/o?uploadType=multipart``  objects.insert: a multipart/related
-  body, JSON metadata (``name``, ``customTime``, custom ``metadata``) then the bytes
+  body, JSON metadata (``name``, ``customTime``, custom ``metadata``) then the bytes; or
+  ``uploadType=media&name=NAME`` with the bytes alone (no metadata: a media upload has none)
 - ``PATCH  /storage/v1/b/B/o/NAME``                     objects.patch (``customTime`` only moves
   forward: 400 otherwise, as on the real service)
+Request preconditions (https://cloud.google.com/storage/docs/request-preconditions): objects.get
+(either form) and objects.insert take ``ifGenerationMatch``; the request proceeds only if the
+object's live generation is that number (``0``: there is no live object, "Setting to 0 makes
+the operation succeed only if there are no live versions of the object", objects.insert), and
+otherwise fails with 412 Precondition Failed and changes nothing. The check and the write are
+one step (tests/fakes/gcs_store.py), as on the service, which keeps the last writer otherwise.
+Object resources carry ``generation`` and ``metageneration`` (int64 values, sent as JSON
+strings, as the JSON API sends every int64).
 Every call needs ``Authorization: Bearer <token>`` (401 otherwise). Faults set on the store
 (``list``, ``read``, ``write``, ``touch``, ``put``) apply here too; a ``read`` fault with
 ``match`` hits only the object downloads whose name contains it. ``requests`` records each call.
@@ -17,7 +27,13 @@ Concurrency, as the real service serves it (many connections at once; a bucket s
 request (``ThreadingHTTPServer``). ``latency`` (seconds, default 0) delays every answer, a
 stand-in for a Cloud Storage round trip, so that overlapping downloads can be seen and timed;
 ``media_in_flight`` / ``max_media_in_flight`` count the object downloads (``alt=media``) waited
-on at once, from the request's arrival to the start of its answer (``reset_counts`` starts over).
+on at once, from the request's arrival to the start of its answer; ``uploads_in_flight`` /
+``max_uploads_in_flight`` the same for uploads, from the request line (before its body is
+read) to the answer (``reset_counts`` starts over). ``hold(match, count)`` makes the first
+``count`` uploads of objects whose name contains ``match`` wait until all ``count`` have
+arrived (each has read what it based itself on, none has written yet), then go on one after
+another: the interleaving two concurrent savers on two nodes may meet. ``answers`` records
+each request's status.
 ``break_body`` makes the answer to the object downloads whose name contains ``match`` break
 off after its headers, which declare the whole length: ``send`` bytes of the body go out, spread
 over ``trickle`` seconds, then ``stall`` seconds of silence, then the connection closes. A real
@@ -31,8 +47,7 @@ file's mtime as ``goog-reserved-file-mtime``, googlecloudsdk/command_lib/storage
 
 from __future__ import annotations
 
-import email.parser
-import email.policy
+import contextlib
 import json
 import threading
 import time
@@ -78,7 +93,32 @@ def resource(stored: dict[str, Any]) -> dict[str, Any]:
     answer["updated"] = rfc3339(float(stored.get("updated") or created))
     if stored.get("mtime") is not None:
         answer["metadata"] = {MTIME_KEY: str(int(stored["mtime"]))}
+    answer["generation"] = str(int(stored.get("generation") or 1))
+    answer["metageneration"] = str(int(stored.get("metageneration") or 1))
     return answer
+
+
+class Hold:
+    """The first `count` uploads matching `match` wait for one another (see the docstring)."""
+
+    def __init__(self, match: str, count: int, timeout: float) -> None:
+        self.match = match
+        self.count = count
+        self.timeout = timeout
+        self.arrived = 0
+        self.cond = threading.Condition()
+        self.turn = threading.Lock()
+
+    def wait(self, name: str) -> bool:
+        """Wait for the others (bounded); True if this upload was held (then it must take
+        `turn` while it writes, so the held ones write one at a time)."""
+        with self.cond:
+            if self.match not in name or self.arrived >= self.count:
+                return False
+            self.arrived += 1
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.arrived >= self.count, timeout=self.timeout)
+            return True
 
 
 class FakeGcsApi(LoopbackHttpServer):
@@ -92,6 +132,11 @@ class FakeGcsApi(LoopbackHttpServer):
         self.requests: list[dict[str, Any]] = []
         self.media_in_flight = 0
         self.max_media_in_flight = 0
+        self.uploads_in_flight = 0
+        self.max_uploads_in_flight = 0
+        #: (method, path, status, object name or "") of each answer.
+        self.answers: list[tuple[str, str, int, str]] = []
+        self.holds: list[Hold] = []
         self.broken_bodies: list[BrokenBody] = []
         self._lock = threading.Lock()
         # Set by stop(): a broken answer's trickle and stall end then.
@@ -103,6 +148,11 @@ class FakeGcsApi(LoopbackHttpServer):
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
             def _answer(self, status: int, body: Any, raw: bytes | None = None) -> None:
+                self._uploaded()
+                with fake._lock:
+                    fake.answers.append(
+                        (self.command, self.path, status, getattr(self, "object_name", ""))
+                    )
                 data = raw if raw is not None else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json" if raw is None else
@@ -131,11 +181,37 @@ class FakeGcsApi(LoopbackHttpServer):
                 self._answer(status, {"error": {"code": status, "message": message}})
 
             def _handle(self, method: str) -> None:
+                self.object_name = ""
                 url = urllib.parse.urlsplit(self.path)
                 query = dict(urllib.parse.parse_qsl(url.query))
+                media = method == "GET" and query.get("alt") == "media"
+                self.uploading = method == "POST" and url.path.startswith("/upload/")
+                if self.uploading:
+                    with fake._lock:
+                        fake.uploads_in_flight += 1
+                        fake.max_uploads_in_flight = max(
+                            fake.max_uploads_in_flight, fake.uploads_in_flight
+                        )
+                try:
+                    self._serve(method, url, query, media)
+                finally:
+                    self._uploaded()
+
+            def _uploaded(self) -> None:
+                """An upload is in flight until its answer starts (as a download is): the
+                client's worker sends its next one only after that, so a pool of N never
+                shows as more than N."""
+                if getattr(self, "uploading", False):
+                    self.uploading = False
+                    with fake._lock:
+                        fake.uploads_in_flight -= 1
+
+            def _serve(
+                self, method: str, url: urllib.parse.SplitResult, query: dict[str, str],
+                media: bool,
+            ) -> None:  # fmt: skip
                 body = self._body() if method in ("POST", "PATCH") else b""
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                media = method == "GET" and query.get("alt") == "media"
                 with fake._lock:
                     fake.requests.append(
                         {"method": method, "path": self.path, "headers": headers, "body": body}
@@ -163,6 +239,33 @@ class FakeGcsApi(LoopbackHttpServer):
                 except StoreError as error:
                     self._error(error.status, str(error))
 
+            def _insert(
+                self, bucket: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+            ) -> None:
+                """objects.insert, multipart or media, on its precondition (if any)."""
+                store = fake.store
+                store.apply_fault("write")
+                kind = query.get("uploadType")
+                if kind == "multipart":
+                    meta, data = _multipart(headers.get("content-type", ""), body)
+                elif kind == "media" and query.get("name"):
+                    meta, data = {"name": query["name"]}, body
+                else:
+                    raise StoreError(400, f"uploadType {kind!r} is not served here")
+                self.object_name = str(meta["name"])
+                condition = query.get("ifGenerationMatch")
+                mtime = (meta.get("metadata") or {}).get(MTIME_KEY)
+                held = [hold for hold in fake.holds if hold.wait(meta["name"])]
+                with contextlib.ExitStack() as turns:
+                    for hold in held:
+                        turns.enter_context(hold.turn)
+                    stored = store.put(
+                        bucket, meta["name"], data, custom_time=meta.get("customTime"),
+                        mtime=int(mtime) if mtime is not None else None,
+                        if_generation_match=int(condition) if condition is not None else None,
+                    )  # fmt: skip
+                self._answer(200, resource(stored))
+
             def _route(
                 self,
                 method: str,
@@ -173,15 +276,7 @@ class FakeGcsApi(LoopbackHttpServer):
             ) -> None:
                 store = fake.store
                 if parts[1:3] == ["upload", "storage"] and method == "POST":
-                    store.apply_fault("write")
-                    bucket = parts[5]
-                    meta, data = _multipart(headers.get("content-type", ""), body)
-                    mtime = (meta.get("metadata") or {}).get(MTIME_KEY)
-                    store.put(
-                        bucket, meta["name"], data, custom_time=meta.get("customTime"),
-                        mtime=int(mtime) if mtime is not None else None,
-                    )  # fmt: skip
-                    self._answer(200, resource(store.meta(bucket, meta["name"])))
+                    self._insert(parts[5], query, body, headers)
                     return
                 if parts[1:3] != ["storage", "v1"] or len(parts) < 6 or parts[5] != "o":
                     self._error(404, "Not Found")
@@ -189,25 +284,35 @@ class FakeGcsApi(LoopbackHttpServer):
                 bucket = parts[4]
                 if len(parts) == 6 and method == "GET":
                     store.apply_fault("list")
-                    names = store.names(bucket, query.get("prefix", ""))
+                    records = store.list_objects(bucket, query.get("prefix", ""))
                     start = int(query.get("pageToken") or 0)
-                    page = names[start : start + PAGE_SIZE]
-                    answer: dict[str, Any] = {
-                        "items": [resource(store.meta(bucket, n)) for n in page]
-                    }
-                    if start + PAGE_SIZE < len(names):
+                    page = records[start : start + PAGE_SIZE]
+                    answer: dict[str, Any] = {"items": [resource(r) for r in page]}
+                    if start + PAGE_SIZE < len(records):
                         answer["nextPageToken"] = str(start + PAGE_SIZE)
                     self._answer(200, answer)
                     return
                 name = urllib.parse.unquote("/".join(parts[6:]))
+                self.object_name = name
+                condition = query.get("ifGenerationMatch")
+                expected = int(condition) if condition is not None else None
                 if method == "GET" and query.get("alt") == "media":
                     store.apply_fault("read", name)
-                    data = store.get(bucket, name)
+                    # Unconditional: the bytes alone, which a write replaces whole (os.replace).
+                    data = (
+                        store.get(bucket, name)
+                        if expected is None
+                        else store.read_object(bucket, name, expected)[0]
+                    )
                     broken = next((b for b in fake.broken_bodies if b.match in name), None)
                     if broken is None:
                         self._answer(200, None, data)
                     else:
                         self._answer_broken(data, broken)
+                elif method == "GET":
+                    store.apply_fault("stat", name)
+                    _data, stored = store.read_object(bucket, name, expected)
+                    self._answer(200, resource(stored))
                 elif method == "PATCH":
                     store.apply_fault("touch")
                     store.set_custom_time(bucket, name, json.loads(body)["customTime"])
@@ -238,10 +343,22 @@ class FakeGcsApi(LoopbackHttpServer):
         super().stop()
 
     def reset_counts(self) -> None:
-        """Forget the requests and the most downloads in flight seen so far."""
+        """Forget the requests and the most downloads and uploads in flight seen so far."""
         with self._lock:
             self.requests.clear()
+            self.answers.clear()
             self.max_media_in_flight = self.media_in_flight
+            self.max_uploads_in_flight = self.uploads_in_flight
+
+    def hold(self, match: str, count: int, timeout: float = 30.0) -> None:
+        """Hold the first `count` uploads of objects whose name contains `match` until all
+        have arrived (at most `timeout` seconds), then let them write one at a time."""
+        self.holds.append(Hold(match, count, timeout))
+
+    def statuses(self, method: str, name: str) -> list[int]:
+        """The statuses answered to `method` requests on objects whose name contains `name`."""
+        with self._lock:
+            return [s for m, _p, s, o in self.answers if m == method and name in o]
 
     def start(self) -> FakeGcsApi:
         return self._serve(_Server(("127.0.0.1", 0), self._handler))
@@ -256,13 +373,28 @@ class _Server(ThreadingHTTPServer):
 
 
 def _multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], bytes]:
-    """The JSON metadata part and the media part of a multipart/related upload."""
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        f"Content-Type: {content_type}\r\n\r\n".encode() + body
-    )
-    parts = [p.get_payload(decode=True) for p in message.iter_parts()]
-    if len(parts) != 2 or not all(isinstance(p, bytes) for p in parts):
+    """The JSON metadata part and the media part of a multipart/related upload (RFC 2387):
+    parts between `--BOUNDARY` delimiters, each delimiter after a CRLF, each part its headers,
+    an empty line, then its content; the last delimiter is `--BOUNDARY--` (RFC 2046 5.1.1).
+    Split on the delimiter rather than parsed line by line: a part may be megabytes."""
+    kind, _, rest = content_type.partition(";")
+    params = {}
+    for param in rest.split(";"):
+        name, _, value = param.strip().partition("=")
+        params[name.lower()] = value.strip().strip('"')
+    boundary = params.get("boundary", "")
+    start = body.find(b"--" + boundary.encode()) if boundary else -1
+    if kind.strip().lower() != "multipart/related" or start < 0:
+        raise StoreError(400, "a multipart upload needs a multipart/related body with a boundary")
+    parts: list[bytes] = []
+    for chunk in body[start + len(boundary) + 2 :].split(b"\r\n--" + boundary.encode()):
+        if chunk.startswith(b"--"):  # the close delimiter
+            break
+        _headers, blank, content = chunk.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        if not blank:
+            raise StoreError(400, "a multipart part without its empty line after the headers")
+        parts.append(content)
+    if len(parts) != 2:
         raise StoreError(400, "a multipart upload needs a metadata part and a media part")
     meta, data = parts
-    assert isinstance(meta, bytes) and isinstance(data, bytes)
     return dict(json.loads(meta)), data

@@ -814,6 +814,32 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
     timeout = 30  # idle keep-alive connections are dropped after this
+    # Each answer, error or not, leaves as one write, at once. CPython's
+    # socketserver.StreamRequestHandler defaults to `wbufsize = 0` (every wfile.write is a
+    # send()) and `disable_nagle_algorithm = False`, and http.server's end_headers() sends the
+    # header block by itself, so an answer used to leave as two segments: headers, then body.
+    # Nagle's algorithm (RFC 896) holds the small body until the headers are ACKed, and on a
+    # connection kept alive (HTTP/1.1 here; httplib2 keeps one per host in `Http.connections`
+    # and reuses it for every request of the discovery client) the client delays that ACK
+    # (Linux: up to 40 ms, once the connection has left its quick-ACK start), having nothing
+    # to send. So every call cost ~44 ms instead of ~1 ms, and a stack dump of a client that
+    # calls in a loop always caught it in http.client's `_safe_read` of the body, waiting on a
+    # connection whose handler was already back in `handle_one_request` waiting for the next
+    # request line. That is how the delete retry reverted in 457d474 looked like "the fake's
+    # connection hung" in CI: that retry never set its once-only flag and looped without end,
+    # each turn a 409 and a GET, each stalled ~40 ms. Buffering (`wbufsize = -1`, flushed once
+    # by handle_one_request) sends the whole answer in one write, and TCP_NODELAY (the
+    # combination the socketserver comment asks for) sends an answer larger than the buffer
+    # at once too. tests/test_fake_tpu_api.py checks that each answer arrives whole.
+    wbufsize = -1
+    disable_nagle_algorithm = True
+
+    def handle_expect_100(self) -> bool:
+        # With the buffered wfile, the interim `100 Continue` must be flushed by hand: the
+        # client sends the body only after it (http.server sends it from parse_request).
+        ok = super().handle_expect_100()
+        self.wfile.flush()
+        return ok
 
     def do_GET(self) -> None:
         self._serve()

@@ -1,0 +1,290 @@
+"""ServedCrds: wait, at `pulumi up`, until the cluster serves the CRDs the stack's objects need.
+
+Why: the ComputeClass CRD (`computeclasses.cloud.google.com`) is installed by GKE's cluster
+autoscaler component, which "might take up to an hour" on a new cluster; Google's GKE notes tell
+users to check that the CRD exists before deploying (google/skills, `plugins/cloud/
+google-cloud-gke/skills/gke-compute-classes/SKILL.md`). pulumi-kubernetes retries a create that
+fails with "no matches for kind" only six times, 1 + 2 + 4 + 8 + 16 + 32 = 63 s in all
+(`provider/pkg/await/await.go` `retry.WithMaxRetries(5)`, backoff 2, `provider/pkg/retry/
+retry.go`), so the first `up` on a new cluster could fail at the ComputeClass. The
+SecretProviderClass CRD (`secretproviderclasses.secrets-store.csi.x-k8s.io`), installed by the
+Secret Manager add-on, has the same exposure, and so, when the stack monitors its pods, does the
+PodMonitoring CRD (`podmonitorings.monitoring.googleapis.com`) that managed collection installs.
+The ComputeClass, both SecretProviderClasses and the PodMonitoring depend on this resource, on a
+created cluster and on an existing one.
+
+How: a Python dynamic provider, not a `local.Command` with a script. It runs in the provider
+host the engine starts from the program's own virtualenv (so no interpreter path or tool in a
+command text, which pulumi-command would store and print), reads the kubeconfig the program
+built (the cluster's endpoint and CA, and `gke-gcloud-auth-plugin`, the same credentials
+pulumi-kubernetes uses; components/gke/kube_api.py) and polls
+`GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/NAME` until `Established` is True
+and the version is served (components/gke/crd_schema.py), bounded by `timeout_seconds`, with a
+progress line on stderr every minute (in the dynamic provider host `pulumi.log` has no engine
+and prints to stderr itself, pulumi/log.py; the engine shows a plugin's stderr in the CLI,
+sdk/go/common/resource/plugin/plugin.go `runtrace`). Reading the CRD itself, not API
+discovery, gives its schema too: the ComputeClass spec the stack sends is checked against it,
+so a cluster whose CRD would drop `priorities[].location` or refuse flex-start TPUs stops here,
+before the class is applied.
+
+`pulumi preview` never calls `create`, so a preview needs no cluster (a created cluster's
+kubeconfig is unknown then). `read` (refresh) keeps the state without asking the cluster; `diff`
+reports a change only when the kubeconfig, the CRDs or the class's spec change, and `update`
+then waits and checks again. Reading CRDs needs `container.customResourceDefinitions.get` (in
+roles/container.admin, which docs/gke.md asks for).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pulumi
+import pulumi.dynamic as dyn
+
+from components.gke import crd_schema
+from components.gke.kube_api import KubeApi, KubeApiError, Unreachable, parse_kubeconfig
+from components.gke.kube_api import status_message as _status_message
+
+COMPUTE_CLASS_CRD = "computeclasses.cloud.google.com"
+SECRET_PROVIDER_CLASS_CRD = "secretproviderclasses.secrets-store.csi.x-k8s.io"  # noqa: S105
+#: Installed by managed collection (prometheus-engine's operator, in gmp-system); waited for only
+#: when the stack creates a PodMonitoring.
+POD_MONITORING_CRD = "podmonitorings.monitoring.googleapis.com"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+#: GKE's own worst case for the ComputeClass CRD on a new cluster: "up to an hour".
+CRD_WAIT_TIMEOUT_SECONDS = 3600
+POLL_SECONDS = 15.0
+REPORT_SECONDS = 60.0
+#: What installs each CRD, and what to do when it never comes ({name}, {location}: the cluster's).
+INSTALLERS: Mapping[str, tuple[str, str]] = {
+    COMPUTE_CLASS_CRD: (
+        "GKE's cluster autoscaler component installs it, which on a new cluster can take up to "
+        "an hour (google/skills gke-compute-classes)",
+        "check with `kubectl get crd {crd}` and run `pulumi up` again once it is listed (the "
+        "cluster is kept); if it never is, the cluster's autoscaler does not serve "
+        "ComputeClasses: name a GKE Standard cluster of 1.33.3-gke.1136000 or later in "
+        "tpu-vllm:gke.cluster",
+    ),
+    SECRET_PROVIDER_CLASS_CRD: (
+        "GKE's Secret Manager add-on installs it with the Secrets Store CSI driver",
+        "check the add-on (`gcloud container clusters describe {name} --location {location} "
+        "--format='value(secretManagerConfig.enabled)'`), enable it with `gcloud container "
+        "clusters update {name} --location {location} --enable-secret-manager`, and run "
+        "`pulumi up` again once `kubectl get crd {crd}` lists it",
+    ),
+    POD_MONITORING_CRD: (
+        "Managed Service for Prometheus' managed collection installs it (the operator in the "
+        "gmp-system namespace)",
+        "check managed collection (`gcloud container clusters describe {name} --location "
+        "{location} --format='value(monitoringConfig.managedPrometheusConfig.enabled)'`), "
+        "enable it with `gcloud container clusters update {name} --location {location} "
+        "--enable-managed-prometheus`, or set tpu-vllm:monitoring.enabled to false, and run "
+        "`pulumi up` again once `kubectl get crd {crd}` lists it",
+    ),
+}
+
+
+def _report(message: str) -> None:
+    """Progress for the operator: the dynamic provider host's stderr reaches the Pulumi CLI."""
+    print(f"tpu-vllm: {message}", file=sys.stderr, flush=True)
+
+
+def _delays(cap: float) -> Iterator[float]:
+    delay = min(2.0, cap)
+    while True:
+        yield delay
+        delay = min(delay * 2, cap)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _cluster_parts(cluster: str) -> tuple[str, str]:
+    """(name, location) of `projects/P/locations/L/clusters/N`."""
+    parts = cluster.split("/")
+    return (parts[5], parts[3]) if len(parts) == 6 else (cluster, "LOCATION")
+
+
+def _look(api: KubeApi, name: str, version: str) -> tuple[str | None, Mapping[str, Any]]:
+    """(None, the CRD) once it is established and serves `version`; else (why not yet, {})."""
+    try:
+        status, body = api.get(CRD_PATH + name)
+    except Unreachable as error:
+        return f"the cluster's API did not answer ({error})", {}
+    if status == 404:
+        return "not installed yet", {}
+    if status == 403:
+        raise KubeApiError(
+            f"reading the CRD {name} was refused ({_status_message(body)}). Fix: your account "
+            "needs container.customResourceDefinitions.get on the cluster (roles/container.admin "
+            "has it)"
+        )
+    if status == 401:
+        raise KubeApiError(
+            f"the cluster refused the credentials gke-gcloud-auth-plugin gave (401 for {name}, "
+            f"twice). Fix: `gcloud auth login`, and check your access to the cluster"
+        )
+    if status != 200 or not isinstance(body, Mapping):
+        raise KubeApiError(f"GET {CRD_PATH}{name} answered {status}: {_status_message(body)}")
+    if not crd_schema.is_established(body):
+        return f"installed, not established yet ({crd_schema.pending_reason(body)})", {}
+    if crd_schema.served_version(body, version) is None:
+        group = str((body.get("spec") or {}).get("group") or "")
+        raise KubeApiError(
+            f"the CRD {name} is established but does not serve {group}/{version}, which the "
+            "stack's objects use. Fix: upgrade the cluster (`gcloud container clusters upgrade "
+            "--master`)"
+        )
+    return None, body
+
+
+def _not_served(cluster: str, name: str, why: str, timeout: float) -> str:
+    installer, fix = INSTALLERS.get(name, ("", "check with `kubectl get crd {crd}`"))
+    short, location = _cluster_parts(cluster)
+    return (
+        f"{cluster}: the CRD {name} was not served within {_minutes(timeout)} (last: {why}). "
+        f"{installer}; pulumi-kubernetes alone would give up on the objects of that kind after "
+        "about a minute. Nothing that bills TPU time was created. Fix: "
+        + fix.format(crd=name, name=short, location=location)
+        + "."
+    )
+
+
+def _schema_problems(cluster: str, crd: Mapping[str, Any], version: str, spec: Any) -> str | None:
+    """Why the served ComputeClass schema cannot carry the stack's class, or None."""
+    if not isinstance(spec, Mapping):
+        return None
+    served = crd_schema.served_version(crd, version) or {}
+    schema = crd_schema.spec_schema(served)
+    dropped = crd_schema.undeclared_fields(schema, spec)
+    refused = crd_schema.priority_refusals(schema, spec.get("priorities") or [])
+    if not dropped and not refused:
+        return None
+    what = []
+    if dropped:
+        what.append(
+            f"its schema has no {', '.join(dropped)}, so the API server would drop them "
+            "(pulumi-kubernetes applies with fieldValidation Warn) and the TPU nodes would "
+            "ignore tpu.zones, renewal.lead or tpu.maxRunDuration"
+        )
+    if refused:
+        what.append(f"it refuses the class's flex-start TPU priority ({'; '.join(refused)})")
+    short, location = _cluster_parts(cluster)
+    return (
+        f"{cluster}: the cluster's ComputeClass CRD ({COMPUTE_CLASS_CRD}) is older than the "
+        f"class the stack sends: {'; and '.join(what)}. Early ComputeClass schemas lacked "
+        "priorities[].location and refused flex-start with TPUs (datreeio/CRDs-catalog, "
+        "cloud.google.com/computeclass_v1.json history). Fix: upgrade the control plane "
+        f"(`gcloud container clusters upgrade {short} --location {location} --master`), whose "
+        "new version brings GKE's newer CRD, and run `pulumi up` again."
+    )
+
+
+def wait_for_crds(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Poll until every CRD in `props["crds"]` is served, then check the ComputeClass schema."""
+    cluster = str(props.get("cluster") or "the cluster")
+    wanted = {str(c["name"]): str(c["version"]) for c in props.get("crds") or []}
+    timeout = float(props.get("timeout_seconds") or CRD_WAIT_TIMEOUT_SECONDS)
+    every = float(props.get("report_seconds") or REPORT_SECONDS)
+    delays = _delays(float(props.get("poll_seconds") or POLL_SECONDS))
+    api = KubeApi(parse_kubeconfig(str(props["kubeconfig"])))
+    start = time.monotonic()
+    next_report = start
+    served: dict[str, Mapping[str, Any]] = {}
+    try:
+        while True:
+            waiting: dict[str, str] = {}
+            for name, version in wanted.items():
+                if name not in served:
+                    why, crd = _look(api, name, version)
+                    if why is None:
+                        served[name] = crd
+                    else:
+                        waiting[name] = why
+            elapsed = time.monotonic() - start
+            if not waiting:
+                break
+            if elapsed >= timeout:
+                name, why = next(iter(waiting.items()))
+                raise Exception(_not_served(cluster, name, why, timeout))
+            if time.monotonic() >= next_report:
+                lines = "; ".join(f"{n}: {w}" for n, w in waiting.items())
+                _report(
+                    f"{cluster}: waiting for CRDs, {_minutes(elapsed)} of at most "
+                    f"{_minutes(timeout)} ({lines})"
+                )
+                next_report = time.monotonic() + every
+            time.sleep(min(next(delays), max(timeout - elapsed, 0.0)))
+    except KubeApiError as error:
+        raise Exception(f"{cluster}: the stack's CRDs cannot be read: {error}.") from None
+    if COMPUTE_CLASS_CRD in served:
+        problem = _schema_problems(
+            cluster,
+            served[COMPUTE_CLASS_CRD],
+            wanted[COMPUTE_CLASS_CRD],
+            props.get("compute_class_spec"),
+        )
+        if problem:
+            raise Exception(problem)
+    waited = time.monotonic() - start
+    _report(f"{cluster}: CRDs served after {_minutes(waited)}: {', '.join(sorted(wanted))}")
+    return {"served": dict(wanted), "waited_seconds": round(waited, 1)}
+
+
+#: The inputs whose change means: wait (and check the schema) again.
+_WATCHED = ("kubeconfig", "crds", "compute_class_spec")
+
+
+class ServedCrdsProvider(dyn.ResourceProvider):
+    """create/update wait for the CRDs; read, diff and delete ask nothing of the cluster."""
+
+    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        outs = {k: v for k, v in props.items() if k != "__provider"}
+        found = wait_for_crds(props)
+        return dyn.CreateResult(id_=f"{props.get('cluster')}/crds", outs={**outs, **found})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        changed = [k for k in _WATCHED if olds.get(k) != news.get(k)]
+        return dyn.DiffResult(changes=bool(changed))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
+        outs = {k: v for k, v in news.items() if k != "__provider"}
+        return dyn.UpdateResult(outs={**outs, **wait_for_crds(news)})
+
+
+class ServedCrds(dyn.Resource):
+    """Done once every CRD in `crds` ((name, version) pairs) is served by the cluster."""
+
+    served: pulumi.Output[dict[str, str]]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kubeconfig: pulumi.Input[str],
+        cluster: pulumi.Input[str],
+        crds: Sequence[tuple[str, str]],
+        compute_class_spec: Mapping[str, Any],
+        timeout_seconds: float = CRD_WAIT_TIMEOUT_SECONDS,
+        poll_seconds: float = POLL_SECONDS,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(
+            ServedCrdsProvider(),
+            name,
+            {
+                "kubeconfig": kubeconfig,
+                "cluster": cluster,
+                "crds": [{"name": n, "version": v} for n, v in crds],
+                "compute_class_spec": dict(compute_class_spec),
+                "timeout_seconds": timeout_seconds,
+                "poll_seconds": poll_seconds,
+                "served": None,
+                "waited_seconds": None,
+            },
+            opts,
+        )

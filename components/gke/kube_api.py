@@ -1,0 +1,210 @@
+"""Just enough of a Kubernetes API client to read objects as the deployer, from the program's
+kubeconfig: TLS against the cluster's CA, a bearer token from the kubeconfig's exec plugin.
+
+Why not the `kubernetes` package: this reads a handful of objects (the CRDs the stack's
+objects need, components/gke/crd_wait.py), and the kubeconfig (components/gke/cluster.py
+`kubeconfig`) names only a server, its CA and `gke-gcloud-auth-plugin`. The exec protocol is
+client-go's (`plugin/pkg/client/auth/exec/exec.go`): run the command with the kubeconfig's
+args and env (and `KUBERNETES_EXEC_INFO`, an ExecCredential with `spec.interactive: false` and,
+with `provideClusterInfo`, the cluster), read an ExecCredential of the configured apiVersion
+from stdout, use `status.token` until `status.expirationTimestamp`, run it again after a 401.
+The plugin's stderr passes through to ours, as client-go does. gke-gcloud-auth-plugin prints
+exactly that (kubernetes/cloud-provider-gcp `cmd/gke-gcloud-auth-plugin/cred.go`).
+
+The token lives only in this process's memory and the `Authorization` header: never in argv,
+an error, a log line or a resource output.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import yaml
+
+#: How long one request may take; the callers' own bounds (minutes) are far longer.
+REQUEST_TIMEOUT_SECONDS = 30
+EXEC_INFO_ENV = "KUBERNETES_EXEC_INFO"
+PLUGIN_TIMEOUT_SECONDS = 120
+
+
+class KubeApiError(Exception):
+    """The API or the credential plugin refused; waiting will not change it."""
+
+
+class Unreachable(Exception):
+    """No answer (connection refused or reset, timeout, 5xx): a new cluster's control plane
+    may do that for a while, so callers keep trying within their bound."""
+
+
+@dataclass(frozen=True)
+class ExecPlugin:
+    command: str
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    api_version: str
+    provide_cluster_info: bool
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """The current context of a kubeconfig: where the API is, its CA, how to authenticate."""
+
+    server: str
+    ca_data: str  # base64 of the PEM, as kubeconfig's `certificate-authority-data`
+    plugin: ExecPlugin
+
+    @property
+    def ca_pem(self) -> str | None:
+        return base64.b64decode(self.ca_data).decode() if self.ca_data else None
+
+
+def _named(items: Any, name: str, what: str) -> dict[str, Any]:
+    for item in items or []:
+        if isinstance(item, dict) and item.get("name") == name:
+            return dict(item.get(what) or {})
+    raise KubeApiError(f"the kubeconfig has no {what} named {name!r}")
+
+
+def parse_kubeconfig(text: str) -> KubeTarget:
+    """The current context's server, CA and exec plugin."""
+    config = yaml.safe_load(text) or {}
+    context = _named(config.get("contexts"), str(config.get("current-context")), "context")
+    cluster = _named(config.get("clusters"), str(context.get("cluster")), "cluster")
+    user = _named(config.get("users"), str(context.get("user")), "user")
+    exec_ = user.get("exec")
+    if not isinstance(exec_, dict) or not exec_.get("command"):
+        raise KubeApiError("the kubeconfig's user has no exec credential plugin")
+    plugin = ExecPlugin(
+        command=str(exec_["command"]),
+        args=tuple(str(a) for a in exec_.get("args") or ()),
+        env=tuple((str(e["name"]), str(e["value"])) for e in exec_.get("env") or ()),
+        api_version=str(exec_.get("apiVersion") or "client.authentication.k8s.io/v1beta1"),
+        provide_cluster_info=bool(exec_.get("provideClusterInfo")),
+    )
+    server = str(cluster.get("server") or "")
+    if not server.startswith("https://"):
+        raise KubeApiError(f"the kubeconfig's server {server!r} is not an https:// address")
+    return KubeTarget(server, str(cluster.get("certificate-authority-data") or ""), plugin)
+
+
+def _expiry(stamp: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 `expirationTimestamp`; None if absent."""
+    if not stamp:
+        return None
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class KubeApi:
+    """GET JSON from the cluster's API as the kubeconfig's user."""
+
+    target: KubeTarget
+    _token: str | None = field(default=None, repr=False)
+    _expires: float | None = field(default=None, repr=False)
+
+    def _exec_info(self) -> str:
+        spec: dict[str, Any] = {"interactive": False}
+        if self.target.plugin.provide_cluster_info:
+            spec["cluster"] = {
+                "server": self.target.server,
+                "certificate-authority-data": self.target.ca_data,
+            }
+        info = {"apiVersion": self.target.plugin.api_version, "kind": "ExecCredential"}
+        return json.dumps({**info, "spec": spec})
+
+    def _refresh_token(self) -> str:
+        plugin = self.target.plugin
+        env = {**os.environ, **dict(plugin.env), EXEC_INFO_ENV: self._exec_info()}
+        try:
+            done = subprocess.run(
+                [plugin.command, *plugin.args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=None,  # the plugin's own messages reach the operator, as with kubectl
+                timeout=PLUGIN_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise KubeApiError(
+                f"the credential plugin {plugin.command} is not on PATH. Fix: "
+                "`gcloud components install gke-gcloud-auth-plugin`"
+            ) from None
+        if done.returncode != 0:
+            raise KubeApiError(
+                f"the credential plugin {plugin.command} exited with status {done.returncode} "
+                "(its message is above). Fix: `gcloud auth login`, then retry"
+            )
+        try:
+            credential = json.loads(done.stdout)
+            status = credential["status"]
+            token = str(status["token"])
+        except (ValueError, KeyError, TypeError):
+            raise KubeApiError(
+                f"the credential plugin {plugin.command} printed no ExecCredential with a token"
+            ) from None
+        if credential.get("apiVersion") != plugin.api_version:
+            raise KubeApiError(
+                f"the credential plugin {plugin.command} answered {credential.get('apiVersion')}"
+                f", not the kubeconfig's {plugin.api_version}"
+            )
+        self._token, self._expires = token, _expiry(status.get("expirationTimestamp"))
+        return token
+
+    def _bearer(self) -> str:
+        if self._token is None or (self._expires is not None and time.time() >= self._expires):
+            return self._refresh_token()
+        return self._token
+
+    def _context(self) -> ssl.SSLContext:
+        pem = self.target.ca_pem
+        return ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
+
+    def _request(self, path: str, token: str) -> tuple[int, Any]:
+        request = urllib.request.Request(  # noqa: S310 - https only (parse_kubeconfig)
+            self.target.server.rstrip("/") + path,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(  # noqa: S310 - https only (parse_kubeconfig)
+                request, timeout=REQUEST_TIMEOUT_SECONDS, context=self._context()
+            ) as answer:
+                return int(answer.status), json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as error:
+            body = error.read()
+            try:
+                return int(error.code), json.loads(body or b"null")
+            except ValueError:
+                return int(error.code), None
+        except (urllib.error.URLError, OSError, TimeoutError) as error:
+            reason = getattr(error, "reason", error)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise KubeApiError(
+                    f"{self.target.server} presented a certificate the kubeconfig's CA does not "
+                    f"verify ({reason.verify_message})"
+                ) from None
+            raise Unreachable(f"{self.target.server} did not answer ({reason})") from None
+
+    def get(self, path: str) -> tuple[int, Any]:
+        """(HTTP status, JSON body) of `GET path`; a 401 runs the plugin again once, as client-go
+        does when a token was revoked or expired early. 5xx and no answer raise Unreachable."""
+        status, body = self._request(path, self._bearer())
+        if status == 401:
+            status, body = self._request(path, self._refresh_token())
+        if status >= 500:
+            raise Unreachable(f"{self.target.server} answered {status} for {path}")
+        return status, body
+
+
+def status_message(body: Any) -> str:
+    """The `message` of a Kubernetes Status answer, else ""."""
+    return str(body.get("message") or "") if isinstance(body, dict) else ""

@@ -1,0 +1,129 @@
+"""Node auto-provisioning's resource limits, which bind the TPU pools of the stack's ComputeClass.
+
+On a cluster with node auto-provisioning on, "any resource limits that you set for the cluster
+when you enable node auto-provisioning also apply to the node pools that GKE creates for
+ComputeClasses" (GKE docs "Configure node pool auto-creation", Limitations), and "the cluster
+autoscaler doesn't create new nodes if doing so would exceed one of the defined limits",
+counted over every node pool of the cluster (GKE docs "About node auto-provisioning", Resource
+limits). A class whose nodes do not fit leaves its pods Pending without a word to `pulumi up`
+beyond the readiness Job's timeout, so an existing cluster's limits (`getCluster`'s
+`cluster_autoscalings[].resource_limits`) are checked before anything is created.
+
+What is counted, per TPU node: the machine type's vCPUs against `cpu`, its memory (GB) against
+`memory` (catalog.GKE_MACHINE_SHAPES), and its chips against the TPU's own resource type when the
+limits list one (catalog.GKE_NAP_TPU_RESOURCE_TYPES). How many nodes: `gke.replicas`, one each;
+with flex-start one more, because node recycling starts a node's replacement up to
+`renewal.lead` before the node's run ends, so both exist at once (the PodDisruptionBudget moves
+replicas one at a time, so one replacement at a time suffices). A rollout adds none: the
+Deployment's strategy is `Recreate`, which replaces pods on the nodes there are. Not counted,
+because `getCluster` does not say what they use: the cluster's other nodes (its system pool,
+other workloads); the error says they count too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from components import catalog
+from components.config import StackConfig
+
+KEY = "tpu-vllm:gke.cluster"
+REPLICAS_KEY = "tpu-vllm:gke.replicas"
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What the TPU nodes need of one limited resource, and the cluster's maximum for it."""
+
+    resource_type: str
+    amount: int
+    maximum: float
+    unit: str
+
+
+def tpu_nodes_needed(config: StackConfig) -> int:
+    """The replicas' nodes, plus the one node recycling runs beside them with flex-start."""
+    assert config.gke is not None
+    recycling = config.tpu.provisioning == "flex-start"
+    return config.gke.replicas + (1 if recycling else 0)
+
+
+def _limits(found: Any) -> dict[str, float] | None:
+    """`resource_type -> maximum` of an enabled node auto-provisioning; None when it is off."""
+    scalings = [s for s in getattr(found, "cluster_autoscalings", None) or [] if s is not None]
+    enabled = [s for s in scalings if getattr(s, "enabled", False)]
+    if not enabled:
+        return None
+    limits: dict[str, float] = {}
+    for scaling in enabled:
+        for limit in getattr(scaling, "resource_limits", None) or []:
+            kind, maximum = getattr(limit, "resource_type", None), getattr(limit, "maximum", None)
+            if kind and maximum is not None:
+                limits[str(kind)] = float(maximum)
+    return limits
+
+
+def demands(config: StackConfig, limits: Mapping[str, float]) -> list[Demand]:
+    """Each limited resource the TPU nodes use, with what they need of it."""
+    gke = config.tpu.chip.gke
+    assert gke is not None
+    shape = catalog.GKE_MACHINE_SHAPES[gke.machine_type]
+    nodes = tpu_nodes_needed(config)
+    wanted = [("cpu", nodes * shape.vcpus, "vCPUs"), ("memory", nodes * shape.memory_gb, "GB")]
+    wanted += [
+        (name, nodes * config.tpu.chip.chips, "TPU chips")
+        for name in catalog.GKE_NAP_TPU_RESOURCE_TYPES.get(gke.accelerator, ())
+    ]
+    return [Demand(k, amount, limits[k], unit) for k, amount, unit in wanted if k in limits]
+
+
+def limit_problems(config: StackConfig, found: Any, where: str) -> list[str]:
+    """Why the cluster's node auto-provisioning limits cannot hold the stack's TPU nodes
+    (empty when they can, when auto-provisioning is off, or when `getCluster` said nothing)."""
+    assert config.gke is not None
+    limits = _limits(found)
+    if not limits:
+        return []
+    every = {d.resource_type: d for d in demands(config, limits)}
+    over = [d for d in every.values() if d.amount > d.maximum]
+    if not over:
+        return []
+    gke = config.tpu.chip.gke
+    assert gke is not None
+    nodes = tpu_nodes_needed(config)
+    why = f"{config.gke.replicas} for {REPLICAS_KEY}" + (
+        " + 1 that node recycling starts beside a node before its flex-start run ends"
+        if nodes > config.gke.replicas
+        else ""
+    )
+    short = ", ".join(
+        f"`{d.resource_type}` maximum {d.maximum:g} < {d.amount} {d.unit}" for d in over
+    )
+    # gcloud takes both CPU and memory bounds with --enable-autoprovisioning: the larger of
+    # what the nodes need and the present maximum for each.
+    flags = " ".join(
+        f"--max-{kind} {max(every[kind].amount, int(every[kind].maximum))}"
+        for kind in ("cpu", "memory")
+        if kind in every
+    )
+    tpu = [d for d in over if d.resource_type not in ("cpu", "memory")]
+    fix_tpu = (
+        f", and the `{tpu[0].resource_type}` limit to at least {tpu[0].amount} (a resourceLimits "
+        "entry in `--autoprovisioning-config-file`)"
+        if tpu
+        else ""
+    )
+    name, location = config.gke.existing_cluster, config.gke.location
+    command = f"`gcloud container clusters update {name} --location {location} " + (
+        f"--enable-autoprovisioning {flags}`" if flags else "--autoprovisioning-config-file FILE`"
+    )
+    return [
+        f"{KEY} = {where!r} has node auto-provisioning on, and its resource limits also bind the "
+        "node pools GKE creates for the stack's ComputeClass (GKE docs \"Configure node pool "
+        f'auto-creation", Limitations): {nodes} {gke.machine_type} nodes ({why}) exceed them: '
+        f"{short}. The cluster's other nodes count against the same limits. Fix: raise the "
+        f"limits to what the TPU nodes need plus what the other nodes use, e.g. {command} with "
+        f"the other nodes' share added{fix_tpu}; or lower {REPLICAS_KEY}"
+    ]

@@ -1,0 +1,441 @@
+"""A loopback fake of the two parts of a GKE cluster's API the CRD wait touches, over HTTPS.
+
+What it imitates (kubernetes/kubernetes, staging/src/k8s.io/apiextensions-apiserver):
+- `GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/NAME`: 404 with a `Status`
+  (reason NotFound) until the CRD is created; then the CRD object, whose status carries
+  `NamesAccepted: True (NoConflicts)` and `Established: False (Installing, "the initial names
+  have been accepted")`, as `pkg/controller/status/naming_controller.go` sets them, until the
+  establishing controller flips `Established` to True (`InitialNamesAccepted`);
+- API discovery `GET /apis/GROUP/VERSION`: the APIResourceList of the established CRDs that
+  serve that version, 404 while there are none (`pkg/apiserver/
+  customresource_discovery_controller.go` lists only Established CRDs' served versions). That
+  is where pulumi-kubernetes' RESTMapper looks a kind up;
+- authentication: a request without the expected bearer token gets 401 with a `Status`
+  (reason Unauthorized); `forbidden` answers 403 (reason Forbidden), as RBAC would.
+Time is the fake's own clock since `start()`: `appear_after` seconds until the CRD exists (None:
+never), then `establish_after` seconds more until it is established.
+
+The CRDs' schemas transcribe, for the fields the stack sends, GKE's ComputeClass CRD as
+datreeio/CRDs-catalog publishes it (`cloud.google.com/computeclass_v1.json`): its first version
+(2025-05-28: no `priorities[].location`, and the rule refusing flex-start with TPUs) and the
+current one (77e49833), without datreeio's added `additionalProperties: false`, which a served
+structural schema does not have (it prunes instead). The PodMonitoring CRD's v1 schema is
+prometheus-engine's (`charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`, the
+fixture tests/fixtures/crds/podmonitoring_v1.json).
+
+`write_auth_plugin` writes a stand-in for `gke-gcloud-auth-plugin` that prints the
+ExecCredential kubernetes/cloud-provider-gcp `cmd/gke-gcloud-auth-plugin/cred.go` prints.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import ssl
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Self
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.fakes.loopback import HOST, LoopbackHttpServer, send_json
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+EXEC_API_VERSION = "client.authentication.k8s.io/v1beta1"
+
+_ANY: dict[str, Any] = {}
+_TPU = {
+    "type": "object",
+    "properties": {
+        "count": {"type": "integer"},
+        "topology": {"type": "string"},
+        "type": {"type": "string"},
+    },
+}
+_FLEX_START = {
+    "type": "object",
+    "properties": {
+        "enabled": {"type": "boolean", "default": False},
+        "nodeRecycling": {
+            "type": "object",
+            "required": ["leadTimeSeconds"],
+            "properties": {"leadTimeSeconds": {"type": "integer", "minimum": 1, "maximum": 604800}},
+        },
+    },
+}
+_LOCATION = {
+    "type": "object",
+    "properties": {
+        "locationPolicy": {"type": "string", "enum": ["ANY", "BALANCED"]},
+        "zones": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    },
+}
+#: Two of the rules both versions have, and the early one's refusal of flex-start TPUs.
+_FLEX_SPOT_RULE = {
+    "message": "Flex Start provisioning model is incompatible with Spot",
+    "rule": "!(has(self.flexStart) && has(self.spot) && self.spot == true && "
+    "self.flexStart.enabled == true)",
+}
+_NODEPOOL_RULE = {
+    "message": "Nodepool field cannot be set along with other fields",
+    "rule": "has(self.nodepools) ? (size(dyn(self)) == 1) : true",
+}
+_FLEX_TPU_RULE = {
+    "message": "Flex Start provisioning model doesn't support TPUs",
+    "rule": "!(has(self.flexStart) && self.flexStart.enabled == true && has(self.tpu))",
+}
+_CAPACITY_CHECK_RULE = {
+    "message": "capacityCheckWaitTimeSeconds is only supported for Flex Start and for "
+    "multi-host TPUs",
+    "rule": "!has(self.capacityCheckWaitTimeSeconds) || has(self.tpu) || "
+    "(has(self.flexStart) && self.flexStart.enabled)",
+}
+
+
+def _priority(*, location: bool, rules: list[dict[str, str]]) -> dict[str, Any]:
+    names = ["gpu", "machineFamily", "maxPodsPerNode", "minCores", "minMemoryGb"]
+    names += ["nodeSystemConfig", "nodepools", "reservations", "storage"]
+    properties: dict[str, Any] = {n: _ANY for n in names}
+    properties |= {
+        "flexStart": _FLEX_START,
+        "machineType": {"type": "string"},
+        "maxRunDurationSeconds": {"type": "integer"},
+        "spot": {"type": "boolean"},
+        "tpu": _TPU,
+    }
+    if location:
+        properties["location"] = _LOCATION
+    return {"type": "object", "properties": properties, "x-kubernetes-validations": rules}
+
+
+def compute_class_schema(*, early: bool = False) -> dict[str, Any]:
+    """ComputeClass `openAPIV3Schema`: `early` is datreeio's first (2025-05-28) version."""
+    priority = _priority(
+        location=not early,
+        rules=[_NODEPOOL_RULE, _FLEX_SPOT_RULE]
+        + ([_FLEX_TPU_RULE] if early else [_CAPACITY_CHECK_RULE]),
+    )
+    spec = {
+        "type": "object",
+        "properties": {
+            "activeMigration": _ANY,
+            "autoscalingPolicy": _ANY,
+            "nodePoolAutoCreation": {
+                "type": "object",
+                "properties": {"enabled": {"type": "boolean"}},
+            },
+            "nodePoolConfig": _ANY,
+            "priorities": {"type": "array", "items": priority},
+            "whenUnsatisfiable": {"type": "string", "enum": ["ScaleUpAnyway", "DoNotScaleUp"]},
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+    }
+
+
+def _crd(
+    group: str, plural: str, kind: str, scope: str, versions: list[dict[str, Any]]
+) -> dict[str, Any]:
+    names = {
+        "plural": plural,
+        "singular": kind.lower(),
+        "kind": kind,
+        "listKind": f"{kind}List",
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}", "generation": 1, "resourceVersion": "4711"},
+        "spec": {
+            "group": group,
+            "names": names,
+            "scope": scope,
+            "versions": versions,
+            "conversion": {"strategy": "None"},
+        },
+        "status": {"acceptedNames": names, "storedVersions": [versions[0]["name"]]},
+    }
+
+
+def compute_class_crd(*, early: bool = False) -> dict[str, Any]:
+    schema = {"openAPIV3Schema": compute_class_schema(early=early)}
+    version = {"name": "v1", "served": True, "storage": True, "schema": schema}
+    return _crd("cloud.google.com", "computeclasses", "ComputeClass", "Cluster", [version])
+
+
+def pod_monitoring_crd() -> dict[str, Any]:
+    """Managed collection's CRD (prometheus-engine's operator installs it in gmp-system)."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "crds" / "podmonitoring_v1.json"
+    schema = {"openAPIV3Schema": json.loads(fixture.read_text())}
+    version = {"name": "v1", "served": True, "storage": True, "schema": schema}
+    return _crd(
+        "monitoring.googleapis.com", "podmonitorings", "PodMonitoring", "Namespaced", [version]
+    )
+
+
+def secret_provider_class_crd() -> dict[str, Any]:
+    """The Secrets Store CSI driver's CRD: v1 stored, v1alpha1 still served."""
+    schema = {
+        "openAPIV3Schema": {
+            "type": "object",
+            "properties": {
+                "spec": {
+                    "type": "object",
+                    "properties": {
+                        "provider": {"type": "string"},
+                        "parameters": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                        },
+                        "secretObjects": {"type": "array", "items": {"type": "object"}},
+                    },
+                }
+            },
+        }
+    }
+    versions = [
+        {"name": "v1", "served": True, "storage": True, "schema": schema},
+        {"name": "v1alpha1", "served": True, "storage": False, "schema": schema},
+    ]
+    return _crd(
+        "secrets-store.csi.x-k8s.io",
+        "secretproviderclasses",
+        "SecretProviderClass",
+        "Namespaced",
+        versions,
+    )
+
+
+def _conditions(established: bool) -> list[dict[str, str]]:
+    names = {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"}
+    names["message"] = "no conflicts found"
+    done = {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}
+    pending = {"type": "Established", "status": "False", "reason": "Installing"}
+    for condition in (done, pending):
+        condition["message"] = "the initial names have been accepted"
+    return [names, done if established else pending]
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+@dataclass
+class FakeCrd:
+    body: dict[str, Any]
+    #: Seconds after start() until the CRD exists; None: it never does.
+    appear_after: float | None = 0.0
+    #: Seconds after it appears until it is established.
+    establish_after: float = 0.0
+
+
+@dataclass
+class Seen:
+    path: str
+    authorization: str
+
+
+@dataclass
+class _State:
+    token: str
+    crds: dict[str, FakeCrd] = field(default_factory=dict)
+    forbidden: bool = False
+    started: float = field(default_factory=time.monotonic)
+    requests: list[Seen] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def phase(self, crd: FakeCrd) -> str:
+        """`absent`, `installing` or `established` on the fake's clock."""
+        now = time.monotonic() - self.started
+        if crd.appear_after is None or now < crd.appear_after:
+            return "absent"
+        return "established" if now >= crd.appear_after + crd.establish_after else "installing"
+
+
+def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            auth = self.headers.get("Authorization", "")
+            with state.lock:
+                state.requests.append(Seen(self.path, auth))
+            if auth != f"Bearer {state.token}":
+                send_json(self, 401, _status(401, "Unauthorized", "Unauthorized"))
+            elif state.forbidden:
+                message = (
+                    'customresourcedefinitions.apiextensions.k8s.io is forbidden: User "x" '
+                    'cannot get resource "customresourcedefinitions" in API group '
+                    '"apiextensions.k8s.io" at the cluster scope'
+                )
+                send_json(self, 403, _status(403, "Forbidden", message))
+            elif self.path.startswith(CRD_PATH):
+                self._crd(self.path[len(CRD_PATH) :])
+            else:
+                self._discovery(self.path)
+
+        def _crd(self, name: str) -> None:
+            crd = state.crds.get(name)
+            phase = state.phase(crd) if crd else "absent"
+            if crd is None or phase == "absent":
+                message = f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found'
+                send_json(self, 404, _status(404, "NotFound", message))
+                return
+            body = json.loads(json.dumps(crd.body))
+            body["status"]["conditions"] = _conditions(phase == "established")
+            send_json(self, 200, body)
+
+        def _discovery(self, path: str) -> None:
+            group_version = path.removeprefix("/apis/").strip("/")
+            resources = []
+            for crd in state.crds.values():
+                spec = crd.body["spec"]
+                for version in spec["versions"]:
+                    served = version["served"] and state.phase(crd) == "established"
+                    if served and f"{spec['group']}/{version['name']}" == group_version:
+                        resources.append(
+                            {"name": spec["names"]["plural"], "kind": spec["names"]["kind"]}
+                        )
+            if not resources:
+                send_json(self, 404, _status(404, "NotFound", "the server could not find it"))
+                return
+            body = {"kind": "APIResourceList", "groupVersion": group_version}
+            send_json(self, 200, {**body, "resources": resources})
+
+    return Handler
+
+
+def make_certificates(directory: Path) -> tuple[str, Path, Path]:
+    """A cluster CA and an API server certificate for 127.0.0.1 it signed, as GKE's are:
+    (CA PEM, server certificate file, server key file)."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-cluster-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), True
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST))]), False
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "apiserver.crt", directory / "apiserver.key"
+    cert_path.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return ca.public_bytes(serialization.Encoding.PEM).decode(), cert_path, key_path
+
+
+class FakeKubeApi(LoopbackHttpServer):
+    """`crds` maps a CRD name to its `FakeCrd`; `requests` records every path and its auth."""
+
+    thread_name = "fake-kube-api"
+
+    def __init__(self, directory: Path, token: str) -> None:
+        super().__init__()
+        self.ca_pem, self._cert, self._key = make_certificates(directory)
+        self.state = _State(token=token)
+
+    @property
+    def crds(self) -> dict[str, FakeCrd]:
+        return self.state.crds
+
+    @property
+    def requests(self) -> list[Seen]:
+        return self.state.requests
+
+    def start(self) -> Self:
+        server = ThreadingHTTPServer((HOST, 0), _handler(self.state))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self._cert, self._key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        self.state.started = time.monotonic()
+        return self._serve(server)
+
+    @property
+    def endpoint(self) -> str:
+        """What GKE's `endpoint` output would be for this API: host[:port], no scheme."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.endpoint}"
+
+
+def write_auth_plugin(directory: Path, token: str) -> Path:
+    """An executable `gke-gcloud-auth-plugin` in `directory` that prints an ExecCredential with
+    `token` and appends its argv and KUBERNETES_EXEC_INFO to `plugin.log` there."""
+    (directory / "token").write_text(token)
+    expiry = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    script = f"""#!{sys.executable}
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "plugin.log"), "a") as log:
+    log.write(json.dumps({{"argv": sys.argv[1:],
+                          "exec_info": os.environ.get("KUBERNETES_EXEC_INFO")}}) + "\\n")
+token = open(os.path.join(here, "token")).read()
+print(json.dumps({{"kind": "ExecCredential", "apiVersion": "{EXEC_API_VERSION}",
+                  "spec": {{"interactive": False}},
+                  "status": {{"expirationTimestamp": "{expiry}", "token": token}}}}), end="")
+"""
+    path = directory / "gke-gcloud-auth-plugin"
+    path.write_text(script)
+    path.chmod(0o755)
+    return path
