@@ -134,7 +134,7 @@ main() {
   one_line() { tr '\n\t' '  ' | sed -e 's/  */ /g' -e 's/ $//'; }
 
   log "pulumi $PULUMI_VERSION: downloading modules (cold: a few hundred MB) and compiling" \
-    "(cold: 13-31 min measured on 2 shared cores, docs/testing.md)"
+    "(cold: 7 min on a new 2-core machine, 31 min on a heavily shared one: docs/testing.md)"
   # go build is silent while it works: a progress line each minute.
   (
     exec 9>&- # the lock stays with this script, not with the ticker's sleep
