@@ -17,6 +17,9 @@ import urllib.parse
 STACK_LABEL = "tpu_vllm_stack"
 GCPLOGS_LOG_NAME = "gcplogs-docker-driver"
 FRESHNESS = "1d"
+#: gcloud applies `--freshness` only with the default newest-first order ("Works only with DESC
+#: ordering", `gcloud logging read` reference), so the command reads newest first, bounded.
+LIMIT = 1000
 
 
 def vm_filter(project: str, stack: str) -> str:
@@ -34,14 +37,15 @@ def gke_filter(namespace: str, container: str) -> str:
 
 
 def logs_command(project: str, log_filter: str, message_field: str) -> str:
-    """A ready-to-run command: the last day's entries, oldest first, one line each."""
+    """A ready-to-run command: the last day's entries, newest first, at most `LIMIT`, one line
+    each. With `--order=asc` gcloud would drop `--freshness` and read the whole retention."""
     return " ".join(
         [
             "gcloud logging read",
             shlex.quote(log_filter),
             f"--project={shlex.quote(project)}",
             f"--freshness={FRESHNESS}",
-            "--order=asc",
+            f"--limit={LIMIT}",
             shlex.quote(f"--format=value(timestamp,{message_field})"),
         ]
     )

@@ -76,9 +76,16 @@ def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
     ]
 
 
+def uptime_selector(check_id: str) -> str:
+    """`check_passed` of this check. The metric is written for several resource types
+    (uptime_url, gce_instance, k8s_service, ...), so the query names its type: "Mapping Cloud
+    Monitoring metrics to PromQL", "Specifying a monitored resource type"."""
+    return f'{vm.UPTIME_CHECK_PASSED}{{monitored_resource="uptime_url",check_id="{check_id}"}}'
+
+
 def uptime_passed_query(check_id: str) -> str:
     """The fraction of checker locations whose last check passed."""
-    return f'avg(avg_over_time({vm.UPTIME_CHECK_PASSED}{{check_id="{check_id}"}}[5m]))'
+    return f"avg(avg_over_time({uptime_selector(check_id)}[5m]))"
 
 
 def _uptime_chart(watch: Watch) -> dict[str, Any]:
@@ -134,15 +141,17 @@ def dashboard(watch: Watch) -> dict[str, Any]:
     """The Monitoring v1 `Dashboard` body: two tiles a row."""
     tiles = []
     for index, widget in enumerate(dashboard_widgets(watch)):
-        tiles.append(
-            {
-                "xPos": (index % 2) * TILE_WIDTH,
-                "yPos": (index // 2) * TILE_HEIGHT,
-                "width": TILE_WIDTH,
-                "height": TILE_HEIGHT,
-                "widget": widget,
-            }
-        )
+        tile = {
+            "xPos": (index % 2) * TILE_WIDTH,
+            "yPos": (index // 2) * TILE_HEIGHT,
+            "width": TILE_WIDTH,
+            "height": TILE_HEIGHT,
+            "widget": widget,
+        }
+        # The API leaves zero positions out of what it returns; a body that sends them differs
+        # from the read-back on every refresh in providers that compare the JSON as it is
+        # (hashicorp/terraform-provider-google #7242, #16173), so zeros are left out here too.
+        tiles.append({k: v for k, v in tile.items() if not (k in ("xPos", "yPos") and v == 0)})
     return {
         "displayName": f"tpu-vllm {watch.stack}",
         "labels": {"tpu-vllm": "", f"stack-{re.sub(r'[^a-z0-9_-]', '-', watch.stack.lower())}": ""},
@@ -208,6 +217,11 @@ def _policy(stack: str, alert: _Alert, channels: Sequence[str]) -> dict[str, Any
                     "query": alert.query,
                     "duration": alert.duration,
                     "evaluationInterval": "60s",
+                    # The policies are made before the first scrape has written any vLLM
+                    # series; the API refuses a condition on a metric that does not exist yet
+                    # unless told not to check (Monitoring v3 discovery document,
+                    # PrometheusQueryLanguageCondition.disableMetricValidation).
+                    "disableMetricValidation": True,
                 },
             }
         ],
@@ -229,7 +243,7 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
     5 minutes (with the uptime check), else when no server's metrics arrived for 10 minutes."""
     q = watch.queries
     if watch.uptime_check_id:
-        passed = f'{vm.UPTIME_CHECK_PASSED}{{check_id="{watch.uptime_check_id}"}}'
+        passed = uptime_selector(watch.uptime_check_id)
         down = f"max(max_over_time({passed}[5m])) < 1"
         down_doc = "No uptime-check location got a 2xx from `/health` for 5 minutes."
     else:

@@ -158,10 +158,13 @@ def endpoint_lines(
         return [*lines, f"metrics: /metrics {status or first}"]
     now = parse_metrics(first)
     kv = now.get(vllm_metrics.KV_CACHE_USAGE)
+    # On GKE the address balances over the replicas: a scrape sees one of them.
+    whose = " (one replica's: the load balancer picked it)" if outputs.get("cluster") else ""
     lines.append(
         f"requests: {now.get(vllm_metrics.RUNNING, 0):g} running, "
         f"{now.get(vllm_metrics.WAITING, 0):g} waiting; KV cache "
         + (f"{kv * 100:.1f} %" if kv is not None else "not reported")
+        + whose
     )
     lines.append(_throughput(base, now, timeout, window, sleep))
     return lines
@@ -186,6 +189,14 @@ def _throughput(
         if status != 200:
             return f"tokens/s: the second scrape got {status or text}"
         second = parse_metrics(text)
+        started = "process_start_time_seconds"
+        if second.get(started) != first.get(started):
+            # Counters of two processes do not subtract: another replica (GKE) or a restart.
+            return (
+                "tokens/s: not measured: another server process answered the second scrape "
+                "(a replica behind the same address, or a restart); `--window 0` averages "
+                "one server's counters since its start"
+            )
         rates = [(second.get(n, 0.0) - first.get(n, 0.0)) / window for n in names]
         how = f"over the last {window:g} s"
     return f"tokens/s: {rates[0]:.1f} prompt, {rates[1]:.1f} generation ({how})"

@@ -484,7 +484,14 @@ def test_the_sidecar_saves_again_every_save_interval(
             time.sleep(0.2)
         assert late in manifest, "no later save carried the new entry"
         assert cloud["store"].get(bucket, key + late) == (pod.cache / late).read_bytes()
-        assert json.loads((pod.work / "save.json").read_text())["why"] == "periodic"
+        # save.json is written after the save's manifest: wait for it too, not just read it.
+        why = ""
+        while time.monotonic() < deadline:
+            why = json.loads((pod.work / "save.json").read_text())["why"]
+            if why == "periodic":
+                break
+            time.sleep(0.1)
+        assert why == "periodic"
         assert proc.poll() is None, "the sidecar exited: Kubernetes would restart it"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

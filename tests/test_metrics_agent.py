@@ -102,7 +102,8 @@ def test_the_script_installs_writes_the_config_and_restarts_the_agent(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert metrics_agent.parse_result(done.stdout) == "ok"
     calls = (state / "calls").read_text()
-    assert "installer --also-install" in calls
+    # The agent of major version 2, whose configuration this script writes.
+    assert "installer --also-install --version=2.*.*" in calls
     assert "systemctl restart google-cloud-ops-agent" in calls
     written = yaml.safe_load((tmp_path / "etc" / "config.yaml").read_text())
     assert written == metrics_agent.agent_config(config_for("v5e1"))

@@ -119,7 +119,11 @@ def test_the_dashboard_is_a_valid_monitoring_v1_dashboard_with_every_tile(
     assert any(t.startswith("TPU duty cycle") for t in titles)
     assert any(t.startswith("TPU HBM used") for t in titles)
     tiles = body["mosaicLayout"]["tiles"]
-    assert all(t["xPos"] + t["width"] <= bodies.COLUMNS for t in tiles)
+    assert all(t.get("xPos", 0) + t["width"] <= bodies.COLUMNS for t in tiles)
+    # Zero positions are left out, as the API returns them: the first tile has neither.
+    assert "xPos" not in tiles[0] and "yPos" not in tiles[0]
+    assert (tiles[1]["xPos"], "yPos" in tiles[1]) == (bodies.TILE_WIDTH, False)
+    assert tiles[2]["yPos"] == bodies.TILE_HEIGHT and "xPos" not in tiles[2]
     text = json.dumps(body)
     assert ("p50" in text) and ("p95" in text)
     assert (UPTIME_CHECK_ID in text) == bool(watch.uptime_check_id)
@@ -146,9 +150,18 @@ def test_alert_policies_are_valid_monitoring_v3_bodies(watch: bodies.Watch) -> N
     for body in policies.values():
         assert violations(body, "monitoring.v3", "AlertPolicy") == []
         assert body["notificationChannels"] == [CHANNEL]
+        # Made before any vLLM series exists: the API must not refuse them for that.
+        [condition] = body["conditions"]
+        assert condition["conditionPrometheusQueryLanguage"]["disableMetricValidation"] is True
     down = policies["endpoint-down"]["conditions"][0]["conditionPrometheusQueryLanguage"]
     if watch.uptime_check_id:
-        assert f'check_id="{watch.uptime_check_id}"' in down["query"]
+        # check_passed is written for several resource types: the query names uptime_url.
+        assert (
+            f'{{monitored_resource="uptime_url",check_id="{watch.uptime_check_id}"}}'
+            in down["query"]
+        )
+        tile = json.dumps(bodies.dashboard(watch))
+        assert 'monitored_resource=\\"uptime_url\\",check_id=' in tile
     else:
         assert down["query"].startswith("absent_over_time(")
 
@@ -247,6 +260,9 @@ def test_vm_dashboard_url_logs_command_and_url_name_this_stack() -> None:
     assert 'logName="projects/test-project/logs/gcplogs-docker-driver"' in command
     assert 'jsonPayload.container.metadata.tpu_vllm_stack="v5e1"' in command
     assert "--project=test-project" in command
+    # gcloud drops --freshness under --order=asc and would read the whole retention.
+    assert "--freshness=1d" in command and "--limit=1000" in command
+    assert "--order" not in command
     assert run.outputs["logs_url"].startswith("https://console.cloud.google.com/logs/query;query=")
     assert "gcplogs-docker-driver" in run.outputs["logs_url"]
     assert violations(dashboard_body(run), "monitoring.v1", "Dashboard") == []

@@ -11,11 +11,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from scripts import status
+from tests.fakes.fake_docker import metrics_page
 from tests.fakes.fake_pulumi import FakePulumi
 from tests.fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 - the fixture
 from tests.fakes.ssh_host import SshHost
@@ -199,3 +201,49 @@ def test_the_startup_phase_comes_from_the_containers_log_over_ssh(
     assert code == 0
     assert "startup phase: compiling (the long part: XLA)" in out
     assert key.strip().splitlines()[1] not in out
+
+
+@pytest.fixture
+def two_replicas() -> Iterator[str]:
+    """One address in front of two vLLM servers, as GKE's load balancer is: each /metrics goes
+    to the other replica (its own process, start time and counters)."""
+    pages = []
+    for started, tokens in ((1.7961e09, (100.0, 50.0)), (1.7962e09, (10.0, 5.0))):
+        page = metrics_page("google/gemma-4-31B-it", *tokens)
+        pages.append(page.replace("1.79615687225e+09", f"{started:.6e}"))
+    turn = iter(range(1_000_000))
+
+    class Balancer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages[next(turn) % 2].encode() if self.path == "/metrics" else b"OK"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Balancer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join()
+    server.server_close()
+
+
+def test_on_gke_a_scrape_is_one_replicas_and_two_replicas_are_not_subtracted(
+    two_replicas: str,
+) -> None:
+    """Counters of two processes do not subtract: the second scrape's server started at another
+    time, so no (negative) tokens/s is printed, and the snapshot says whose it is."""
+    lines = status.endpoint_lines(
+        outputs(two_replicas, "", cluster="projects/p/locations/l/clusters/c"),
+        timeout=2,
+        window=1,
+        sleep=lambda _seconds: None,
+    )
+    text = "\n".join(lines)
+    assert "(one replica's: the load balancer picked it)" in text
+    assert "tokens/s: not measured: another server process answered the second scrape" in text

@@ -17,8 +17,10 @@ if ! systemctl list-unit-files google-cloud-ops-agent.service 2>/dev/null | grep
       --output ~/.tpu-vllm/add-google-cloud-ops-agent-repo.sh "$INSTALLER_URL"; then
     report "failed: could not download $INSTALLER_URL"
   fi
+  # Major version 2 only ("Install a specific version": MAJOR.*.*): a new major release may
+  # change the configuration this file writes.
   if ! timeout 600 sudo bash ~/.tpu-vllm/add-google-cloud-ops-agent-repo.sh --also-install \
-      > ~/.tpu-vllm/ops-agent-install.log 2>&1; then
+      '--version=2.*.*' > ~/.tpu-vllm/ops-agent-install.log 2>&1; then
     tail -n 20 ~/.tpu-vllm/ops-agent-install.log >&2
     report "failed: the Ops Agent did not install (log: ~/.tpu-vllm/ops-agent-install.log)"
   fi
