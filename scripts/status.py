@@ -189,8 +189,8 @@ def _throughput(
         if status != 200:
             return f"tokens/s: the second scrape got {status or text}"
         second = parse_metrics(text)
-        started = "process_start_time_seconds"
-        if second.get(started) != first.get(started):
+        start = "process_start_time_seconds"
+        if second.get(start) != first.get(start):
             # Counters of two processes do not subtract: another replica (GKE) or a restart.
             return (
                 "tokens/s: not measured: another server process answered the second scrape "
