@@ -138,6 +138,43 @@ def test_every_promql_expression_parses_with_prometheus_own_parser(watch: bodies
     assert parse_errors(queries) == {}
 
 
+#: Managed Service for Prometheus evaluates PromQL at parity with Prometheus 2.44 (GMP docs,
+#: "PromQL compatibility"), older than the parser above (3.x): every function the queries call
+#: must be one of 2.44's (the fixture names its source).
+PROMETHEUS_2_44 = frozenset(
+    line
+    for line in (ROOT / "tests/fixtures/promql/prometheus-2.44-functions.txt")
+    .read_text()
+    .split("\n")
+    if line and not line.startswith("#")
+)
+KEYWORDS = frozenset(
+    ["by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool"]
+)
+
+
+def called(query: str) -> set[str]:
+    """Names called in a query (`name(`), string literals left out."""
+    bare = re.sub(r'"(?:[^"\\]|\\.)*"', '""', query)
+    return set(re.findall(r"\b([a-z_][a-z0-9_]*)\s*\(", bare)) - KEYWORDS
+
+
+@pytest.mark.parametrize("watch", watches(), ids=lambda w: f"{w.backend}-{bool(w.uptime_check_id)}")
+def test_every_function_the_queries_call_exists_in_the_prometheus_gmp_runs(
+    watch: bodies.Watch,
+) -> None:
+    queries = bodies.promql(bodies.dashboard(watch)) + bodies.promql(
+        bodies.alert_policies(watch, [CHANNEL])
+    )
+    used = set().union(*(called(q) for q in queries))
+    assert {"histogram_quantile", "rate", "sum"} <= used
+    assert used - PROMETHEUS_2_44 == set()
+    # The check can fail: functions added after 2.44 are caught.
+    assert called('sort_by_label(up, "job") + limitk(2, up)') - PROMETHEUS_2_44 == {
+        "sort_by_label", "limitk"
+    }  # fmt: skip
+
+
 def test_the_parser_rejects_a_broken_expression() -> None:
     broken = ["sum(rate(vllm:prompt_tokens_total[5m])", "histogram_quantile(0.95, )"]
     assert set(parse_errors(broken)) == set(broken)
