@@ -341,3 +341,22 @@ def test_template_and_flag_errors_use_docker_wording() -> None:
     assert ("network", "host") in flags
     assert ("env", "A=1") in flags
     assert ("volume", "/a:/b") in flags
+
+
+def test_a_scenario_can_follow_the_servers_flags(tmp_path: Path) -> None:
+    """`by_args`: the run whose command holds the words replays their scenario; others the
+    default, so a crash that comes from one flag goes away when the flag is fixed."""
+    daemon = fake_docker.Daemon(tmp_path)
+    oom = {"log": "crash_hbm_oom.log", "speed": 500}
+    fake_docker.write_json_atomic(
+        tmp_path / "scenario.json",
+        {"log": "v5e1_ready.log", "by_args": [[["--gpu-memory-utilization", "0.98"], oom]]},
+    )
+    serve = ["vllm", "serve", MODEL, "--dtype", "bfloat16"]
+    bad = daemon.next_scenario([*serve, "--gpu-memory-utilization", "0.98"])
+    assert bad["log"] == "crash_hbm_oom.log" and "by_args" not in bad
+    good = daemon.next_scenario([*serve, "--gpu-memory-utilization", "0.92"])
+    assert good["log"] == "v5e1_ready.log" and "by_args" not in good
+    # The words must be consecutive: a value elsewhere does not match.
+    apart = daemon.next_scenario([*serve, "--gpu-memory-utilization", "0.9", "--x", "0.98"])
+    assert apart["log"] == "v5e1_ready.log"

@@ -1038,8 +1038,9 @@ class Daemon:
     def has_image(self, ref: str) -> bool:
         return normalize_image(ref) in self.images()
 
-    def next_scenario(self) -> JSONDict:
-        """Consume one scenario: the Nth ``docker run`` gets list item N (last one repeats)."""
+    def next_scenario(self, cmd: Sequence[str] = ()) -> JSONDict:
+        """Consume one scenario: the Nth ``docker run`` gets list item N (last one repeats);
+        a ``by_args`` rule whose words the run's command holds replaces it."""
         with self.lock():
             count_path = self.root / "run_count"
             try:
@@ -1054,7 +1055,13 @@ class Daemon:
             else:
                 scenario = {"log": "v5e1_ready.log", "speed": 1.0}
             count_path.write_text(f"{count + 1}\n")
-        result = dict(scenario)
+        words = list(cmd)
+        for wanted, chosen in scenario.get("by_args") or ():
+            size = len(wanted)
+            if any(words[i : i + size] == list(wanted) for i in range(len(words) - size + 1)):
+                scenario = dict(chosen)
+                break
+        result = {k: v for k, v in dict(scenario).items() if k != "by_args"}
         result["run_index"] = count
         return result
 
@@ -1661,7 +1668,7 @@ def cmd_run(daemon: Daemon, args: list[str]) -> int:
             with contextlib.suppress(OSError):
                 Path(mount["Source"]).mkdir(parents=True, exist_ok=True)
 
-    scenario = daemon.next_scenario()
+    scenario = daemon.next_scenario([*(entrypoint or []), *cmd])
     for key in ("log", "restart_log"):
         if key in scenario or key == "log":
             fixture = resolve_fixture(str(scenario.get(key, "v5e1_ready.log")))

@@ -88,6 +88,9 @@ class Scenario(_ScenarioRequired, total=False):
     every entry the cold ``log`` compiles is there intact, it replays ``warm_log`` instead;
     otherwise it replays ``log`` and writes each entry as its compilation finishes.
     ``xla_entry_bytes``: size of each fake cache entry (default 16384).
+    ``by_args``: ``[[ARGS, SCENARIO], ...]``: a run whose command holds ``ARGS`` (consecutive
+    words, e.g. ``["--gpu-memory-utilization", "0.98"]``) replays that ``SCENARIO`` instead,
+    as the server's fate follows its flags (the first match wins).
     """
 
     speed: float
@@ -97,6 +100,7 @@ class Scenario(_ScenarioRequired, total=False):
     health_status: int
     warm_log: str
     xla_entry_bytes: int
+    by_args: list[tuple[list[str], Scenario]]
 
 
 class SshHostFactory(Protocol):
