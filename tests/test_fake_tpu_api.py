@@ -661,3 +661,18 @@ def test_termination_time_may_be_missing_on_the_queued_resource(manual: FakeTpuA
     manual.advance(1.0)
     assert "terminationTime" not in get_qr(manual)["runDuration"]
     assert get_node(manual)["schedulingConfig"]["terminationTimestamp"].endswith("Z")
+
+
+def test_a_run_can_be_moved_near_its_end(manual: FakeTpuApi) -> None:
+    """`end_run_in`: the end time both reads report moves, and the run ends then."""
+    create(manual)
+    manual.advance(1.0)
+    before = get_qr(manual)["runDuration"]["terminationTime"]
+    manual.end_run_in(QR_ID, 600)
+    after = get_qr(manual)["runDuration"]["terminationTime"]
+    assert after < before
+    assert get_node(manual)["schedulingConfig"]["terminationTimestamp"] == after
+    manual.advance(599)
+    assert get_qr(manual)["state"]["state"] == "ACTIVE"
+    manual.advance(2)
+    assert get_qr(manual)["state"]["state"] in ("SUSPENDING", "SUSPENDED")

@@ -750,6 +750,8 @@ class _QueuedResource:
     expire_at: float | None = None
     accepted_at: float | None = None
     removed_at: float | None = None
+    #: Wall-clock end of the run, when a test moved it (`end_run_in`); else ACTIVE + run.
+    ends_at_wall: float | None = None
     node_numeric_id: str = field(default_factory=lambda: str(secrets.randbelow(9 * 10**18)))
 
     @property
@@ -1023,6 +1025,19 @@ class FakeTpuApi(LoopbackHttpServer):
         """Apply every state change that is due now (the fake only moves when asked)."""
         with self._lock:
             self._advance_all()
+
+    def end_run_in(self, name: str, seconds: float) -> None:
+        """Make an ACTIVE flex-start run end `seconds` from now, as if most of its
+        `maxRunDuration` had passed: the end time the API reports (`runDuration.
+        terminationTime`, the node's `schedulingConfig.terminationTimestamp`) and the moment
+        the node goes both move (`seconds` is scaled by `seconds_per_run_second`)."""
+        with self._lock:
+            qr = self._resolve(name)
+            if qr.state != ACTIVE:
+                raise ValueError(f"{qr.name} is {qr.state}, not ACTIVE")
+            now = self.clock()
+            qr.ends_at_wall = self._wall(now) + seconds
+            qr.expire_at = now + seconds * self.seconds_per_run_second
 
     def advance(self, seconds: float) -> None:
         """Move a ``ManualClock`` forward (only valid when the fake was given one)."""
@@ -1328,7 +1343,7 @@ class FakeTpuApi(LoopbackHttpServer):
             and qr.max_run_seconds is not None
             and self.qr_reports_termination_time
         ):
-            run["terminationTime"] = rfc3339(self._wall(qr.active_since) + qr.max_run_seconds)
+            run["terminationTime"] = rfc3339(self._run_end(qr))
         state: dict[str, Any] = {"state": qr.state}
         if qr.state_initiator is not None:
             state["stateInitiator"] = qr.state_initiator
@@ -1336,6 +1351,13 @@ class FakeTpuApi(LoopbackHttpServer):
             state["failedData"] = {"error": dict(qr.failed_error)}
         out["state"] = state
         return out
+
+    def _run_end(self, qr: _QueuedResource) -> float:
+        """The run's wall-clock end: ACTIVE + maxRunDuration, unless a test moved it."""
+        if qr.ends_at_wall is not None:
+            return qr.ends_at_wall
+        assert qr.active_since is not None and qr.max_run_seconds is not None
+        return self._wall(qr.active_since) + qr.max_run_seconds
 
     def _node_state(self, qr: _QueuedResource) -> str:
         if qr.state == PROVISIONING:
@@ -1373,9 +1395,7 @@ class FakeTpuApi(LoopbackHttpServer):
             out["health"] = "HEALTHY"
         if qr.flex_start and qr.active_since is not None and qr.max_run_seconds is not None:
             scheduling = out.setdefault("schedulingConfig", {})
-            scheduling["terminationTimestamp"] = rfc3339(
-                self._wall(qr.active_since) + qr.max_run_seconds
-            )
+            scheduling["terminationTimestamp"] = rfc3339(self._run_end(qr))
         return out
 
     def _operation_json(self, op: _Operation) -> dict[str, Any]:
