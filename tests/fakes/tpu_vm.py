@@ -186,14 +186,28 @@ class FakeTpuVm(SshHost):
         return "0.0.0.0", SSH_PORT  # noqa: S104 - inside the VM's own network namespace
 
     def _create_user(self, home: Path) -> tuple[str, int, int]:
-        """The metadata's user, in the VM's own passwd (bind-mounted over /etc/passwd)."""
+        """The metadata's user, in the VM's own /etc (see `_vm_etc`)."""
         if len(self._accounts) > 1:
             raise RuntimeError(f"the fake VM models one ssh-keys user, not {list(self._accounts)}")
         name = next(iter(self._accounts), "tpu-vllm-nobody")
         uid, self._uid_lock = claim_uid()
         self._created_uid = uid
+        self._vm_etc(name, uid, home)
+        return name, uid, uid
+
+    def _vm_etc(self, name: str, uid: int, home: Path) -> None:
+        """The VM's /etc: the machine's entries, except passwd, group and shadow, which hold
+        the VM's user too. Mounted over the whole directory, not over the files: a file
+        replaced by rename on the machine (useradd in a parallel test) would detach a mount
+        on it in every other mount namespace (mount_namespaces(7)), and the user would vanish."""
         etc = self.workdir / "etc"
+        host_etc = self.workdir / "host-etc"
         etc.mkdir()
+        host_etc.mkdir()
+        own = {"passwd", "group", "shadow"}
+        for entry in Path("/etc").iterdir():
+            if entry.name not in own:
+                (etc / entry.name).symlink_to(host_etc / entry.name)
         for file, line in (
             ("passwd", f"{name}:x:{uid}:{uid}:{name}:{home}:/bin/bash"),
             ("group", f"{name}:x:{uid}:"),
@@ -206,7 +220,7 @@ class FakeTpuVm(SshHost):
             ]
             (etc / file).write_text("\n".join([*kept, line]) + "\n")
             (etc / file).chmod(0o640 if file == "shadow" else 0o644)
-        return name, uid, uid
+        etc.chmod(0o755)
 
     def create_user(self) -> None:
         """The guest agent's account: the metadata's keys, authorized for its user."""
@@ -225,11 +239,11 @@ class FakeTpuVm(SshHost):
         )
         if check.returncode != 0:
             raise RuntimeError(f"sshd rejected its config: {check.stderr}")
-        etc = self.workdir / "etc"
         inside = " && ".join(
             [
                 f"{_sbin_tool('ip') or 'ip'} link set lo up",
-                *(f"mount --bind {etc / f} /etc/{f}" for f in ("passwd", "group", "shadow")),
+                f"mount --bind /etc {self.workdir / 'host-etc'}",
+                f"mount --bind {self.workdir / 'etc'} /etc",
                 f"exec {SSHD} -D -e -f {config}",
             ]
         )
