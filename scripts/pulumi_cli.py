@@ -33,8 +33,10 @@ def executable() -> str:
 
 
 def environment() -> dict[str, str]:
-    """The caller's environment, without the CLI's update check (no network call, no nag)."""
-    return {**os.environ, "PULUMI_SKIP_UPDATE_CHECKS": "true"}
+    """The caller's environment, without the CLI's update check (no network call, no nag).
+
+    The name is the CLI's own (pulumi/pulumi sdk/go/common/env/env.go, `SkipUpdateCheck`)."""
+    return {**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"}
 
 
 def error_reason(stderr: str, status: int) -> str:

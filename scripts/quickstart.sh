@@ -4,7 +4,10 @@
 #
 #   scripts/quickstart.sh [STACK] [--preview]      STACK defaults to v5e1
 #
-# Without the Pulumi CLI it still does the offline part: the full plan of the stack from
+# The Pulumi CLI: the one on PATH (your install: it has its language hosts and fetches the
+# providers it lacks), else the one scripts/engine/build.sh built from the Go module proxy, when
+# that build has the Python language host this program needs. It says which one it uses.
+# Without either it still does the offline part: the full plan of the stack from
 # scripts/plan.py (the program under mocks: no cloud, no credentials), and how to install the
 # CLI for the real run. State backend: the one you are logged in to, or PULUMI_BACKEND_URL;
 # else a local one inside the project (file://$PWD/.pulumi-state, git-ignored).
@@ -39,13 +42,28 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements.txt
 fi
 
+BUILT_NOTE=""
+if command -v pulumi >/dev/null; then
+  echo "quickstart: using the Pulumi CLI on PATH: $(command -v pulumi)"
+elif built_bin="$(scripts/engine/build.sh --print-bin 2>/dev/null)"; then
+  if [ -x "$built_bin/pulumi-language-python" ]; then
+    PATH="$built_bin:$PATH"
+    echo "quickstart: using the Pulumi CLI built by scripts/engine/build.sh: $built_bin/pulumi"
+  else
+    BUILT_NOTE="The CLI that scripts/engine/build.sh built ($built_bin/pulumi) has no Python
+language host (pulumi-language-python; scripts/engine/build.sh --status says why), so it cannot
+run this program.
+"
+  fi
+fi
+
 if ! command -v pulumi >/dev/null; then
   "$VENV/bin/python" scripts/plan.py "$STACK"
   cat <<HINT
 
 quickstart: the Pulumi CLI is not installed, so this was the offline part: the plan above is
 what \`pulumi up -s $STACK\` would create (made under Pulumi mocks: no cloud, no credentials).
-For the real run:
+${BUILT_NOTE}For the real run:
   1. install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh
      (other ways: https://www.pulumi.com/docs/install/), then open a new shell;
   2. gcloud auth application-default login; ${GKE_PLUGIN_HINT}

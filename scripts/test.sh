@@ -25,4 +25,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
   exit 2
 fi
 
+# The engine layer's tools (docs/testing.md, "The engine layer"): the Pulumi CLI built from the Go
+# module proxy, once per set of versions, into a cache outside the clone (a cold build takes
+# minutes; later runs reuse it at once). Without Go, or when the build fails, the suite still runs:
+# the engine tests skip and say why, except in CI (.ci/run), where they fail.
+status=0
+scripts/engine/build.sh >/dev/null || status=$?
+if [ "$status" -eq 3 ]; then
+  echo "test: no Go, so no engine tools: the engine tests skip. Fix: install Go 1.26" \
+    "(https://go.dev/doc/install), then scripts/test.sh builds them." >&2
+elif [ "$status" -ne 0 ]; then
+  echo "test: scripts/engine/build.sh failed (exit status $status, above): the engine tests skip." >&2
+fi
+
 exec "$VENV/bin/python" -m pytest -q "$@"

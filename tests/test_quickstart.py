@@ -60,6 +60,8 @@ def _run(
         "VENV": sys.prefix,
         "FAKE_PULUMI_LOG": str(log),
         "TPU_VLLM_STATE_DIR": str(tmp_path / "state"),
+        # An empty engine cache: no CLI built by scripts/engine/build.sh unless a test makes one.
+        "TPU_VLLM_ENGINE_CACHE": str(tmp_path / "engine-cache"),
         **env,
     }
     result = subprocess.run(
@@ -238,3 +240,58 @@ def test_gke_stack_with_the_auth_plugin_runs_up(tmp_path: Path) -> None:
     result, argv = _run(tmp_path, "v6e4-gke", fake=True, FAKE_WHOAMI_RC="0", FAKE_CONFIG_GET_RC="0")
     assert result.returncode == 0, result.stderr
     assert argv[-1] == "up -s v6e4-gke"
+
+
+def _built_cli(tmp_path: Path, *, language_host: bool) -> Path:
+    """A finished scripts/engine/build.sh cache entry (its layout: bin/ and tools.tsv) holding
+    the fake CLI, and the Python language host or not (the Go module proxy refuses it today)."""
+    where = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "engine" / "build.sh"), "--where"],
+        env={**os.environ, "TPU_VLLM_ENGINE_CACHE": str(tmp_path / "engine-cache")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    bin_dir = Path(where.stdout.strip()) / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir.parent / "tools.tsv").write_text("pulumi\tv3.274.0\tbuilt\n")
+    tools = ["pulumi", *(["pulumi-language-python"] if language_host else [])]
+    for tool in tools:
+        (bin_dir / tool).write_text(FAKE_PULUMI if tool == "pulumi" else "#!/bin/sh\n")
+        (bin_dir / tool).chmod(0o755)
+    return bin_dir
+
+
+def test_the_cli_on_path_is_preferred_to_the_built_one_and_named(tmp_path: Path) -> None:
+    built = _built_cli(tmp_path, language_host=True)
+    result, argv = _run(tmp_path, "v5e1", fake=True, FAKE_WHOAMI_RC="0", FAKE_CONFIG_GET_RC="0")
+    assert result.returncode == 0, result.stderr
+    assert f"using the Pulumi CLI on PATH: {tmp_path / 'bin' / 'pulumi'}" in result.stdout
+    assert str(built) not in result.stdout
+    assert argv[-1] == "up -s v5e1"
+
+
+def test_without_a_cli_on_path_the_built_one_runs_up_and_is_named(tmp_path: Path) -> None:
+    built = _built_cli(tmp_path, language_host=True)
+    result, argv = _run(tmp_path, "v5e1", fake=False, FAKE_WHOAMI_RC="0", FAKE_CONFIG_GET_RC="0")
+    assert result.returncode == 0, result.stderr
+    assert f"using the Pulumi CLI built by scripts/engine/build.sh: {built / 'pulumi'}" in (
+        result.stdout
+    )
+    assert argv == [
+        "whoami",
+        "stack select --create v5e1",
+        "config get gcp:project -s v5e1",
+        "up -s v5e1",
+    ]
+
+
+def test_a_built_cli_without_the_language_host_is_not_used_and_says_why(tmp_path: Path) -> None:
+    built = _built_cli(tmp_path, language_host=False)
+    result, argv = _run(tmp_path, "v5e1", fake=False)
+    assert result.returncode == 0, result.stderr
+    assert argv == []  # never run: `pulumi up` would fail on the missing language host
+    assert "the Pulumi CLI is not installed" in result.stdout  # so the offline plan
+    assert "tpu-qr" in result.stdout
+    assert f"({built / 'pulumi'}) has no Python" in result.stdout
+    assert "scripts/engine/build.sh --status" in result.stdout
