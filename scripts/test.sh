@@ -38,4 +38,8 @@ elif [ "$status" -ne 0 ]; then
   echo "test: scripts/engine/build.sh failed (exit status $status, above): the engine tests skip." >&2
 fi
 
-exec "$VENV/bin/python" -m pytest -q "$@"
+# In parallel, one worker per core (TPU_VLLM_TEST_WORKERS=N for another count, 0 for none):
+# tests that share a stack carry one `xdist_group` and run on one worker in file order; those
+# that need a fixed port or user take their own (tests/fakes/tpu_vm.py). Arguments given here come
+# last, so `-n 0` runs serially.
+exec "$VENV/bin/python" -m pytest -q -n "${TPU_VLLM_TEST_WORKERS:-auto}" --dist loadgroup "$@"

@@ -41,7 +41,14 @@ from tests.fakes.tpu_vm import TpuVmFleet
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What a clone holds that a run of the program reads.
-PROJECT_FILES = ("__main__.py", "Pulumi.yaml", "requirements.txt", "components", "scripts")
+PROJECT_FILES = (
+    "__main__.py",
+    "Pulumi.yaml",
+    "requirements.txt",
+    ".gitignore",
+    "components",
+    "scripts",
+)
 PROJECT = "test-project"
 #: Sentinels: secrets whose value the tests know, so they can look for it everywhere.
 HF_TOKEN = "hf_ENGINEsentinelTOKENnotARealOne42"
@@ -81,11 +88,17 @@ class Fakes:
     hub: FakeHfHub
     fleet: TpuVmFleet
     tpu: FakeTpuApi
+    #: The stand-in providers' cloud (tests/standins/store.py), and its Cloud Storage buckets
+    #: (tests/fakes/gcs_store.py), which the VMs' fake `gcloud storage` reads and writes too.
     standin_state: Path
+    buckets: Path
 
     @classmethod
     def start(cls, work: Path, *, serving_port: int, scenario: Scenario | None) -> Fakes:
         started: list[Any] = []
+        buckets = work / "buckets"
+        buckets.mkdir()
+        buckets.chmod(0o777)  # the VMs' users write the compile cache here
         try:
             secret_manager = FakeSecretManager()
             secret_manager.start()
@@ -101,6 +114,7 @@ class Fakes:
                 env={
                     "GCE_METADATA_HOST": metadata.host,
                     "SECRET_MANAGER_API_ENDPOINT": secret_manager.url,
+                    "FAKE_GCS_ROOT": str(buckets),
                 },
                 reach=[metadata.port, secret_manager.port],
                 serving_ports=[serving_port],
@@ -116,7 +130,7 @@ class Fakes:
             raise
         state = work / "standin-state"
         state.mkdir()
-        return cls(secret_manager, metadata, resource_manager, hub, fleet, tpu, state)
+        return cls(secret_manager, metadata, resource_manager, hub, fleet, tpu, state, buckets)
 
     def env(self) -> dict[str, str]:
         """Where the program, its providers and scripts find the fakes (all documented
@@ -132,6 +146,8 @@ class Fakes:
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "NO_PROXY": "127.0.0.1,localhost",
             "TPU_VLLM_STANDIN_STATE": str(self.standin_state),
+            "TPU_VLLM_STANDIN_GCS_ROOT": str(self.buckets),
+            "TPU_VLLM_STANDIN_PYTHON": sys.executable,
         }
 
     def stop(self) -> None:

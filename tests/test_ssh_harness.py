@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -360,3 +360,48 @@ def test_a_scenario_can_follow_the_servers_flags(tmp_path: Path) -> None:
     # The words must be consecutive: a value elsewhere does not match.
     apart = daemon.next_scenario([*serve, "--gpu-memory-utilization", "0.9", "--x", "0.98"])
     assert apart["log"] == "v5e1_ready.log"
+
+
+def _chat(port: int, body: Any) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), headers)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("flags", ["--enable-auto-tool-choice --tool-call-parser gemma4", ""])
+def test_a_tool_call_comes_back_parsed_only_with_auto_tool_choice(vm: SshHost, flags: str) -> None:
+    """vLLM parses a tool call into `tool_calls` when started with `--enable-auto-tool-choice`
+    and a `--tool-call-parser`; without them `tool_choice: auto` is a 400 (serving_chat.py)."""
+    vm.docker.set_scenario("v5e1_ready.log", speed=4000)
+    port = _free_port()
+    started = vm.run(_docker_run("vllm-tools", port) + f" {flags}")
+    assert started.returncode == 0, started.stderr
+    vm.docker.wait_ready("vllm-tools")
+    city = {"city": {"type": "string"}}
+    weather = {
+        "name": "get_weather",
+        "parameters": {"type": "object", "required": ["city"], "properties": city},
+    }
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"type": "function", "function": weather}],
+        "tool_choice": "auto",
+    }
+    status, answer = _chat(port, body)
+    if not flags:
+        assert status == 400 and "--enable-auto-tool-choice" in json.dumps(answer)
+        return
+    assert status == 200
+    [choice] = answer["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    plain = _chat(port, {"model": MODEL, "messages": body["messages"]})[1]
+    assert plain["choices"][0]["message"]["tool_calls"] == []

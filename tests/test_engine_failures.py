@@ -1,0 +1,99 @@
+"""What goes wrong, through the real Pulumi CLI: a refused config value, a server that fails
+to start, and the `up` after the cause is fixed (tests/engine_stack.py).
+
+One stack, in order: a chip pre-flight refuses (preview and up fail naming the key; nothing
+is created anywhere); the chip put right; a server flag that makes vLLM run out of HBM (the
+fake docker replays seed-shaped `crash_hbm_oom.log` for exactly that flag), so the readiness
+check fails `pulumi up` with the log's reason; the flag put back, and the next `up` succeeds on
+the same TPU from the state the failed one left.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.engine_stack import HF_TOKEN, Lifecycle, engine_stack
+from tests.fakes.ssh_host import Scenario
+from tests.standins.store import everything
+
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine-failures")]
+
+STACK = "v5e1"
+OOM_FLAG = ["--gpu-memory-utilization", "0.98"]
+SCENARIO: Scenario = {
+    "log": "v5e1_ready.log",
+    "speed": 2000.0,
+    "by_args": [(OOM_FLAG, {"log": "crash_hbm_oom.log", "speed": 2000.0})],
+}
+
+
+@pytest.fixture(scope="module")
+def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
+    with engine_stack(tmp_path_factory.mktemp("engine-fail"), STACK, scenario=SCENARIO) as engine:
+        yield Lifecycle(engine)
+
+
+def test_a_refused_value_fails_the_preview_naming_the_key_and_creates_nothing(
+    life: Lifecycle,
+) -> None:
+    with life.step("bad-input"):
+        engine = life.engine
+        engine.config_set("tpu-vllm:tpu.chip", "v5e-3")
+        for run in (engine.pulumi("preview"), engine.up()):
+            assert run.returncode != 0, run.output
+            assert "tpu-vllm:tpu.chip" in run.output and "v5e-3" in run.output, run.output
+            assert "Fix" in run.output or "did you mean" in run.output
+            assert "Traceback" not in run.output
+            assert HF_TOKEN not in run.output
+        fakes = engine.fakes
+        assert fakes.tpu.requests == [], "the TPU API was called"
+        assert fakes.fleet.history == []
+        assert fakes.resource_manager.requests == [] and fakes.resource_manager.v2_requests == []
+        assert everything(fakes.standin_state) == {}
+        kinds = {r["type"] for r in engine.resources()}
+        assert kinds <= {"pulumi:pulumi:Stack"}, kinds
+        engine.config_set("tpu-vllm:tpu.chip", "v5e-1")
+
+
+def test_a_failing_start_fails_up_with_the_logs_reason(life: Lifecycle) -> None:
+    with life.step("failed-start", after="bad-input"):
+        engine = life.engine
+        engine.config_set("tpu-vllm:vllm.gpuMemoryUtilization", "0.98")
+        run = engine.up()
+        assert run.returncode != 0, run.output
+        out = run.output
+        assert "vllm-ready" in out
+        assert "RESOURCE_EXHAUSTED" in out, out[-4000:]
+        assert "exit code 1" in out
+        assert HF_TOKEN not in out
+        [(_, _, vm)] = engine.fakes.fleet.history
+        [started] = [i for i in vm.docker.invocations() if i["argv"][1:2] == ["run"]]
+        assert " ".join(OOM_FLAG) in " ".join(started["argv"])
+        assert engine.resource("tpu-qr") is not None  # the TPU is in the state: not lost
+
+
+def test_the_next_up_after_the_fix_succeeds_from_that_state(life: Lifecycle) -> None:
+    with life.step("fixed", after="failed-start"):
+        engine = life.engine
+        engine.config_set("tpu-vllm:vllm.gpuMemoryUtilization", "0.92")
+        engine.up().check()
+        fakes = engine.fakes
+        assert len(fakes.tpu.requests_for("queuedResources.create")) == 1, "a second TPU"
+        [(_, address, vm)] = fakes.fleet.history
+        runs = [i for i in vm.docker.invocations() if i["argv"][1:2] == ["run"]]
+        assert len(runs) == 2 and "0.92" in runs[1]["argv"]
+        ready = engine.resource("vllm-ready")
+        assert ready is not None and "TPU_VLLM_READY " in json.dumps(ready["outputs"])
+        assert engine.outputs()["endpoint"] == f"http://{address}:8000"
+
+
+def test_destroy(life: Lifecycle) -> None:
+    with life.step("destroy", after="fixed"):
+        engine = life.engine
+        engine.pulumi("destroy", "--yes").check()
+        engine.fakes.fleet.wait_settled()
+        assert engine.fakes.fleet.running == []
+        assert everything(engine.fakes.standin_state) == {}
