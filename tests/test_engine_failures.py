@@ -36,32 +36,45 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         yield Lifecycle(engine)
 
 
+def refused(life: Lifecycle, key: str, texts: tuple[str, ...]) -> None:
+    """`pulumi preview` and `pulumi up` both fail, naming `key` and the fix; nothing exists."""
+    engine = life.engine
+    for run in (engine.pulumi("preview"), engine.up()):
+        assert run.returncode != 0, run.output
+        assert key in run.output, run.output[-3000:]
+        for text in texts:
+            assert text in run.output, text
+        assert "Fix" in run.output
+        assert "Traceback" not in run.output
+        assert HF_TOKEN not in run.output
+    fakes = engine.fakes
+    assert fakes.tpu.requests == [], "the TPU API was called"
+    assert fakes.fleet.history == []
+    assert fakes.resource_manager.requests == [] and fakes.resource_manager.v2_requests == []
+    assert everything(fakes.standin_state) == {}
+    kinds = {r["type"] for r in engine.resources()}
+    assert kinds <= {"pulumi:pulumi:Stack"}, kinds
+
+
 def test_a_refused_value_fails_the_preview_naming_the_key_and_creates_nothing(
     life: Lifecycle,
 ) -> None:
     with life.step("bad-input"):
         engine = life.engine
-        engine.config_set("tpu-vllm:tpu.chip", "v5e-3")
-        for run in (engine.pulumi("preview"), engine.up()):
-            assert run.returncode != 0, run.output
-            assert "tpu-vllm:tpu.chip" in run.output and "v5e-3" in run.output, run.output
-            assert "Fix" in run.output or "did you mean" in run.output
-            assert "Traceback" not in run.output
-            assert HF_TOKEN not in run.output
-        fakes = engine.fakes
-        assert fakes.tpu.requests == [], "the TPU API was called"
-        assert fakes.fleet.history == []
-        assert fakes.resource_manager.requests == [] and fakes.resource_manager.v2_requests == []
-        assert everything(fakes.standin_state) == {}
-        kinds = {r["type"] for r in engine.resources()}
-        assert kinds <= {"pulumi:pulumi:Stack"}, kinds
-        engine.config_set("tpu-vllm:tpu.chip", "v5e-1")
+        # Without --path the CLI stores one key named `tpu.chip` that no section holds.
+        engine.config_set("tpu-vllm:tpu.chip", "v6e-4")
+        refused(life, "tpu-vllm:tpu.chip", ("never read", "--path"))
+        engine.pulumi("config", "rm", "tpu-vllm:tpu.chip").check()
+        # As the README sets a section's key: a value the pre-flight refuses.
+        engine.config_set("tpu-vllm:tpu.chip", "v5e-3", "--path")
+        refused(life, "tpu-vllm:tpu.chip", ("v5e-3", "unknown chip"))
+        engine.config_set("tpu-vllm:tpu.chip", "v5e-1", "--path")
 
 
 def test_a_failing_start_fails_up_with_the_logs_reason(life: Lifecycle) -> None:
     with life.step("failed-start", after="bad-input"):
         engine = life.engine
-        engine.config_set("tpu-vllm:vllm.gpuMemoryUtilization", "0.98")
+        engine.config_set("tpu-vllm:vllm.gpuMemoryUtilization", "0.98", "--path")
         run = engine.up()
         assert run.returncode != 0, run.output
         out = run.output
@@ -78,7 +91,7 @@ def test_a_failing_start_fails_up_with_the_logs_reason(life: Lifecycle) -> None:
 def test_the_next_up_after_the_fix_succeeds_from_that_state(life: Lifecycle) -> None:
     with life.step("fixed", after="failed-start"):
         engine = life.engine
-        engine.config_set("tpu-vllm:vllm.gpuMemoryUtilization", "0.92")
+        engine.config_set("tpu-vllm:vllm.gpuMemoryUtilization", "0.92", "--path")
         engine.up().check()
         fakes = engine.fakes
         assert len(fakes.tpu.requests_for("queuedResources.create")) == 1, "a second TPU"

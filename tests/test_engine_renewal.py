@@ -101,8 +101,8 @@ class Client:
 def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     with engine_stack(tmp_path_factory.mktemp("engine-renewal"), STACK) as engine:
         seed_zone(engine.fakes.standin_state, PROJECT, ZONE, ZONE_DNS)
-        engine.config_set("tpu-vllm:dns.managedZone", ZONE)
-        engine.config_set("tpu-vllm:renewal.drain", f"{DRAIN}s")
+        engine.config_set("tpu-vllm:dns.managedZone", ZONE, "--path")
+        engine.config_set("tpu-vllm:renewal.drain", f"{DRAIN}s", "--path")
         yield Lifecycle(engine)
 
 
@@ -166,10 +166,10 @@ def test_renew_inside_the_window_replaces_the_node_create_before_delete(life: Li
         assert fakes.fleet.running == [b], "the old node was not deleted"
         record = StandinZone(fakes.standin_state).lookup(RECORD)
         assert record is not None and record.rrdatas == (b,)
-        # The server moved: started once on each VM.
-        for vm in (vm_a, vm_b):
-            runs = [i for i in vm.docker.invocations() if i["argv"][1:2] == ["run"]]
-            assert len(runs) == 1
+        # The server moved: started on the successor (the old VM is gone, with its records).
+        runs = [i for i in vm_b.docker.invocations() if i["argv"][1:2] == ["run"]]
+        assert len(runs) == 1
+        assert not vm_a.workdir.exists()
         order = step_order(events(log))
         assert_create_before_delete(order)
         failed, gap = client.failures(), client.longest_gap()
