@@ -42,7 +42,7 @@ def test_the_built_cli_reports_the_pinned_version_not_older_than_the_python_sdk(
 ) -> None:
     tools = engine.tools()
     build = (ROOT / "scripts" / "engine" / "build.sh").read_text()
-    pinned = _pinned(r"^PULUMI_VERSION=(v\S+)$", build)
+    pinned = _pinned(r"^\s*PULUMI_VERSION=(v\S+)$", build)
     wrapper = (ROOT / "scripts" / "engine" / "cli" / "go.mod").read_text()
     # One version for the CLI, the sdk/v3 it is built with, and the language host's scripts.
     assert _pinned(r"github\.com/pulumi/pulumi/pkg/v3 (v\S+)", wrapper) == pinned
