@@ -280,7 +280,8 @@ def test_a_bucket_is_a_directory_of_the_bucket_fake_and_needs_force_destroy(
             BUCKET, "gone", {"name": "gone-cache", "location": "US-WEST4", "forceDestroy": True}
         )
         for name in ("kept-cache", "gone-cache"):
-            (root / name / "xla").mkdir(parents=True)
+            assert (root / name).is_dir()  # where the fake gcloud and JSON API find it
+            (root / name / "xla").mkdir()
             (root / name / "xla" / "entry").write_bytes(b"x")
         with pytest.raises(Exception, match="without `force_destroy` set to true"):
             gcp.delete(urn(BUCKET, "kept"), kept_id, kept)
