@@ -138,8 +138,8 @@ class Fakes:
         return {
             "GOOGLE_OAUTH_ACCESS_TOKEN": self.tpu.token,
             "TPU_API_ENDPOINT": self.tpu.base_url,
+            # The Org Policy v2 reads follow it when ORG_POLICY_API_ENDPOINT is not set.
             "RESOURCE_MANAGER_API_ENDPOINT": self.resource_manager.url,
-            "ORG_POLICY_API_ENDPOINT": self.resource_manager.url,
             "SECRET_MANAGER_API_ENDPOINT": self.secret_manager.url,
             "GOOGLE_SECRET_MANAGER_CUSTOM_ENDPOINT": f"{self.secret_manager.url}/v1/",
             "HF_ENDPOINT": self.hub.url,

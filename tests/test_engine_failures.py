@@ -2,7 +2,8 @@
 to start, and the `up` after the cause is fixed (tests/engine_stack.py).
 
 One stack, in order: a chip pre-flight refuses (preview and up fail naming the key; nothing
-is created anywhere); the chip put right; a server flag that makes vLLM run out of HBM (the
+is created anywhere); the chip put right; an enforced org policy (OS Login) that stops the run
+before a TPU is requested; a server flag that makes vLLM run out of HBM (the
 fake docker replays seed-shaped `crash_hbm_oom.log` for exactly that flag), so the readiness
 check fails `pulumi up` with the log's reason; the flag put back, and the next `up` succeeds on
 the same TPU from the state the failed one left.
@@ -15,7 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.engine_stack import HF_TOKEN, Lifecycle, engine_stack
+from components.vm.org_policy import MANAGED_REQUIRE_OS_LOGIN
+from tests.engine_stack import HF_TOKEN, PROJECT, Lifecycle, engine_stack
 from tests.fakes.ssh_host import Scenario
 from tests.standins.store import everything
 
@@ -71,8 +73,32 @@ def test_a_refused_value_fails_the_preview_naming_the_key_and_creates_nothing(
         engine.config_set("tpu-vllm:tpu.chip", "v5e-1", "--path")
 
 
+def test_an_enforced_org_policy_stops_the_run_before_any_tpu(life: Lifecycle) -> None:
+    """The gate's check runs in the real dynamic provider host, unpickled from the program,
+    with only RESOURCE_MANAGER_API_ENDPOINT set: the managed constraint's Org Policy v2 read
+    follows it (components/vm/org_policy.py)."""
+    with life.step("org-policy", after="bad-input"):
+        engine = life.engine
+        fakes = engine.fakes
+        fakes.resource_manager.enforced = {MANAGED_REQUIRE_OS_LOGIN}
+        try:
+            for run in (engine.pulumi("preview"), engine.up()):
+                assert run.returncode != 0, run.output
+                assert f"constraint {MANAGED_REQUIRE_OS_LOGIN} is enforced" in run.output
+                assert "Nothing was requested. Fix: ask your organization admin" in run.output
+                # The dynamic provider host prints the traceback of any exception a provider
+                # raises (pulumi/dynamic/__main__.py `_abort_with_traceback`): it precedes the
+                # message (docs/testing.md, "What the real engine showed").
+        finally:
+            fakes.resource_manager.enforced = set()
+        policy = f"projects/{PROJECT}/policies/{MANAGED_REQUIRE_OS_LOGIN}"
+        assert policy in fakes.resource_manager.v2_requests
+        assert fakes.tpu.requests_for("queuedResources.create") == [], "a TPU was requested"
+        assert fakes.fleet.history == []
+
+
 def test_a_failing_start_fails_up_with_the_logs_reason(life: Lifecycle) -> None:
-    with life.step("failed-start", after="bad-input"):
+    with life.step("failed-start", after="org-policy"):
         engine = life.engine
         engine.config_set("tpu-vllm:vllm.gpuMemoryUtilization", "0.98", "--path")
         run = engine.up()

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from components.vm.queued_resource_spec import RENEWAL_SUFFIX
 from tests.engine_stack import PROJECT, EngineStack, Lifecycle, engine_stack, events
 from tests.fakes.cloud_dns import CachingResolver, RecordSet
 from tests.standins.gcp_dns import RECORDS, seed_zone
@@ -166,6 +167,10 @@ def test_renew_inside_the_window_replaces_the_node_create_before_delete(life: Li
         assert fakes.fleet.running == [b], "the old node was not deleted"
         record = StandinZone(fakes.standin_state).lookup(RECORD)
         assert record is not None and record.rrdatas == (b,)
+        # Beside its predecessor, under the other id pair; the old request is gone.
+        old_qr, new_qr = outputs["queued_resource"], engine.outputs()["queued_resource"]
+        assert new_qr == old_qr + RENEWAL_SUFFIX
+        assert fakes.tpu.state(old_qr) is None and fakes.tpu.state(new_qr) == "ACTIVE"
         # The server moved: started on the successor (the old VM is gone, with its records).
         runs = [i for i in vm_b.docker.invocations() if i["argv"][1:2] == ["run"]]
         assert len(runs) == 1
