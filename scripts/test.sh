@@ -38,8 +38,9 @@ elif [ "$status" -ne 0 ]; then
   echo "test: scripts/engine/build.sh failed (exit status $status, above): the engine tests skip." >&2
 fi
 
-# In parallel, one worker per core (TPU_VLLM_TEST_WORKERS=N for another count, 0 for none):
-# tests that share a stack carry one `xdist_group` and run on one worker in file order; those
-# that need a fixed port or user take their own (tests/fakes/tpu_vm.py). Arguments given here come
-# last, so `-n 0` runs serially.
-exec "$VENV/bin/python" -m pytest -q -n "${TPU_VLLM_TEST_WORKERS:-auto}" --dist loadgroup "$@"
+# In parallel, one worker per core (TPU_VLLM_TEST_WORKERS=N for another count, 0 for none), each
+# test file on one worker in its order: the engine tests of one stack are one file's steps
+# (`--dist loadgroup` would be finer, but pytest-xdist 3.8 cannot group under pytest 9.2: its
+# suffix on `item._nodeid` no longer changes the node id). Tests that need a fixed port or user
+# take their own (tests/fakes/tpu_vm.py). Arguments given here come last: `-n 0` runs serially.
+exec "$VENV/bin/python" -m pytest -q -n "${TPU_VLLM_TEST_WORKERS:-auto}" --dist loadfile "$@"

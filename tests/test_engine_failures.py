@@ -21,7 +21,7 @@ from tests.engine_stack import HF_TOKEN, PROJECT, Lifecycle, engine_stack
 from tests.fakes.ssh_host import Scenario
 from tests.standins.store import everything
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine-failures")]
+pytestmark = pytest.mark.engine
 
 STACK = "v5e1"
 OOM_FLAG = ["--gpu-memory-utilization", "0.98"]

@@ -29,7 +29,7 @@ import yaml
 
 from tests.engine_stack import HF_TOKEN, PASSPHRASE, PROJECT, EngineStack, Lifecycle, engine_stack
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine-preview-workflow")]
+pytestmark = pytest.mark.engine
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "preview.yml"

@@ -32,7 +32,7 @@ from tests.fakes.cloud_dns import CachingResolver, RecordSet
 from tests.standins.gcp_dns import RECORDS, seed_zone
 from tests.standins.store import Store
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine-renewal")]
+pytestmark = pytest.mark.engine
 
 STACK = "v5e1"
 ZONE, ZONE_DNS = "models", "models.example.com."

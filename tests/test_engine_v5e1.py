@@ -1,7 +1,7 @@
 """`v5e1` through the real Pulumi CLI, step by step, as the README runs it (tests/engine_stack.py).
 
 One stack's life, one test per step, in order (they share the module's stack; under
-pytest-xdist the `xdist_group` keeps them on one worker, in this order): preview, up, the
+pytest-xdist `--dist loadfile` keeps a file's tests on one worker, in this order): preview, up, the
 outputs, the state, a second up, a consumer's StackReference, the run's end, destroy. A step
 whose predecessor failed fails at once, naming it.
 """
@@ -31,7 +31,7 @@ from tests.engine_stack import (
 )
 from tests.test_output_contract import BACKEND_EMPTY, CONTRACT, REQUIRED
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine-v5e1")]
+pytestmark = pytest.mark.engine
 
 STACK = "v5e1"
 MODEL = "google/gemma-4-E2B-it"
