@@ -111,6 +111,8 @@ def test_up_requests_the_tpu_dials_the_node_and_waits_for_readiness(life: Lifecy
         ready = engine.resource("vllm-ready")
         assert ready is not None and "TPU_VLLM_READY " in json.dumps(ready["outputs"])
         life.memo.update(node=node_name, address=address)
+        # The dynamic providers' progress lines (their stderr) reach the user.
+        assert "SSH host key ssh-ed25519 read after" in run.output, run.output[-3000:]
         order = [(kind, name) for kind, op, name in steps(events(log)) if op == "create"]
         done = [name for kind, name in order if kind == "done"]
         assert done.index("tpu-qr") < done.index("node-host-key") < done.index("secrets-fetch")
