@@ -38,9 +38,11 @@ elif [ "$status" -ne 0 ]; then
   echo "test: scripts/engine/build.sh failed (exit status $status, above): the engine tests skip." >&2
 fi
 
-# In parallel, one worker per core (TPU_VLLM_TEST_WORKERS=N for another count, 0 for none), each
-# test file on one worker in its order: the engine tests of one stack are one file's steps
-# (`--dist loadgroup` would be finer, but pytest-xdist 3.8 cannot group under pytest 9.2: its
-# suffix on `item._nodeid` no longer changes the node id). Tests that need a fixed port or user
-# take their own (tests/fakes/tpu_vm.py). Arguments given here come last: `-n 0` runs serially.
-exec "$VENV/bin/python" -m pytest -q -n "${TPU_VLLM_TEST_WORKERS:-auto}" --dist loadfile "$@"
+# In parallel, two workers per core (TPU_VLLM_TEST_WORKERS=N for another count, 0 for none): the
+# suite mostly waits (sshd sessions, logs replayed at wall-clock pace, the engine's steps, a
+# drain), so workers that wait leave the cores to the others. Each engine file's tests run on one
+# worker in order (one stack's steps), every other test on its own (tests/conftest.py); tests
+# that need a fixed port or user take their own (tests/fakes/tpu_vm.py). Arguments given here
+# come last: `-n 0` runs serially.
+workers="${TPU_VLLM_TEST_WORKERS:-$(($(nproc) * 2))}"
+exec "$VENV/bin/python" -m pytest -q -n "$workers" --dist load "$@"

@@ -1,9 +1,9 @@
 """`v5e1` through the real Pulumi CLI, step by step, as the README runs it (tests/engine_stack.py).
 
 One stack's life, one test per step, in order (they share the module's stack; under
-pytest-xdist `--dist loadfile` keeps a file's tests on one worker, in this order): preview, up, the
-outputs, the state, a second up, a consumer's StackReference, the run's end, destroy. A step
-whose predecessor failed fails at once, naming it.
+pytest-xdist the suite's scheduler keeps them on one worker, in order: tests/conftest.py):
+preview, up, the outputs, the state, a second up, a consumer's StackReference, the run's end,
+destroy. A step whose predecessor failed fails at once, naming it.
 """
 
 from __future__ import annotations
