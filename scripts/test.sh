@@ -40,4 +40,11 @@ if [ "$status" -ne 0 ]; then
   echo "test: scripts/engine/build.sh failed (exit status $status, above): the engine tests skip." >&2
 fi
 
-exec "$VENV/bin/python" -m pytest -q "$@"
+# In parallel, two workers per core (TPU_VLLM_TEST_WORKERS=N for another count, 0 for none): the
+# suite mostly waits (sshd sessions, logs replayed at wall-clock pace, the engine's steps, a
+# drain), so workers that wait leave the cores to the others. Each engine file's tests run on one
+# worker in order (one stack's steps), every other test on its own (tests/conftest.py); tests
+# that need a fixed port or user take their own (tests/fakes/tpu_vm.py). Arguments given here
+# come last: `-n 0` runs serially.
+workers="${TPU_VLLM_TEST_WORKERS:-$(($(nproc) * 2))}"
+exec "$VENV/bin/python" -m pytest -q -n "$workers" --dist load "$@"

@@ -8,6 +8,7 @@ wired up shows as an error instead of a silent call to the internet.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -69,3 +70,25 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     yield
+
+
+#: The engine tests of one stack: one file's steps, in order (tests/engine_stack.py).
+STACK_FILES = re.compile(r"(^|/)test_engine_[^/]*\.py$")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `-n N` (`--dist load`): each engine file's tests to one worker, in order, every other
+    test on its own, so no long file holds a worker while the rest wait. Long files go first
+    (pytest-xdist's `loadscope` orders work by size). pytest-xdist's own `loadgroup` would do
+    this by mark, but under pytest 9.2 its suffix on `item._nodeid` no longer changes the id."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class StackScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if STACK_FILES.search(path) else nodeid
+
+    return StackScheduling(config, log)

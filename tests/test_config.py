@@ -505,3 +505,17 @@ def test_ssh_cidrs_left_to_default_warns_naming_the_key(preview: bool) -> None:
 def test_ssh_cidrs_set_gives_no_default_warning() -> None:
     run = run_program("v5e1", {"tpu-vllm:access.sshCidrs": ["198.51.100.7/32"]})
     assert not [w for w in run.warnings if "sshCidrs is not set" in w]
+
+
+def test_a_section_key_set_without_path_is_refused_not_ignored() -> None:
+    """`pulumi config set tpu-vllm:tpu.chip v6e-4` (no `--path`) stores a key named
+    `tpu.chip` that no section holds: refused with the fix, never silently ignored (the real
+    CLI run in tests/test_engine_failures.py is where this showed)."""
+    from components.config.loader import stray_key_problems
+
+    [problem] = stray_key_problems(["tpu-vllm:tpu.chip", "tpu-vllm:tpu", "gcp:project"])
+    assert "tpu-vllm:tpu.chip" in problem and "--path 'tpu-vllm:tpu.chip'" in problem
+    assert "pulumi config rm tpu-vllm:tpu.chip" in problem
+    [unknown] = stray_key_problems(["tpu-vllm:chip"])
+    assert "not a tpu-vllm setting" in unknown
+    assert stray_key_problems(["tpu-vllm:backend", "tpu-vllm:vllm", "other:tpu.chip"]) == []

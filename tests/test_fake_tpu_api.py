@@ -705,3 +705,18 @@ def test_each_answer_on_a_kept_alive_connection_arrives_whole(manual: FakeTpuApi
     seen = _first_read_of_each_answer(manual, [delete.encode(), get.encode()] * 10)
     assert [status for status, _ in seen] == [409, 200] * 10
     assert [whole for _, whole in seen] == [True] * 20
+
+
+def test_a_run_can_be_moved_near_its_end(manual: FakeTpuApi) -> None:
+    """`end_run_in`: the end time both reads report moves, and the run ends then."""
+    create(manual)
+    manual.advance(1.0)
+    before = get_qr(manual)["runDuration"]["terminationTime"]
+    manual.end_run_in(QR_ID, 600)
+    after = get_qr(manual)["runDuration"]["terminationTime"]
+    assert after < before
+    assert get_node(manual)["schedulingConfig"]["terminationTimestamp"] == after
+    manual.advance(599)
+    assert get_qr(manual)["state"]["state"] == "ACTIVE"
+    manual.advance(2)
+    assert get_qr(manual)["state"]["state"] in ("SUSPENDING", "SUSPENDED")

@@ -705,11 +705,28 @@ def test_delete_is_retried_whatever_the_code_while_provisioning(
     tpu_env: FakeTpuApi, http_status: int, name: str
 ) -> None:
     tpu_env.delete_refusal = (http_status, name)
-    tpu_env.durations = StateDurations(0.05, 0.05, 0.05, provisioning=1.5)
+    # PROVISIONING lasts until the fake has refused a delete and the provider has read the
+    # state back, however slow the machine is (a fixed duration raced the client's start under
+    # a parallel run); then it ends, and the retried delete goes through.
+    tpu_env.durations = StateDurations(0.05, 0.05, 0.05, provisioning=3600)
     props = props_for("v5e1")
     qr_name = _start_request_directly(tpu_env, props)
     assert tpu_env.wait_for_state(qr_name, "PROVISIONING", timeout=5)
+
+    def end_provisioning_once_refused() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            seen = list(tpu_env.requests)
+            refused_at = [i for i, r in enumerate(seen) if r.status == http_status]
+            if refused_at and any(r.method == "GET" for r in seen[refused_at[0] + 1 :]):
+                break
+            time.sleep(0.02)
+        tpu_env.durations = StateDurations(0.05, 0.05, 0.05, provisioning=0.05)
+
+    releaser = threading.Thread(target=end_provisioning_once_refused, daemon=True)
+    releaser.start()
     QueuedResourceProvider().delete(qr_name, props)
+    releaser.join(timeout=60)
     refused = [r for r in tpu_env.requests_for("DELETE") if r.status == http_status]
     assert refused, "the fake should have refused the delete while PROVISIONING"
     assert tpu_env.state(qr_name) is None

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -341,3 +341,67 @@ def test_template_and_flag_errors_use_docker_wording() -> None:
     assert ("network", "host") in flags
     assert ("env", "A=1") in flags
     assert ("volume", "/a:/b") in flags
+
+
+def test_a_scenario_can_follow_the_servers_flags(tmp_path: Path) -> None:
+    """`by_args`: the run whose command holds the words replays their scenario; others the
+    default, so a crash that comes from one flag goes away when the flag is fixed."""
+    daemon = fake_docker.Daemon(tmp_path)
+    oom = {"log": "crash_hbm_oom.log", "speed": 500}
+    fake_docker.write_json_atomic(
+        tmp_path / "scenario.json",
+        {"log": "v5e1_ready.log", "by_args": [[["--gpu-memory-utilization", "0.98"], oom]]},
+    )
+    serve = ["vllm", "serve", MODEL, "--dtype", "bfloat16"]
+    bad = daemon.next_scenario([*serve, "--gpu-memory-utilization", "0.98"])
+    assert bad["log"] == "crash_hbm_oom.log" and "by_args" not in bad
+    good = daemon.next_scenario([*serve, "--gpu-memory-utilization", "0.92"])
+    assert good["log"] == "v5e1_ready.log" and "by_args" not in good
+    # The words must be consecutive: a value elsewhere does not match.
+    apart = daemon.next_scenario([*serve, "--gpu-memory-utilization", "0.9", "--x", "0.98"])
+    assert apart["log"] == "v5e1_ready.log"
+
+
+def _chat(port: int, body: Any) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), headers)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("flags", ["--enable-auto-tool-choice --tool-call-parser gemma4", ""])
+def test_a_tool_call_comes_back_parsed_only_with_auto_tool_choice(vm: SshHost, flags: str) -> None:
+    """vLLM parses a tool call into `tool_calls` when started with `--enable-auto-tool-choice`
+    and a `--tool-call-parser`; without them `tool_choice: auto` is a 400 (serving_chat.py)."""
+    vm.docker.set_scenario("v5e1_ready.log", speed=4000)
+    port = _free_port()
+    started = vm.run(_docker_run("vllm-tools", port) + f" {flags}")
+    assert started.returncode == 0, started.stderr
+    vm.docker.wait_ready("vllm-tools")
+    city = {"city": {"type": "string"}}
+    weather = {
+        "name": "get_weather",
+        "parameters": {"type": "object", "required": ["city"], "properties": city},
+    }
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"type": "function", "function": weather}],
+        "tool_choice": "auto",
+    }
+    status, answer = _chat(port, body)
+    if not flags:
+        assert status == 400 and "--enable-auto-tool-choice" in json.dumps(answer)
+        return
+    assert status == 200
+    [choice] = answer["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    plain = _chat(port, {"model": MODEL, "messages": body["messages"]})[1]
+    assert plain["choices"][0]["message"]["tool_calls"] == []

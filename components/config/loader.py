@@ -8,11 +8,12 @@ sections, hands them over in dependency order and assembles the result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi.runtime import config as runtime_config
 
 from components.config.access import AccessSettings, _parse_access
 from components.config.backend import DEFAULT_BACKEND, Backend, _parse_backend
@@ -71,11 +72,41 @@ class StackConfig:
         return round(self.hourly_cost_usd * self.tpu.max_run_seconds / 3600, 2)
 
 
+def stray_key_problems(names: Iterable[str]) -> list[str]:
+    """Config keys of the namespace that no section holds, each with its fix.
+
+    `pulumi config set tpu-vllm:tpu.chip v6e-4` without `--path` stores one key named
+    `tpu.chip` beside the `tpu-vllm:tpu` object; the program reads only the objects, so the
+    value would be ignored and the default used: a TPU of the wrong size, billed. Found by
+    running the real CLI (tests/test_engine_failures.py)."""
+    problems = []
+    for name in sorted(names):
+        namespace, _, key = name.partition(":")
+        if namespace != NAMESPACE or key in KEYS or key == "backend":
+            continue
+        section, dot, _ = key.partition(".")
+        if dot and section in KEYS:
+            problems.append(
+                f"{NAMESPACE}:{key} is set as a single key named {key!r}, which is never read: "
+                f"the `{NAMESPACE}:{section}` object holds the section's keys. Fix: `pulumi "
+                f"config rm {NAMESPACE}:{key}`, then `pulumi config set --path "
+                f"'{NAMESPACE}:{key}' VALUE`."
+            )
+        else:
+            problems.append(
+                f"{NAMESPACE}:{key} is not a tpu-vllm setting. Fix: remove it (`pulumi config "
+                f"rm {NAMESPACE}:{key}`); the sections are {', '.join(KEYS)} and backend."
+            )
+    return problems
+
+
 def load_stack_config() -> StackConfig:
     """Read the stack's Pulumi config and validate it (raises ConfigError)."""
     cfg = pulumi.Config(NAMESPACE)
     sections: dict[str, Any] = {}
-    problems: list[str] = []
+    # Every key the CLI handed over: PULUMI_CONFIG from the language host, or the SDK's own map
+    # (the Automation API's inline programs, the mocks).
+    problems = stray_key_problems({*runtime_config.CONFIG.get(), *runtime_config.get_config_env()})
     for section in KEYS:
         try:
             sections[section] = cfg.get_object(section)

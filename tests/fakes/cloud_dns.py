@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,17 @@ class FakeManagedZone:
             return self.records.get(name)
 
 
+class Zone(Protocol):
+    """Anything that answers a name's record set: this fake zone, or the stand-in gcp
+    provider's Cloud DNS (tests/test_engine_renewal.py)."""
+
+    def lookup(self, name: str) -> RecordSet | None: ...
+
+
 class CachingResolver:
     """A stub resolver: the zone's answer, kept for its TTL, then asked again."""
 
-    def __init__(self, zone: FakeManagedZone) -> None:
+    def __init__(self, zone: Zone) -> None:
         self.zone = zone
         self._cache: dict[str, tuple[float, tuple[str, ...]]] = {}
 

@@ -1061,8 +1061,9 @@ class Daemon:
     def has_image(self, ref: str) -> bool:
         return normalize_image(ref) in self.images()
 
-    def next_scenario(self) -> JSONDict:
-        """Consume one scenario: the Nth ``docker run`` gets list item N (last one repeats)."""
+    def next_scenario(self, cmd: Sequence[str] = ()) -> JSONDict:
+        """Consume one scenario: the Nth ``docker run`` gets list item N (last one repeats);
+        a ``by_args`` rule whose words the run's command holds replaces it."""
         with self.lock():
             count_path = self.root / "run_count"
             try:
@@ -1077,7 +1078,13 @@ class Daemon:
             else:
                 scenario = {"log": "v5e1_ready.log", "speed": 1.0}
             count_path.write_text(f"{count + 1}\n")
-        result = dict(scenario)
+        words = list(cmd)
+        for wanted, chosen in scenario.get("by_args") or ():
+            size = len(wanted)
+            if any(words[i : i + size] == list(wanted) for i in range(len(words) - size + 1)):
+                scenario = dict(chosen)
+                break
+        result = {k: v for k, v in dict(scenario).items() if k != "by_args"}
         result["run_index"] = count
         return result
 
@@ -1792,7 +1799,7 @@ def cmd_run(daemon: Daemon, args: list[str]) -> int:
             with contextlib.suppress(OSError):
                 Path(mount["Source"]).mkdir(parents=True, exist_ok=True)
 
-    scenario = daemon.next_scenario()
+    scenario = daemon.next_scenario([*(entrypoint or []), *cmd])
     for key in ("log", "restart_log"):
         if key in scenario or key == "log":
             fixture = resolve_fixture(str(scenario.get(key, "v5e1_ready.log")))
@@ -2576,6 +2583,8 @@ class ServeInfo(NamedTuple):
     api_keys: tuple[str, ...]
     key_source: str  # "arg" | "env" | "file" | "none" | "unreadable-file"
     max_model_len: int
+    #: `--enable-auto-tool-choice` with a `--tool-call-parser`: tool calls come back parsed.
+    auto_tool_choice: bool = False
 
 
 def find_vllm_args(argv: Sequence[str]) -> list[str]:
@@ -2615,20 +2624,38 @@ def serve_info(container: Container) -> ServeInfo:
     port = int(option_value(args, "--port") or DEFAULT_VLLM_PORT)
     max_len = int(option_value(args, "--max-model-len") or 32768)
     env = dict(e.split("=", 1) for e in cfg.get("Env", []) if "=" in e)
+    tools = "--enable-auto-tool-choice" in args and bool(option_value(args, "--tool-call-parser"))
     arg_key = option_value(args, "--api-key")
     if arg_key:
-        return ServeInfo(served, port, (arg_key,), "arg", max_len)
+        return ServeInfo(served, port, (arg_key,), "arg", max_len, tools)
     if env.get("VLLM_API_KEY"):
-        return ServeInfo(served, port, (env["VLLM_API_KEY"],), "env", max_len)
+        return ServeInfo(served, port, (env["VLLM_API_KEY"],), "env", max_len, tools)
     for mount in cfg.get("Mounts", []):
         if mount.get("Type") == "bind" and mount.get("Destination") == API_KEY_MOUNT:
             try:
                 # What ``$(cat /run/secrets/vllm_api_key)`` yields: trailing newlines dropped.
                 key = Path(mount["Source"]).read_text().rstrip("\n")
             except OSError:
-                return ServeInfo(served, port, (), "unreadable-file", max_len)
-            return ServeInfo(served, port, (key,) if key else (), "file", max_len)
-    return ServeInfo(served, port, (), "none", max_len)
+                return ServeInfo(served, port, (), "unreadable-file", max_len, tools)
+            return ServeInfo(served, port, (key,) if key else (), "file", max_len, tools)
+    return ServeInfo(served, port, (), "none", max_len, tools)
+
+
+def tool_call(function: JSONDict) -> JSONDict:
+    """The assistant message of a model that calls `function` (its first required argument
+    "Paris"), as vLLM's tool-call parser hands it back: `content` null beside `tool_calls`
+    (the same shape as tests/fakes/openai_server.py)."""
+    parameters = function.get("parameters") or {}
+    required = parameters.get("required") or list(parameters.get("properties") or {})
+    call = {
+        "id": "chatcmpl-tool-" + secrets.token_hex(16),
+        "type": "function",
+        "function": {
+            "name": str(function.get("name", "")),
+            "arguments": json.dumps({str(key): "Paris" for key in required[:1]}),
+        },
+    }
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 class VllmHTTPServer(http.server.ThreadingHTTPServer):
@@ -2772,13 +2799,25 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
         prompt, generated = self.server.tokens
         self.server.tokens = (prompt + 17, generated + 7)
         if path == "/v1/chat/completions":
+            reply: JSONDict = {"role": "assistant", "content": "Hi there, nice to meet you!",
+                                 "tool_calls": []}  # fmt: skip
+            finish = "stop"
+            tools = body.get("tools") or []
+            choice = body.get("tool_choice", "auto" if tools else "none")
+            if tools and choice != "none":
+                if choice == "auto" and not self.server.info.auto_tool_choice:
+                    # vLLM's serving_chat.py refuses it without both flags.
+                    text = ('"auto" tool choice requires --enable-auto-tool-choice and '
+                            "--tool-call-parser to be set")  # fmt: skip
+                    self._send(400, {"error": {"message": text, "type": "BadRequestError",
+                                               "param": None, "code": 400}})  # fmt: skip
+                    return
+                reply, finish = tool_call(tools[0].get("function") or {}), "tool_calls"
             self._send(200, {
                 "id": "chatcmpl-" + secrets.token_hex(16), "object": "chat.completion",
                 "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant",
-                                                     "content": "Hi there, nice to meet you!",
-                                                     "tool_calls": []},
-                             "logprobs": None, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": reply,
+                             "logprobs": None, "finish_reason": finish}],
                 "usage": usage,
             })  # fmt: skip
         else:

@@ -88,6 +88,9 @@ class Scenario(_ScenarioRequired, total=False):
     every entry the cold ``log`` compiles is there intact, it replays ``warm_log`` instead;
     otherwise it replays ``log`` and writes each entry as its compilation finishes.
     ``xla_entry_bytes``: size of each fake cache entry (default 16384).
+    ``by_args``: ``[[ARGS, SCENARIO], ...]``: a run whose command holds ``ARGS`` (consecutive
+    words, e.g. ``["--gpu-memory-utilization", "0.98"]``) replays that ``SCENARIO`` instead,
+    as the server's fate follows its flags (the first match wins).
     """
 
     speed: float
@@ -97,6 +100,7 @@ class Scenario(_ScenarioRequired, total=False):
     health_status: int
     warm_log: str
     xla_entry_bytes: int
+    by_args: list[tuple[list[str], Scenario]]
 
 
 class SshHostFactory(Protocol):
@@ -553,7 +557,12 @@ class SshHost:
         }
         self._known_hosts = keys / "known_hosts"
         self._start_sshd(keys, authorized)
-        self._known_hosts.write_text(f"[{self.host}]:{self.port} {self.host_public_key}\n")
+        self._known_hosts.write_text(f"{self.known_hosts_name} {self.host_public_key}\n")
+
+    @property
+    def known_hosts_name(self) -> str:
+        """How ssh names this host in known_hosts: `[HOST]:PORT`, or the bare host on 22."""
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
 
     def _create_user(self, home: Path) -> tuple[str, int, int]:
         for _ in range(10):
@@ -577,12 +586,17 @@ class SshHost:
             return name, entry.pw_uid, entry.pw_gid
         raise RuntimeError("could not pick an unused user name")
 
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """Where sshd itself listens: where clients connect (a fake TPU VM listens elsewhere)."""
+        return self.host, self.port
+
     def _sshd_config(self, keys: Path, authorized: Path) -> str:
         setenv = " ".join(_setenv_token(k, v) for k, v in self.env.items())
         return "\n".join(
             [
-                f"Port {self.port}",
-                f"ListenAddress {self.host}",
+                f"Port {self.listen_address[1]}",
+                f"ListenAddress {self.listen_address[0]}",
                 "AddressFamily inet",
                 f"HostKey {keys / 'host'}",
                 "PidFile none",
@@ -693,11 +707,15 @@ class SshHost:
         self._stop_sshd()
         if self._created_uid is not None:
             _kill_uid_processes(self._created_uid)
-            userdel = _sbin_tool("userdel")
-            if userdel:
-                subprocess.run([userdel, self.user], capture_output=True, check=False)
+            self._remove_user()
         if os.environ.get("TPU_VLLM_KEEP_SSH_TMP") != "1":
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _remove_user(self) -> None:
+        """Undo ``_create_user`` (its processes are already killed)."""
+        userdel = _sbin_tool("userdel")
+        if userdel:
+            subprocess.run([userdel, self.user], capture_output=True, check=False)
 
     # -- talking to it --------------------------------------------------------------------
     def ssh_argv(self, command: str, *, host_key: str | None = None) -> list[str]:
@@ -705,7 +723,7 @@ class SshHost:
         known_hosts = self._known_hosts
         if host_key is not None:
             known_hosts = self.workdir / "keys" / f"known_hosts.{secrets.token_hex(4)}"
-            known_hosts.write_text(f"[{self.host}]:{self.port} {host_key}\n")
+            known_hosts.write_text(f"{self.known_hosts_name} {host_key}\n")
         return [
             "ssh", "-F", "/dev/null", "-T",
             "-o", "BatchMode=yes",

@@ -87,7 +87,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, Protocol, cast, get_args
 
 import google.oauth2.credentials
 import googleapiclient
@@ -270,6 +270,21 @@ class ManualClock:
         """Move the clock forward by ``seconds``."""
         with self._lock:
             self._now += seconds
+
+
+class Machines(Protocol):
+    """The VMs behind the nodes (tests/fakes/tpu_vm.py `TpuVmFleet`), when a test wants nodes
+    that can be reached: the fake then reports each node's external IP and host keys from its
+    VM. Called with the fake's lock held: implementations must not block. `key` is unique per
+    queued resource, even when a name is used again."""
+
+    def node_created(self, key: str, node_name: str, metadata: Mapping[str, Any]) -> None: ...
+
+    def external_ip(self, key: str) -> str | None: ...
+
+    def host_keys(self, key: str) -> dict[str, str]: ...
+
+    def node_gone(self, key: str) -> None: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -740,6 +755,8 @@ class _QueuedResource:
     expire_at: float | None = None
     accepted_at: float | None = None
     removed_at: float | None = None
+    #: Wall-clock end of the run, when a test moved it (`end_run_in`); else ACTIVE + run.
+    ends_at_wall: float | None = None
     node_numeric_id: str = field(default_factory=lambda: str(secrets.randbelow(9 * 10**18)))
 
     @property
@@ -904,8 +921,12 @@ class FakeTpuApi(LoopbackHttpServer):
         reject_delete_while_provisioning: bool = True,
         strict_integers: bool = False,
         port: int = 0,
+        machines: Machines | None = None,
     ) -> None:
         self.token = token
+        #: The VMs behind the nodes; None: nodes are records only (external IP 203.0.113.N,
+        #: the `host_keys` knob), as most tests need.
+        self.machines = machines
         self.durations = durations or StateDurations()
         self.clock: Callable[[], float] = clock or time.monotonic
         self.seconds_per_run_second = seconds_per_run_second
@@ -1030,6 +1051,24 @@ class FakeTpuApi(LoopbackHttpServer):
             if qr.state != ACTIVE:
                 raise ValueError(f"{qr.name} is {qr.state}, not ACTIVE")
             qr.expire_at = self.clock()
+
+    def tick(self) -> None:
+        """Apply every state change that is due now (the fake only moves when asked)."""
+        with self._lock:
+            self._advance_all()
+
+    def end_run_in(self, name: str, seconds: float) -> None:
+        """Make an ACTIVE flex-start run end `seconds` from now, as if most of its
+        `maxRunDuration` had passed: the end time the API reports (`runDuration.
+        terminationTime`, the node's `schedulingConfig.terminationTimestamp`) and the moment
+        the node goes both move (`seconds` is scaled by `seconds_per_run_second`)."""
+        with self._lock:
+            qr = self._resolve(name)
+            if qr.state != ACTIVE:
+                raise ValueError(f"{qr.name} is {qr.state}, not ACTIVE")
+            now = self.clock()
+            qr.ends_at_wall = self._wall(now) + seconds
+            qr.expire_at = now + seconds * self.seconds_per_run_second
 
     def advance(self, seconds: float) -> None:
         """Move a ``ManualClock`` forward (only valid when the fake was given one)."""
@@ -1263,6 +1302,10 @@ class FakeTpuApi(LoopbackHttpServer):
         elif state == PROVISIONING:
             qr.node_exists = True
             qr.node_created_at = at
+            if self.machines is not None:
+                self.machines.node_created(
+                    qr.node_numeric_id, qr.node_name, dict(qr.node.get("metadata", {}))
+                )
         elif state == ACTIVE:
             qr.active_since = at
             if qr.flex_start and qr.max_run_seconds is not None:
@@ -1280,6 +1323,8 @@ class FakeTpuApi(LoopbackHttpServer):
             qr.removed_at = at
             qr.operation_error = error
             self._qrs.pop(qr.name, None)
+        if state in (SUSPENDING, SUSPENDED, FAILED, _REMOVED) and self.machines is not None:
+            self.machines.node_gone(qr.node_numeric_id)
 
     @staticmethod
     def _capacity_error(qr: _QueuedResource) -> dict[str, Any]:
@@ -1329,7 +1374,7 @@ class FakeTpuApi(LoopbackHttpServer):
             and qr.max_run_seconds is not None
             and self.qr_reports_termination_time
         ):
-            run["terminationTime"] = rfc3339(self._wall(qr.active_since) + qr.max_run_seconds)
+            run["terminationTime"] = rfc3339(self._run_end(qr))
         state: dict[str, Any] = {"state": qr.state}
         if qr.state_initiator is not None:
             state["stateInitiator"] = qr.state_initiator
@@ -1337,6 +1382,13 @@ class FakeTpuApi(LoopbackHttpServer):
             state["failedData"] = {"error": dict(qr.failed_error)}
         out["state"] = state
         return out
+
+    def _run_end(self, qr: _QueuedResource) -> float:
+        """The run's wall-clock end: ACTIVE + maxRunDuration, unless a test moved it."""
+        if qr.ends_at_wall is not None:
+            return qr.ends_at_wall
+        assert qr.active_since is not None and qr.max_run_seconds is not None
+        return self._wall(qr.active_since) + qr.max_run_seconds
 
     def _node_state(self, qr: _QueuedResource) -> str:
         if qr.state == PROVISIONING:
@@ -1364,15 +1416,17 @@ class FakeTpuApi(LoopbackHttpServer):
                 "port": NODE_PORT,
             }
             if qr.node.get("networkConfig", {}).get("enableExternalIps") is True:
-                endpoint["accessConfig"] = {"externalIp": f"203.0.113.{qr.node_number}"}
+                external = f"203.0.113.{qr.node_number}"
+                if self.machines is not None:
+                    external = self.machines.external_ip(qr.node_numeric_id) or ""
+                if external:
+                    endpoint["accessConfig"] = {"externalIp": external}
             out["networkEndpoints"] = [endpoint]
         if node_state == "READY":
             out["health"] = "HEALTHY"
         if qr.flex_start and qr.active_since is not None and qr.max_run_seconds is not None:
             scheduling = out.setdefault("schedulingConfig", {})
-            scheduling["terminationTimestamp"] = rfc3339(
-                self._wall(qr.active_since) + qr.max_run_seconds
-            )
+            scheduling["terminationTimestamp"] = rfc3339(self._run_end(qr))
         return out
 
     def _operation_json(self, op: _Operation) -> dict[str, Any]:
@@ -1584,6 +1638,8 @@ class FakeTpuApi(LoopbackHttpServer):
         qr.state = DELETING
         qr.state_since = self.clock()
         qr.state_initiator = "USER"
+        if self.machines is not None:  # force: the node (the VM) is deleted first
+            self.machines.node_gone(qr.node_numeric_id)
         return self._operation_json(self._new_operation("delete", qr))
 
     def _node_from_call(self, call: _Call) -> _QueuedResource:
@@ -1608,9 +1664,14 @@ class FakeTpuApi(LoopbackHttpServer):
             return {}
         query_path = request.get("queryPath", "")
         wanted = query_path.lstrip("/")
+        published = (
+            self.machines.host_keys(qr.node_numeric_id)
+            if self.machines is not None
+            else self.host_keys
+        )
         items = [
             {"namespace": "hostkeys", "key": key_type, "value": value}
-            for key_type, value in self.host_keys.items()
+            for key_type, value in published.items()
             if not wanted or wanted == "hostkeys" or f"hostkeys/{key_type}".startswith(wanted)
         ]
         if not items:
