@@ -32,7 +32,8 @@ SENTINELS = (HF_SENTINEL.encode(), API_SENTINEL.encode())
 class ProcWatcher:
     """Scans every process's argv and environment until stopped; records any sentinel hit."""
 
-    def __init__(self) -> None:
+    def __init__(self, sentinels: tuple[bytes, ...] = SENTINELS) -> None:
+        self.sentinels = sentinels
         self.hits: list[str] = []
         self.scans = 0
         self._stop = threading.Event()
@@ -48,7 +49,7 @@ class ProcWatcher:
                         data = Path(f"/proc/{pid}/{part}").read_bytes()
                     except OSError:
                         continue
-                    for sentinel in SENTINELS:
+                    for sentinel in self.sentinels:
                         if sentinel in data:
                             self.hits.append(f"pid {pid} {part}: {data[:200]!r}")
             self.scans += 1
@@ -204,11 +205,14 @@ def test_entrypoint_hands_the_key_to_vllm_through_its_environment(tmp_path: Path
 
 
 def test_the_watcher_would_see_a_leak() -> None:
-    """The scan above can fail: a process with a sentinel in its environment is caught."""
+    """The scan above can fail: a process with a sentinel in its environment is caught. With a
+    sentinel of its own: the watcher scans every process of the machine, so a leak planted with
+    the real tests' sentinels would fail them when they run at once on another test worker."""
     import time
 
-    with ProcWatcher() as watcher:
-        proc = subprocess.Popen(["sleep", "1"], env={"LEAK": API_SENTINEL})
+    planted = "WATCHERselftestSENTINEL0123456789"
+    with ProcWatcher((planted.encode(),)) as watcher:
+        proc = subprocess.Popen(["sleep", "1"], env={"LEAK": planted})
         time.sleep(0.3)
         proc.kill()
         proc.wait()
