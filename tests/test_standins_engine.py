@@ -1,5 +1,7 @@
 """The stand-in plugins under the real Pulumi CLI: preview, up, a second preview that changes
-nothing, refresh and destroy of one program with resources of all three providers.
+nothing, refresh and destroy of one program with resources of all three providers (among them
+the monitoring the program declares, from its own bodies: the dashboard's JSON, the uptime
+check's and the alert's nested defaults and computed fields must not show as changes).
 
 The CLI is the one scripts/engine/build.sh builds from the Go module proxy, found as every
 engine test finds it (tests/engine.py): skipped without it, failed under
@@ -12,10 +14,12 @@ ambient plugins on PATH (`sdk/go/common/workspace/plugins.go`).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_gcp as gcp
@@ -24,6 +28,8 @@ import pulumi_tls as tls
 import pytest
 from pulumi import automation as auto
 
+from components import monitoring_bodies as bodies
+from components import vllm_metrics as vm
 from tests import engine
 from tests.fakes.secret_manager import ApiError as SecretManagerError
 from tests.fakes.secret_manager import FakeSecretManager
@@ -55,11 +61,42 @@ def program() -> None:
         allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["8000"])],
     )
     found = gcp.secretmanager.get_secret_output(secret_id="hf-token")
+    gcp.projects.IAMMember(
+        "metric-writer",
+        project=PROJECT,
+        role="roles/monitoring.metricWriter",
+        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
+    )
+    ips = gcp.monitoring.get_uptime_check_i_ps()
+    check = gcp.monitoring.UptimeCheckConfig(
+        "health", **bodies.pulumi_args(bodies.uptime_check("engine", PROJECT, "198.51.100.7", 8000))
+    )
+
+    def watch(check_id: str) -> bodies.Watch:
+        return bodies.Watch("engine", "vm", vm.queries_for("engine"), None, check_id)
+
+    def down(check_id: str) -> dict[str, Any]:
+        return bodies.pulumi_args(bodies.alert_policies(watch(check_id), [])["endpoint-down"])
+
+    policy = check.uptime_check_id.apply(down)
+
+    def part(key: str) -> pulumi.Output[Any]:
+        return policy.apply(lambda body: body[key])
+
+    parts: dict[str, Any] = {key: part(key) for key in down("ID")}
+    gcp.monitoring.AlertPolicy("down", **parts)
+    gcp.monitoring.Dashboard(
+        "dashboard",
+        dashboard_json=check.uptime_check_id.apply(
+            lambda check_id: json.dumps(bodies.dashboard(watch(check_id)), sort_keys=True, indent=1)
+        ),
+    )
     pulumi.export("public_key", key.public_key_openssh)
     pulumi.export("api_key", password.result)
     pulumi.export("email", account.email)
     pulumi.export("version", version.name)
     pulumi.export("hf_token_secret", found.name)
+    pulumi.export("uptime_check_ips", len(ips.uptime_check_ips))
 
 
 @pytest.fixture
@@ -97,7 +134,7 @@ def test_the_real_engine_runs_the_stand_ins_from_up_to_destroy(
     stack: tuple[auto.Stack, dict[str, str]], fake_secret_manager: FakeSecretManager, tmp_path: Path
 ) -> None:
     created, _ = stack
-    assert created.preview().change_summary == {"create": 7}
+    assert created.preview().change_summary == {"create": 11}
     up = created.up()
     assert up.summary.result == "succeeded"
     outputs = up.outputs
@@ -109,6 +146,7 @@ def test_the_real_engine_runs_the_stand_ins_from_up_to_destroy(
         outputs["version"].value == f"projects/{number}/secrets/tpu-vllm-engine-api-key/versions/1"
     )
     assert outputs["hf_token_secret"].value == f"projects/{number}/secrets/hf-token"
+    assert outputs["uptime_check_ips"].value >= 3
     api_key = outputs["api_key"].value
     assert fake_secret_manager.payload(PROJECT, "tpu-vllm-engine-api-key") == api_key.encode()
     [state_file] = (tmp_path / "backend").rglob("engine.json")
@@ -117,9 +155,9 @@ def test_the_real_engine_runs_the_stand_ins_from_up_to_destroy(
     assert api_key not in state  # secret outputs are encrypted in the stack's state
     assert "BEGIN OPENSSH PRIVATE KEY" not in state and "BEGIN PRIVATE KEY" not in state
     again = created.preview()
-    assert again.change_summary == {"same": 7}  # no spurious diff: autonames and sets hold
+    assert again.change_summary == {"same": 11}  # no spurious diff: autonames, sets, JSON hold
     assert created.refresh().summary.result == "succeeded"
-    assert created.preview().change_summary == {"same": 7}
+    assert created.preview().change_summary == {"same": 11}
     assert created.destroy().summary.result == "succeeded"
     assert everything(tmp_path / "cloud") == {}
     assert len(fake_secret_manager.calls("versions.destroy")) == 1

@@ -7,19 +7,25 @@ loopback Secret Manager and bucket fakes.
 from __future__ import annotations
 
 import base64
+import ipaddress
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
 from pulumi.runtime.proto import provider_pb2
 
+from components import monitoring_bodies as bodies
+from components import vllm_metrics as vm
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.standins.client import Plugin, urn
 from tests.standins.gcp_common import project_number
 from tests.standins.gcp_container import seed_cluster
 from tests.standins.gcp_dns import seed_zone
+from tests.standins.gcp_monitoring import seed_uptime_check_ips
 from tests.standins.store import STATE_ENV, everything
 
 PROJECT = "proj-standin"
@@ -36,6 +42,11 @@ BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
 RECORD = "gcp:dns/recordSet:RecordSet"
 CLUSTER = "gcp:container/cluster:Cluster"
 POOL = "gcp:container/nodePool:NodePool"
+PROJECT_MEMBER = "gcp:projects/iAMMember:IAMMember"
+DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
+UPTIME = "gcp:monitoring/uptimeCheckConfig:UptimeCheckConfig"
+ALERT = "gcp:monitoring/alertPolicy:AlertPolicy"
+UPTIME_IPS = "gcp:monitoring/getUptimeCheckIPs:getUptimeCheckIPs"
 NONE = provider_pb2.DiffResponse.DIFF_NONE
 SENTINEL = "STANDINSECRETSENTINEL-7f3a"
 RULE = {
@@ -45,6 +56,18 @@ RULE = {
     "sourceRanges": ["203.0.113.0/24", "198.51.100.0/24"],
     "targetTags": ["tpu-vllm-v5e1"],
 }
+
+
+#: The program's own uptime check body (components/monitoring_bodies.py), less the label
+#: `project_id` (the API adds it when left out).
+CHECK = bodies.uptime_check("v5e1", PROJECT, "198.51.100.7", 8000)
+del CHECK["monitoredResource"]["labels"]["project_id"]
+
+
+def alert(check_id: str) -> dict[str, Any]:
+    """The program's endpoint-down policy, watching uptime check `check_id`."""
+    watch = bodies.Watch("v5e1", "vm", vm.queries_for("v5e1"), None, check_id)
+    return bodies.alert_policies(watch, [])["endpoint-down"]
 
 
 @pytest.fixture
@@ -402,3 +425,148 @@ def test_a_name_and_a_path_of_the_same_parent_are_no_change(gcp: Plugin) -> None
     assert gcp.diff(urn(BUCKET_MEMBER, "w"), writer_id, written, writer).changes == NONE
     other = gcp.diff(urn(BUCKET_MEMBER, "w"), writer_id, written, {**writer, "bucket": "other"})
     assert list(other.replaces) == ["bucket"]
+
+
+def test_monitoring_outputs_have_the_documented_shapes_and_force_new_replaces(
+    gcp: Plugin,
+) -> None:
+    body = {"displayName": "tpu-vllm v5e1", "mosaicLayout": {"columns": 48, "tiles": []}}
+    spelled = json.dumps(body, indent=1, sort_keys=True)  # as the program writes it
+    dash_id, dash = gcp.up(DASHBOARD, "d", {"dashboardJson": spelled})
+    assert re.fullmatch(rf"projects/{NUMBER}/dashboards/[0-9a-f-]{{36}}", dash_id)
+    read_back = json.loads(dash["dashboardJson"])  # the API's answer, Go's compact spelling
+    assert read_back == {**body, "name": dash_id, "etag": read_back["etag"]}
+    assert dash["dashboardJson"] == json.dumps(read_back, sort_keys=True, separators=(",", ":"))
+    inputs = {"dashboardJson": spelled}
+    assert gcp.diff(urn(DASHBOARD, "d"), dash_id, dash, inputs).changes == NONE  # name, etag
+    retitled = {"dashboardJson": json.dumps({**body, "displayName": "other"})}
+    changed = gcp.diff(urn(DASHBOARD, "d"), dash_id, dash, retitled)
+    assert list(changed.diffs) == ["dashboardJson"] and list(changed.replaces) == []
+    updated = gcp.update(urn(DASHBOARD, "d"), dash_id, dash, retitled)
+    assert json.loads(updated["dashboardJson"])["etag"] != read_back["etag"]
+    moved = gcp.diff(urn(DASHBOARD, "d"), dash_id, dash, {**inputs, "project": "elsewhere"})
+    assert list(moved.replaces) == ["project"]
+    _, failures, _ = gcp.check(urn(DASHBOARD, "d"), {"dashboardJson": "{not json"})
+    assert failures and failures[0][0] == "dashboardJson" and "invalid JSON" in failures[0][1]
+
+    checked, failures, _ = gcp.check(urn(UPTIME, "u"), CHECK)
+    assert not failures and checked["httpCheck"]["requestMethod"] == "GET"  # nested Default
+    check_id, check = gcp.up(UPTIME, "u", CHECK)
+    assert (
+        check_id
+        == check["name"]
+        == f"projects/{PROJECT}/uptimeCheckConfigs/" + (check["uptimeCheckId"])
+    )
+    assert check["monitoredResource"]["labels"] == {"host": "198.51.100.7", "project_id": PROJECT}
+    assert gcp.diff(urn(UPTIME, "u"), check_id, check, checked).changes == NONE
+    other_host = {**checked, "monitoredResource": {"type": "uptime_url", "labels": {"host": "h"}}}
+    assert list(gcp.diff(urn(UPTIME, "u"), check_id, check, other_host).replaces) == [
+        "monitoredResource"
+    ]
+    post = {**checked, "httpCheck": {**checked["httpCheck"], "requestMethod": "POST"}}
+    assert list(gcp.diff(urn(UPTIME, "u"), check_id, check, post).replaces) == ["httpCheck"]
+    slower = gcp.diff(urn(UPTIME, "u"), check_id, check, {**checked, "period": "300s"})
+    assert list(slower.diffs) == ["period"] and list(slower.replaces) == []
+    vpc = gcp.diff(urn(UPTIME, "u"), check_id, check, {**checked, "checkerType": "VPC_CHECKERS"})
+    assert list(vpc.replaces) == ["checkerType"]
+    _, failures, _ = gcp.check(urn(UPTIME, "u"), {"displayName": "x", "timeout": "10s"})
+    assert (
+        "monitoredResource",
+        '"monitored_resource": one of `monitored_resource,resource_group,synthetic_monitor` '
+        "must be specified",
+    ) in failures
+
+    policy_id, policy = gcp.up(ALERT, "a", alert(check["uptimeCheckId"]))
+    assert policy_id == policy["name"] and re.fullmatch(
+        rf"projects/{PROJECT}/alertPolicies/[0-9]{{19}}", policy_id
+    )
+    assert policy["conditions"][0]["name"].startswith(f"{policy_id}/conditions/")
+    [record] = policy["creationRecords"]
+    assert record["mutateTime"].endswith("Z") and "@" in record["mutatedBy"]
+    assert policy["enabled"] is True and policy["documentation"]["mimeType"] == "text/markdown"
+    policy_inputs, _, _ = gcp.check(urn(ALERT, "a"), alert(check["uptimeCheckId"]))
+    assert gcp.diff(urn(ALERT, "a"), policy_id, policy, policy_inputs).changes == NONE
+    renamed = gcp.diff(urn(ALERT, "a"), policy_id, policy, {**policy_inputs, "displayName": "x"})
+    assert list(renamed.diffs) == ["displayName"] and list(renamed.replaces) == []
+    _, failures, _ = gcp.check(urn(ALERT, "a"), {**alert("c"), "combiner": "XOR"})
+    assert failures and failures[0][0] == "combiner"
+    with pytest.raises(Exception, match="please ensure all associated Alert Policies are deleted"):
+        gcp.delete(urn(UPTIME, "u"), check_id, check)  # the policy still watches it
+    gcp.delete(urn(ALERT, "a"), policy_id, policy)
+    gcp.delete(urn(UPTIME, "u"), check_id, check)
+    assert gcp.read(urn(UPTIME, "u"), check_id, check, {})[0] == ""
+
+
+def test_project_iam_member_id_and_replacements(gcp: Plugin) -> None:
+    grant = {
+        "project": PROJECT,
+        "role": "roles/monitoring.metricWriter",
+        "member": f"serviceAccount:node@{PROJECT}.iam.gserviceaccount.com",
+    }
+    member_id, member = gcp.up(PROJECT_MEMBER, "m", grant)
+    assert member_id == f"{PROJECT}/roles/monitoring.metricWriter/{grant['member']}"
+    assert member["project"] == PROJECT and base64.b64decode(member["etag"])
+    path = {**grant, "project": f"projects/{PROJECT}"}
+    assert gcp.diff(urn(PROJECT_MEMBER, "m"), member_id, member, path).changes == NONE
+    for prop, value in (("role", "roles/logging.logWriter"), ("project", "elsewhere")):
+        diff = gcp.diff(urn(PROJECT_MEMBER, "m"), member_id, member, {**grant, prop: value})
+        assert list(diff.replaces) == [prop]
+    _, failures, _ = gcp.check(urn(PROJECT_MEMBER, "m"), {k: grant[k] for k in ("role", "member")})
+    assert [f[0] for f in failures] == ["project"]  # not taken from the provider
+    gcp.delete(urn(PROJECT_MEMBER, "m"), member_id, member)
+    assert gcp.read(urn(PROJECT_MEMBER, "m"), member_id, member, {})[0] == ""
+
+
+def test_uptime_check_ips_and_the_clusters_monitoring_config(gcp: Plugin, state: Path) -> None:
+    found, _ = gcp.invoke(UPTIME_IPS, {})
+    assert found["id"] == "uptime_check_ips_id" and len(found["uptimeCheckIps"]) >= 3
+    documentation = [ipaddress.ip_network(n) for n in ("203.0.113.0/24", "2001:db8::/32")]
+    for ip in found["uptimeCheckIps"]:
+        assert set(ip) == {"region", "location", "ipAddress"} and ip["location"]
+        address = ipaddress.ip_address(ip["ipAddress"])
+        assert any(address in net for net in documentation if net.version == address.version)
+    seeded = [{"region": "EUROPE", "location": "Belgium", "ipAddress": "192.0.2.99"}]
+    seed_uptime_check_ips(state, seeded)
+    assert gcp.invoke(UPTIME_IPS, {})[0]["uptimeCheckIps"] == seeded
+
+    inputs = {
+        "name": "tpu-vllm-gke",
+        "location": "us-east5",
+        "initialNodeCount": 1.0,
+        "deletionProtection": False,
+        "monitoringConfig": {"managedPrometheus": {"enabled": True}},
+    }
+    checked, failures, _ = gcp.check(urn(CLUSTER, "c"), inputs)
+    assert not failures
+    cluster_id, cluster = gcp.up(CLUSTER, "c", inputs)
+    assert cluster["monitoringConfig"] == {
+        "enableComponents": ["SYSTEM_COMPONENTS"],  # GKE's default, Optional+Computed
+        "managedPrometheus": {"enabled": True},
+    }
+    assert gcp.diff(urn(CLUSTER, "c"), cluster_id, cluster, checked).changes == NONE
+    off = {**checked, "monitoringConfig": {"managedPrometheus": {"enabled": False}}}
+    turned = gcp.diff(urn(CLUSTER, "c"), cluster_id, cluster, off)
+    assert list(turned.diffs) == ["monitoringConfig"] and list(turned.replaces) == []
+    cluster = gcp.update(urn(CLUSTER, "c"), cluster_id, cluster, off)
+    looked_up, _ = gcp.invoke(
+        "gcp:container/getCluster:getCluster", {"name": "tpu-vllm-gke", "location": "us-east5"}
+    )
+    assert looked_up["monitoringConfigs"] == [
+        {
+            "enableComponents": ["SYSTEM_COMPONENTS"],
+            "managedPrometheuses": [{"enabled": False, "autoMonitoringConfigs": []}],
+            "advancedDatapathObservabilityConfigs": [],
+        }
+    ]
+    _, failures, _ = gcp.check(
+        urn(CLUSTER, "c"),
+        {
+            **inputs,
+            "monitoringConfig": {
+                "managedPrometheus": {"enabled": True, "autoMonitoringConfig": {"scope": "SOME"}}
+            },
+        },
+    )
+    assert [f[0] for f in failures] == [
+        "monitoringConfig.managedPrometheus.autoMonitoringConfig.scope"
+    ]

@@ -44,6 +44,13 @@ from tests.test_gke_backend import existing_cluster
 KEY = "tls:index/privateKey:PrivateKey"
 PASSWORD = "random:index/randomPassword:RandomPassword"
 SDK_OF = {"gcp": "pulumi_gcp", "random": "pulumi_random", "tls": "pulumi_tls"}
+#: Every monitoring resource on: the uptime check, and alert policies (they need a channel).
+WATCHED = {
+    "tpu-vllm:monitoring.uptimeCheck": True,
+    "tpu-vllm:monitoring.notificationChannels": [
+        "projects/test-project/notificationChannels/1234567890"
+    ],
+}
 
 
 def program_uses() -> set[str]:
@@ -239,6 +246,8 @@ def _engine_inputs(value: Any) -> tuple[Any, bool]:
     [
         ("v5e1", {"tpu-vllm:dns": {"managedZone": MANAGED_ZONE, "name": "gemma"}}),
         ("v6e4-gke", {}),
+        ("v5e1", WATCHED),
+        ("v6e4-gke", WATCHED),
     ],
 )
 def test_the_programs_own_inputs_pass_the_stand_ins_checks(

@@ -100,9 +100,14 @@ class IamMember(Kind):
         return []
 
     def _member_id(self, resource_id: str, inputs: Plain) -> str:
+        """`<resource id>/<role>/<member>`, and with a condition `/<title>/<description>/
+        <expression>` (`conditionKey.String`, `google-beta/tpgiamresource/iam.go`)."""
         member_id = f"{resource_id}/{inputs['role']}/{inputs['member']}"
         condition = inputs.get("condition") or {}
-        return f"{member_id}/{condition['title']}" if condition.get("title") else member_id
+        if not condition.get("title"):
+            return member_id
+        key = [condition.get(k) or "" for k in ("title", "description", "expression")]
+        return f"{member_id}/{'/'.join(key)}"
 
     def create(self, ctx: Context, inputs: Plain) -> tuple[str, Plain]:
         resource_id = self.resource_id(ctx, inputs)

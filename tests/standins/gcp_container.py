@@ -11,13 +11,21 @@ Imitates hashicorp/terraform-provider-google-beta `google-beta/services/containe
   deletion_protection is set to true. ..."; id `projects/{p}/locations/{l}/clusters/{name}`;
   `endpoint` an address (here from 192.0.2.0/24, RFC 5737), `master_auth.cluster_ca_certificate`
   a base64 PEM (here a real self-signed CA), `master_version` the channel's default;
+  `monitoring_config` Optional+Computed, updated in place (`DesiredMonitoringConfig`), its
+  `enable_components`, `managed_prometheus` and `advanced_datapath_observability_config` each
+  Optional+Computed (kept from the state when left out); GKE answers `enable_components`
+  `["SYSTEM_COMPONENTS"]` and managed collection on when they are not set (GKE docs: system
+  metrics are on by default; "Managed collection is enabled by default" for Standard clusters
+  from 1.27);
 - NodePool: ForceNew `name`, `cluster`, `location`, `project`, `initial_node_count`,
   `node_config.oauth_scopes` (and the node config's other ForceNew fields the program does not
   set); `node_count`, `management` (auto_repair/auto_upgrade default true),
   `node_config.machine_type`, `disk_size_gb` (at least 10) and
   `workload_metadata_config.mode` (MODE_UNSPECIFIED | GCE_METADATA | GKE_METADATA) update in
   place; id `projects/{p}/locations/{l}/clusters/{c}/nodePools/{name}`;
-- getCluster: the resource's read, nested blocks as lists; "{id} not found" when absent;
+- getCluster: the resource's read, nested blocks as lists (`monitoringConfigs[].
+  managedPrometheuses[].autoMonitoringConfigs`, as `flattenMonitoringConfig` and
+  `flattenManagedPrometheusConfig` set them); "{id} not found" when absent;
 - getEngineVersions: `projects.locations.getServerConfig`'s answer. Tests seed it with
   `seed_server_config`; unseeded, `DEFAULT_SERVER_CONFIG` answers (versions invented in GKE's
   format, not read from GKE), and a cluster created without a seeded config gets its REGULAR
@@ -148,14 +156,29 @@ class Cluster(Kind):
             "networkingMode",
             "subnetwork",
             "deletionPolicy",
+            "monitoringConfig",
         ]
     )
     from_provider = fixed(project="project")
     defaults = fixed(network="default", deletionProtection=True)
     autoname = ("name", 255)
 
+    def same(self, prop: str, old: Any, new: Any) -> bool:
+        if prop == "monitoringConfig" and isinstance(old, dict) and isinstance(new, dict):
+            return _monitoring_same(old, new)
+        return super().same(prop, old, new)
+
     def validate(self, inputs: Plain, ctx: Context) -> list[Failure]:
         failures = enum_failure(inputs, "networkingMode", ["VPC_NATIVE", "ROUTES"])
+        prometheus = (inputs.get("monitoringConfig") or {}).get("managedPrometheus") or {}
+        failures += [
+            Failure(
+                f"monitoringConfig.managedPrometheus.autoMonitoringConfig.{f.property}", f.reason
+            )
+            for f in enum_failure(
+                prometheus.get("autoMonitoringConfig") or {}, "scope", ["ALL", "NONE"]
+            )
+        ]
         channel = inputs.get("releaseChannel")
         if isinstance(channel, dict):
             failures += [
@@ -194,6 +217,7 @@ class Cluster(Kind):
                 "clientCertificateConfig": {"issueClientCertificate": False},
             },
             "releaseChannel": {"channel": channel},
+            "monitoringConfig": _monitoring_answer(inputs.get("monitoringConfig") or {}),
             "networkingMode": inputs.get("networkingMode") or "VPC_NATIVE",
             "selfLink": CONTAINER_V1BETA1 + path,
             "operation": "",
@@ -216,6 +240,10 @@ class Cluster(Kind):
             if k in olds
         }
         outputs = {**olds, **news, **label_outputs(news, "resourceLabels"), **keep}
+        if isinstance(news.get("monitoringConfig"), dict):
+            outputs["monitoringConfig"] = _monitoring_answer(
+                {**(olds.get("monitoringConfig") or {}), **news["monitoringConfig"]}
+            )
         store.put(resource_id, outputs)
         return outputs
 
@@ -332,6 +360,59 @@ class NodePool(Kind):
         Store(POOLS).delete(resource_id)
 
 
+def _monitoring_answer(given: Plain) -> Plain:
+    """The cluster's `monitoringConfig` as GKE answers it: system components and managed
+    collection on unless the config says otherwise."""
+    answer: Plain = {
+        "enableComponents": ["SYSTEM_COMPONENTS"],
+        "managedPrometheus": {"enabled": True},
+        **{k: v for k, v in given.items() if v is not None},
+    }
+    return answer
+
+
+def _monitoring_same(old: Plain, new: Plain) -> bool:
+    """Whether the inputs' `monitoringConfig` is the state's: the Optional+Computed parts they
+    leave out keep the state's value, and `enableComponents` (a set) is compared unordered."""
+
+    def given(config: Plain, keys: Plain) -> Plain:
+        return {k: v for k, v in config.items() if keys.get(k) is not None}
+
+    seen = given(old, new)
+    if isinstance(seen.get("managedPrometheus"), dict) and isinstance(
+        new.get("managedPrometheus"), dict
+    ):
+        seen["managedPrometheus"] = given(seen["managedPrometheus"], new["managedPrometheus"])
+
+    def spelled(config: Plain) -> str:
+        components = config.get("enableComponents")
+        if isinstance(components, list):
+            config = {**config, "enableComponents": sorted(components)}
+        return canonical(config)
+
+    return spelled(seen) == spelled(new)
+
+
+def _monitoring_listed(config: Plain) -> Plain:
+    """getCluster's `monitoringConfigs[0]`: every block a list (pulumi-gcp's plural names)."""
+    prometheus = config.get("managedPrometheus")
+    datapath = config.get("advancedDatapathObservabilityConfig")
+    return {
+        "enableComponents": list(config.get("enableComponents") or []),
+        "managedPrometheuses": [
+            {
+                "enabled": bool(prometheus.get("enabled")),
+                "autoMonitoringConfigs": [prometheus["autoMonitoringConfig"]]
+                if prometheus.get("autoMonitoringConfig")
+                else [],
+            }
+        ]
+        if isinstance(prometheus, dict)
+        else [],
+        "advancedDatapathObservabilityConfigs": [datapath] if isinstance(datapath, dict) else [],
+    }
+
+
 class GetCluster(Function):
     token = "gcp:container/getCluster:getCluster"
 
@@ -351,6 +432,9 @@ class GetCluster(Function):
             else [],
             "clusterAutoscalings": [found.get("clusterAutoscaling") or {"enabled": False}],
             "releaseChannels": [found["releaseChannel"]] if found.get("releaseChannel") else [],
+            "monitoringConfigs": [_monitoring_listed(found["monitoringConfig"])]
+            if found.get("monitoringConfig")
+            else [],
         }
         plain = {k: v for k, v in found.items() if not isinstance(v, dict)}
         return {

@@ -1,4 +1,5 @@
-"""gcp stand-in: service accounts (`serviceaccount.Account`, `serviceaccount.IAMMember`).
+"""gcp stand-in: service accounts (`serviceaccount.Account`, `serviceaccount.IAMMember`) and
+project IAM (`projects.IAMMember`).
 
 Imitates hashicorp/terraform-provider-google-beta `google-beta/services/resourcemanager/
 resource_google_service_account.go` and `iam_service_account.go`, as pulumi-gcp 10.2.0 bridges
@@ -10,15 +11,22 @@ them (`provider/resources.go`: `account_id` autonamed, at most 30 characters):
   `unique_id` a 21-digit number; a second create of one account id is a 409;
 - IAMMember: `service_account_id` ForceNew and matching `verify.ServiceAccountLinkRegex`; the
   policy's resource id is that name.
+
+Project IAM imitates `google_project_iam_member`: `google-beta/services/resourcemanager/
+iam_project.go` (`IamProjectSchema`: `project` Required, ForceNew, not taken from the provider,
+`CompareProjectName` treating `projects/p` and `p` as one; the policy's resource id is `project`
+as given) on `google-beta/tpgiamresource/resource_iam_member.go` (`role`, `member`, `condition`
+ForceNew; the id `{project}/{role}/{member}`, gcp_common.IamMember).
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from typing import Any
 
 from tests.standins.gcp_common import IamMember, not_found
-from tests.standins.kinds import ApiError, Context, Kind, fixed
+from tests.standins.kinds import ApiError, Context, Kind, fixed, last_segment
 from tests.standins.schema import Failure
 from tests.standins.store import Store
 from tests.standins.values import UNKNOWN, Plain
@@ -139,3 +147,16 @@ class ServiceAccountIamMember(IamMember):
     def require_parent(self, ctx: Context, resource_id: str) -> None:
         if Store("iam_service_accounts").get(resource_id) is None:
             raise not_found(f"Service account {resource_id}")
+
+
+class ProjectIamMember(IamMember):
+    token = "gcp:projects/iAMMember:IAMMember"
+    parent = "project"
+
+    def same(self, prop: str, old: Any, new: Any) -> bool:
+        if prop == "project":
+            return last_segment(old) == last_segment(new)
+        return super().same(prop, old, new)
+
+    def resource_id(self, ctx: Context, inputs: Plain) -> str:
+        return str(inputs["project"])

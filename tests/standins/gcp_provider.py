@@ -3,13 +3,21 @@
 pulumi-gcp's provider is built from a patched Terraform upstream that no module proxy serves,
 so the end-to-end tests run this instead (tests/standins/bin/pulumi-resource-gcp). What each
 type imitates, and from which source, is in its module: gcp_secrets, gcp_iam, gcp_compute,
-gcp_storage, gcp_dns, gcp_container. Inputs are checked against pulumi-gcp 10.2.0's schema
-(tests/fixtures/pulumi_schemas/gcp-10.2.0.json).
+gcp_storage, gcp_dns, gcp_container, gcp_monitoring. Inputs are checked against pulumi-gcp
+10.2.0's schema (tests/fixtures/pulumi_schemas/gcp-10.2.0.json).
 """
 
 from __future__ import annotations
 
-from tests.standins import gcp_compute, gcp_container, gcp_dns, gcp_iam, gcp_secrets, gcp_storage
+from tests.standins import (
+    gcp_compute,
+    gcp_container,
+    gcp_dns,
+    gcp_iam,
+    gcp_monitoring,
+    gcp_secrets,
+    gcp_storage,
+)
 from tests.standins.provider import StandinProvider, run
 
 VERSION = "10.2.0"
@@ -24,6 +32,7 @@ def provider() -> StandinProvider:
             gcp_secrets.SecretIamMember(),
             gcp_iam.Account(),
             gcp_iam.ServiceAccountIamMember(),
+            gcp_iam.ProjectIamMember(),
             gcp_compute.Firewall(),
             gcp_compute.Address(),
             gcp_storage.Bucket(),
@@ -31,6 +40,9 @@ def provider() -> StandinProvider:
             gcp_dns.RecordSet(),
             gcp_container.Cluster(),
             gcp_container.NodePool(),
+            gcp_monitoring.Dashboard(),
+            gcp_monitoring.UptimeCheckConfig(),
+            gcp_monitoring.AlertPolicy(),
         ],
         [
             gcp_secrets.GetSecret(),
@@ -38,6 +50,7 @@ def provider() -> StandinProvider:
             gcp_dns.GetRecordSet(),
             gcp_container.GetCluster(),
             gcp_container.GetEngineVersions(),
+            gcp_monitoring.GetUptimeCheckIps(),
         ],
     )
 

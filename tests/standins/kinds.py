@@ -105,6 +105,10 @@ class Kind:
     #: Outputs always secret (Terraform `Sensitive: true`), besides the schema's secret outputs.
     sensitive: ClassVar[frozenset[str]] = frozenset()
 
+    def fill_nested_defaults(self, inputs: Plain) -> None:
+        """Terraform's `Default:`s inside nested blocks, filled in place where the block is set
+        (the bridge fills a nested block's defaults as it does the top level's)."""
+
     def validate(self, inputs: Plain, ctx: Context) -> list[Failure]:
         """Terraform's ValidateFuncs and ExactlyOneOf/ConflictsWith for this type."""
         return []

@@ -109,6 +109,7 @@ class StandinProvider(Provider):
         for prop, default in kind.defaults.items():
             if news.get(prop) is None:
                 news[prop] = default
+        kind.fill_nested_defaults(news)
         failures = self.schema.check_inputs(kind.token, news) + kind.validate(news, self.ctx)
         return CheckResponse(
             inputs=marshal(news, secret),

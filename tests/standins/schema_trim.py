@@ -51,6 +51,10 @@ WANTED: dict[str, dict[str, list[str]]] = {
             "dns/record_set.py:RecordSet",
             "container/cluster.py:Cluster",
             "container/node_pool.py:NodePool",
+            "projects/iam_member.py:IAMMember",
+            "monitoring/dashboard.py:Dashboard",
+            "monitoring/uptime_check_config.py:UptimeCheckConfig",
+            "monitoring/alert_policy.py:AlertPolicy",
         ],
         "functions": [
             "secretmanager/get_secret.py:get_secret",
@@ -58,6 +62,7 @@ WANTED: dict[str, dict[str, list[str]]] = {
             "dns/get_record_set.py:get_record_set",
             "container/get_cluster.py:get_cluster",
             "container/get_engine_versions.py:get_engine_versions",
+            "monitoring/get_uptime_check_i_ps.py:get_uptime_check_i_ps",
         ],
         "config": ["project", "region", "zone", "accessToken", "secretManagerCustomEndpoint"],
     },
