@@ -229,6 +229,9 @@ def start_server_script(
     """Restore the compile cache, remove any old container of this name, then `docker run`
     the server; prints its id. (The log driver's wait and retry: tests shorten them.)"""
     values = {
+        # First: what both start scripts share (secrets present, directories, the entrypoint,
+        # the cache restore), whose own markers are filled next.
+        "SERVER_PRELUDE": _template("server_prelude.sh").rstrip("\n"),
         "ENTRYPOINT_SH": _template("vllm_entrypoint.sh").rstrip("\n"),
         "CACHE_RESTORE": cache_restore_script(config),
         "CONTAINER": shlex.quote(container),
