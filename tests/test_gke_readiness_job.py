@@ -102,6 +102,9 @@ def run_job(
         "SERVICE_ACCOUNT_DIR": str(pod_account(tmp_path)),
         "POLL_SECONDS": "1",
         "PATH": os.environ["PATH"],
+        # Its own scratch directory: in a pod /tmp is the Job's own; here other tests' Jobs
+        # run at once on other workers.
+        "TMPDIR": str(tmp_path),
         **(changes or {}),
     }
     return subprocess.run(
@@ -140,6 +143,9 @@ def test_without_a_key_file_variable_the_job_fails_at_once_naming_it(
         "POD_NAMESPACE": NS,
         "POLL_SECONDS": "1",
         "PATH": os.environ["PATH"],
+        # Its own scratch directory: in a pod /tmp is the Job's own; here other tests' Jobs
+        # run at once on other workers.
+        "TMPDIR": str(tmp_path),
     }
     env.pop("API_KEY_FILE", None)
     done = subprocess.run(

@@ -190,9 +190,12 @@ def test_entrypoint_refuses_to_serve_without_an_api_key(
 
 
 def test_entrypoint_hands_the_key_to_vllm_through_its_environment(tmp_path: Path) -> None:
+    # A key of its own: the check below carries it in argv, where the watcher of a test running
+    # at once on another worker would find the module's sentinel.
+    key = "ENTRYPOINTkeyNOTwatched0123456789abcdef"
     key_file = tmp_path / "vllm_api_key"
-    key_file.write_text(API_SENTINEL)
-    check = f'test "$VLLM_API_KEY" = "{API_SENTINEL}" && echo key-ok'
+    key_file.write_text(key)
+    check = f'test "$VLLM_API_KEY" = "{key}" && echo key-ok'
     done = subprocess.run(
         ["sh", str(ENTRYPOINT), "sh", "-c", check],
         env={"PATH": "/usr/bin:/bin", "VLLM_API_KEY_FILE": str(key_file)},

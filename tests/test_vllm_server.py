@@ -98,11 +98,15 @@ def test_heartbeat_lines_fill_a_long_silent_compile(node: SshHost) -> None:
     last = next(i for i, line in enumerate(lines) if "server starting" in line)
     beats = [line for line in lines[first + 1 : last] if "still waiting" in line]
     assert len(beats) >= 4, readiness.stdout
-    for beat in beats:
+    silent = "Precompile backbone --> {'num_tokens': 16}"
+    for index, beat in enumerate(beats):
         assert re.match(
             r"^\[\s*\d+s\] still waiting, phase: compiling \(the long part: XLA\);", beat
         )
-        assert "last log line: " in beat and "Precompile backbone --> {'num_tokens': 16}" in beat
+        # The silence's last line, except that the last beat may land just after the compile
+        # ended and before the server line (22 ms here; longer on loaded cores).
+        seen = [silent] + (["Compilation of backbone"] if index == len(beats) - 1 else [])
+        assert "last log line: " in beat and any(text in beat for text in seen), beat
     assert "ready: Application startup complete." in readiness.stdout
 
 

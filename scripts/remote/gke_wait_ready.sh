@@ -25,6 +25,9 @@ deadline=${DEADLINE_SECONDS}
 poll=${POLL_SECONDS:-10}
 auth_grace=${AUTH_GRACE_SECONDS:-60}
 refused_since=""
+# Scratch files: the Job's container's own /tmp (TMPDIR, as mktemp reads it, when set: the tests
+# run several Jobs' scripts on one machine at once).
+scratch=${TMPDIR:-/tmp}
 # No default: the Job always sets it (components/gke/k8s_manifests.py, SECRETS_DIR); a guessed
 # path would only turn a rendering mistake into 401s blamed on the key.
 key_file=${API_KEY_FILE:?"is not set: the readiness Job must name its mounted API key file (components/gke/readiness_manifests.py readiness_job)"}
@@ -60,7 +63,7 @@ refused() {
     exit 1
   fi
 }
-# read_deployment: GET the Deployment into /tmp/deployment.json; prints the HTTP code.
+# read_deployment: GET the Deployment into $scratch/deployment.json; prints the HTTP code.
 read_deployment() {
   case "$api" in
     https://*) ca="${account}/ca.crt" ;;
@@ -68,7 +71,7 @@ read_deployment() {
   esac
   { printf 'Authorization: Bearer '; cat "${account}/token"; } \
     | curl --silent --max-time 20 ${ca:+--cacert "$ca"} --header @- \
-      --output /tmp/deployment.json --write-out '%{http_code}' "$deployment_url"
+      --output "$scratch/deployment.json" --write-out '%{http_code}' "$deployment_url"
 }
 # field KEY TEXT: the number after the first "KEY": in TEXT (no whitespace), 0 when absent: the
 # API server leaves zero counts out (apps/v1 DeploymentStatus fields are omitempty).
@@ -100,7 +103,7 @@ rollout_done() {
   # The API server indents JSON for a curl User-Agent (apiserver pkg/endpoints/handlers/
   # negotiation isPrettyPrint): drop all whitespace, then split at the top-level status, which
   # follows metadata and spec (managedFields name it "f:status", never "status").
-  json=$(tr -d ' \t\r\n' </tmp/deployment.json)
+  json=$(tr -d ' \t\r\n' <"$scratch/deployment.json")
   mark='"status":{'
   case "$json" in
     *"$mark"*)
@@ -153,12 +156,12 @@ while :; do
   fi
   if curl --silent --show-error --fail --max-time 10 --output /dev/null "${url}/health" 2>/dev/null; then
     code=$({ printf 'Authorization: Bearer '; cat "$key_file"; } \
-      | curl --silent --max-time 30 --header @- --output /tmp/models.json \
+      | curl --silent --max-time 30 --header @- --output "$scratch/models.json" \
         --write-out '%{http_code}' "${url}/v1/models") || code=000
     case "$code" in
       200)
         refused_since=""
-        if grep -qF "\"${MODEL}\"" /tmp/models.json; then
+        if grep -qF "\"${MODEL}\"" "$scratch/models.json"; then
           say "ready: /health 200 and /v1/models lists ${MODEL}"
           exit 0
         fi

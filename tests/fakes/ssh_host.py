@@ -367,6 +367,16 @@ def _setenv_token(name: str, value: str) -> str:
     return f'"{name}={value}"'
 
 
+def _remove_tree(path: Path, attempts: int = 20) -> None:
+    """rmtree until the directory is gone: a process killed a moment ago may still be creating
+    a file in it (a loaded machine runs it late), so one pass can leave the directory behind."""
+    for _ in range(attempts):
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+        time.sleep(0.1)
+
+
 def _kill_uid_processes(uid: int) -> None:
     """SIGKILL every process of the dedicated test user (all were started by this test)."""
     for _ in range(3):
@@ -709,7 +719,7 @@ class SshHost:
             _kill_uid_processes(self._created_uid)
             self._remove_user()
         if os.environ.get("TPU_VLLM_KEEP_SSH_TMP") != "1":
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            _remove_tree(self.workdir)
 
     def _remove_user(self) -> None:
         """Undo ``_create_user`` (its processes are already killed)."""
