@@ -46,6 +46,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.fakes.kube_deployments import status_object
 from tests.fakes.loopback import HOST, LoopbackHttpServer, send_json
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
@@ -232,18 +233,6 @@ def _conditions(established: bool) -> list[dict[str, str]]:
     return [names, done if established else pending]
 
 
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-
-
 @dataclass
 class FakeCrd:
     body: dict[str, Any]
@@ -286,14 +275,14 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             with state.lock:
                 state.requests.append(Seen(self.path, auth))
             if auth != f"Bearer {state.token}":
-                send_json(self, 401, _status(401, "Unauthorized", "Unauthorized"))
+                send_json(self, 401, status_object(401, "Unauthorized", "Unauthorized"))
             elif state.forbidden:
                 message = (
                     'customresourcedefinitions.apiextensions.k8s.io is forbidden: User "x" '
                     'cannot get resource "customresourcedefinitions" in API group '
                     '"apiextensions.k8s.io" at the cluster scope'
                 )
-                send_json(self, 403, _status(403, "Forbidden", message))
+                send_json(self, 403, status_object(403, "Forbidden", message))
             elif self.path.startswith(CRD_PATH):
                 self._crd(self.path[len(CRD_PATH) :])
             else:
@@ -304,7 +293,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             phase = state.phase(crd) if crd else "absent"
             if crd is None or phase == "absent":
                 message = f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found'
-                send_json(self, 404, _status(404, "NotFound", message))
+                send_json(self, 404, status_object(404, "NotFound", message))
                 return
             body = json.loads(json.dumps(crd.body))
             body["status"]["conditions"] = _conditions(phase == "established")
@@ -322,7 +311,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                             {"name": spec["names"]["plural"], "kind": spec["names"]["kind"]}
                         )
             if not resources:
-                send_json(self, 404, _status(404, "NotFound", "the server could not find it"))
+                send_json(self, 404, status_object(404, "NotFound", "the server could not find it"))
                 return
             body = {"kind": "APIResourceList", "groupVersion": group_version}
             send_json(self, 200, {**body, "resources": resources})

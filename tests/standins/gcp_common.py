@@ -145,5 +145,18 @@ class IamMember(Kind):
             store.delete(key)
 
 
+def read_stored(store: str, resource_id: str, state: Plain) -> Plain | None:
+    """A stored object's read: the state with what the cloud holds now over it; None when it
+    is gone (Terraform's Read clears the id on a 404, and the engine drops the resource)."""
+    found: Plain | None = Store(store).get(resource_id)
+    return {**state, **found} if found else None
+
+
+def insert_new(store: Store, path: str, outputs: Plain) -> None:
+    """Store a created object, refused with the API's 409 when the name is taken."""
+    if not store.insert(path, outputs):
+        raise ApiError(f"googleapi: Error 409: The resource '{path}' already exists, alreadyExists")
+
+
 def not_found(what: str) -> ApiError:
     return ApiError(f"googleapi: Error 404: {what} not found, notFound")

@@ -25,8 +25,8 @@ import re
 import secrets
 from typing import Any
 
-from tests.standins.gcp_common import label_outputs, not_found
-from tests.standins.kinds import ApiError, Context, Kind, enum_failure, fixed, last_segment
+from tests.standins.gcp_common import insert_new, label_outputs, not_found, read_stored
+from tests.standins.kinds import Context, Kind, enum_failure, fixed, last_segment
 from tests.standins.schema import Failure
 from tests.standins.store import Store
 from tests.standins.values import UNKNOWN, Plain
@@ -126,15 +126,11 @@ class Firewall(Kind):
             "creationTimestamp": creation_timestamp(),
             "disabled": bool(inputs.get("disabled")),
         }
-        if not Store("compute_firewalls").insert(path, outputs):
-            raise ApiError(
-                f"googleapi: Error 409: The resource '{path}' already exists, alreadyExists"
-            )
+        insert_new(Store("compute_firewalls"), path, outputs)
         return path, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
-        found: Plain | None = Store("compute_firewalls").get(resource_id)
-        return {**state, **found} if found else None
+        return read_stored("compute_firewalls", resource_id, state)
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store("compute_firewalls")
@@ -220,15 +216,11 @@ class Address(Kind):
             "labelFingerprint": secrets.token_urlsafe(8),
             "users": [],
         }
-        if not store.insert(path, outputs):
-            raise ApiError(
-                f"googleapi: Error 409: The resource '{path}' already exists, alreadyExists"
-            )
+        insert_new(store, path, outputs)
         return path, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
-        found: Plain | None = Store("compute_addresses").get(resource_id)
-        return {**state, **found} if found else None
+        return read_stored("compute_addresses", resource_id, state)
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store("compute_addresses")

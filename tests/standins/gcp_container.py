@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.standins.gcp_common import label_outputs, not_found
+from tests.standins.gcp_common import label_outputs, not_found, read_stored
 from tests.standins.kinds import ApiError, Context, Function, Kind, canonical, enum_failure, fixed
 from tests.standins.schema import Failure
 from tests.standins.store import Store
@@ -227,8 +227,7 @@ class Cluster(Kind):
         return path, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
-        found: Plain | None = Store(CLUSTERS).get(resource_id)
-        return {**state, **found} if found else None
+        return read_stored(CLUSTERS, resource_id, state)
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store(CLUSTERS)
@@ -337,8 +336,7 @@ class NodePool(Kind):
         return path, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
-        found: Plain | None = Store(POOLS).get(resource_id)
-        return {**state, **found} if found else None
+        return read_stored(POOLS, resource_id, state)
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store(POOLS)

@@ -21,6 +21,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from tests.standins.gcp_common import read_stored
 from tests.standins.kinds import ApiError, Context, Function, Kind, fixed, last_segment
 from tests.standins.schema import Failure
 from tests.standins.store import Store
@@ -115,8 +116,7 @@ class RecordSet(Kind):
         return key, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
-        found: Plain | None = Store(RECORDS).get(resource_id)
-        return {**state, **found} if found else None
+        return read_stored(RECORDS, resource_id, state)
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store(RECORDS)

@@ -52,7 +52,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.standins.gcp_common import not_found, now, project_number
+from tests.standins.gcp_common import not_found, now, project_number, read_stored
 from tests.standins.kinds import (
     ApiError,
     Context,
@@ -377,8 +377,7 @@ class UptimeCheckConfig(Kind):
         return name, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
-        found: Plain | None = Store(UPTIME_CHECKS).get(resource_id)
-        return {**state, **found} if found else None
+        return read_stored(UPTIME_CHECKS, resource_id, state)
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store(UPTIME_CHECKS)
@@ -461,8 +460,7 @@ class AlertPolicy(Kind):
         return name, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
-        found: Plain | None = Store(ALERT_POLICIES).get(resource_id)
-        return {**state, **found} if found else None
+        return read_stored(ALERT_POLICIES, resource_id, state)
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store(ALERT_POLICIES)

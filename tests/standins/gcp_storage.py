@@ -24,7 +24,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tests.standins.gcp_common import IamMember, label_outputs, not_found, now, project_number
+from tests.standins.gcp_common import (
+    IamMember,
+    label_outputs,
+    not_found,
+    now,
+    project_number,
+    read_stored,
+)
 from tests.standins.kinds import ApiError, Context, Kind, fixed, last_segment
 from tests.standins.store import Store
 from tests.standins.values import Plain
@@ -93,8 +100,7 @@ class Bucket(Kind):
         return name, outputs
 
     def read(self, ctx: Context, resource_id: str, state: Plain) -> Plain | None:
-        found: Plain | None = Store("storage_buckets").get(resource_id)
-        return {**state, **found} if found else None
+        return read_stored("storage_buckets", resource_id, state)
 
     def update(self, ctx: Context, resource_id: str, olds: Plain, news: Plain) -> Plain:
         store = Store("storage_buckets")
