@@ -344,6 +344,8 @@ def test_gke_created_cluster_switches_managed_collection_on_and_scrapes_the_pods
     run = run_program("v6e4-gke")
     [cluster] = run.of_type("gcp:container/cluster:Cluster")
     assert cluster.inputs["monitoringConfig"]["managedPrometheus"]["enabled"] is True
+    # Named: left out, the provider sends an empty set, which turns GKE's system metrics off.
+    assert cluster.inputs["monitoringConfig"]["enableComponents"] == ["SYSTEM_COMPONENTS"]
     [monitor] = [r for r in run.resources if r.type.endswith(":PodMonitoring")]
     spec = monitor.inputs["spec"]
     assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "server"

@@ -539,8 +539,10 @@ def test_uptime_check_ips_and_the_clusters_monitoring_config(gcp: Plugin, state:
     checked, failures, _ = gcp.check(urn(CLUSTER, "c"), inputs)
     assert not failures
     cluster_id, cluster = gcp.up(CLUSTER, "c", inputs)
+    # A block without enableComponents is sent with an empty set (expandMonitoringConfig),
+    # which GKE reads as every system metric off: the program names SYSTEM_COMPONENTS.
     assert cluster["monitoringConfig"] == {
-        "enableComponents": ["SYSTEM_COMPONENTS"],  # GKE's default, Optional+Computed
+        "enableComponents": [],
         "managedPrometheus": {"enabled": True},
     }
     assert gcp.diff(urn(CLUSTER, "c"), cluster_id, cluster, checked).changes == NONE
@@ -553,7 +555,7 @@ def test_uptime_check_ips_and_the_clusters_monitoring_config(gcp: Plugin, state:
     )
     assert looked_up["monitoringConfigs"] == [
         {
-            "enableComponents": ["SYSTEM_COMPONENTS"],
+            "enableComponents": [],
             "managedPrometheuses": [{"enabled": False, "autoMonitoringConfigs": []}],
             "advancedDatapathObservabilityConfigs": [],
         }

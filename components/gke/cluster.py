@@ -395,12 +395,17 @@ class GkeTpuCluster(pulumi.ComponentResource):
             ),
             secret_manager_config=gcp.container.ClusterSecretManagerConfigArgs(enabled=True),
             # Managed Service for Prometheus' managed collection, which scrapes the PodMonitoring
-            # (GKE docs "Get started with managed collection"; the vLLM exporter page).
+            # (GKE docs "Get started with managed collection"; the vLLM exporter page). The
+            # system components named too: the provider sends the block's enable_components as
+            # it stands, empty when left out (google-beta resource_container_cluster.go
+            # expandMonitoringConfig), and GKE reads an empty set as "disable all monitoring",
+            # which would take the TPU containers' system metrics off the dashboard.
             monitoring_config=(
                 gcp.container.ClusterMonitoringConfigArgs(
+                    enable_components=["SYSTEM_COMPONENTS"],
                     managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(
                         enabled=True
-                    )
+                    ),
                 )
                 if config.monitoring.enabled
                 else None

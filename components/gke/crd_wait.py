@@ -9,7 +9,8 @@ fails with "no matches for kind" only six times, 1 + 2 + 4 + 8 + 16 + 32 = 63 s 
 retry.go`), so the first `up` on a new cluster could fail at the ComputeClass. The
 SecretProviderClass CRD (`secretproviderclasses.secrets-store.csi.x-k8s.io`), installed by the
 Secret Manager add-on, has the same exposure, and so, when the stack monitors its pods, does the
-PodMonitoring CRD (`podmonitorings.monitoring.googleapis.com`) that managed collection installs.
+PodMonitoring CRD (`podmonitorings.monitoring.googleapis.com`) GKE installs with managed
+collection.
 The ComputeClass, both SecretProviderClasses and the PodMonitoring depend on this resource, on a
 created cluster and on an existing one.
 
@@ -50,8 +51,8 @@ from components.gke.kube_api import status_message as _status_message
 
 COMPUTE_CLASS_CRD = "computeclasses.cloud.google.com"
 SECRET_PROVIDER_CLASS_CRD = "secretproviderclasses.secrets-store.csi.x-k8s.io"  # noqa: S105
-#: Installed by managed collection (prometheus-engine's operator, in gmp-system); waited for only
-#: when the stack creates a PodMonitoring.
+#: Installed by GKE with managed collection's components (prometheus-engine ships the CRDs apart
+#: from its operator, charts/operator/crds/); waited for only when the stack creates one.
 POD_MONITORING_CRD = "podmonitorings.monitoring.googleapis.com"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 #: GKE's own worst case for the ComputeClass CRD on a new cluster: "up to an hour".
@@ -76,8 +77,7 @@ INSTALLERS: Mapping[str, tuple[str, str]] = {
         "`pulumi up` again once `kubectl get crd {crd}` lists it",
     ),
     POD_MONITORING_CRD: (
-        "Managed Service for Prometheus' managed collection installs it (the operator in the "
-        "gmp-system namespace)",
+        "GKE installs it with Managed Service for Prometheus' managed collection",
         "check managed collection (`gcloud container clusters describe {name} --location "
         "{location} --format='value(monitoringConfig.managedPrometheusConfig.enabled)'`), "
         "enable it with `gcloud container clusters update {name} --location {location} "

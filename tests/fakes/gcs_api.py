@@ -376,7 +376,9 @@ class _Server(ThreadingHTTPServer):
         """A client that hung up before its answer (a save killed by SIGTERM mid-upload, a
         timed-out request) is no error of the service: the real one drops the answer too.
         socketserver would print a traceback into the test run's output for it."""
-        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+        if isinstance(
+            sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+        ):
             return
         super().handle_error(request, client_address)
 

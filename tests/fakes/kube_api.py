@@ -181,7 +181,7 @@ def compute_class_crd(*, early: bool = False) -> dict[str, Any]:
 
 
 def pod_monitoring_crd() -> dict[str, Any]:
-    """Managed collection's CRD (prometheus-engine's operator installs it in gmp-system)."""
+    """Managed collection's CRD (GKE installs it with managed collection's components)."""
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "crds" / "podmonitoring_v1.json"
     schema = {"openAPIV3Schema": json.loads(fixture.read_text())}
     version = {"name": "v1", "served": True, "storage": True, "schema": schema}

@@ -217,7 +217,7 @@ class Cluster(Kind):
                 "clientCertificateConfig": {"issueClientCertificate": False},
             },
             "releaseChannel": {"channel": channel},
-            "monitoringConfig": _monitoring_answer(inputs.get("monitoringConfig") or {}),
+            "monitoringConfig": _monitoring_answer(inputs.get("monitoringConfig")),
             "networkingMode": inputs.get("networkingMode") or "VPC_NATIVE",
             "selfLink": CONTAINER_V1BETA1 + path,
             "operation": "",
@@ -358,11 +358,17 @@ class NodePool(Kind):
         Store(POOLS).delete(resource_id)
 
 
-def _monitoring_answer(given: Plain) -> Plain:
-    """The cluster's `monitoringConfig` as GKE answers it: system components and managed
-    collection on unless the config says otherwise."""
+def _monitoring_answer(given: Plain | None) -> Plain:
+    """The cluster's `monitoringConfig` as GKE answers it. With no block, GKE's defaults: system
+    components and managed collection on. With a block, Terraform sends its
+    `componentConfig.enableComponents` as the block has it, an empty list when left out
+    (google-beta `resource_container_cluster.go` `expandMonitoringConfig` reads the key
+    unconditionally; SDK v2 fills an unset list with its zero value), and GKE reads an empty
+    set as "disable all monitoring" (`MonitoringComponentConfig.enableComponents`)."""
+    if given is None:
+        return {"enableComponents": ["SYSTEM_COMPONENTS"], "managedPrometheus": {"enabled": True}}
     answer: Plain = {
-        "enableComponents": ["SYSTEM_COMPONENTS"],
+        "enableComponents": [],
         "managedPrometheus": {"enabled": True},
         **{k: v for k, v in given.items() if v is not None},
     }
