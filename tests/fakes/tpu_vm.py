@@ -377,11 +377,13 @@ class TpuVmFleet:
                 self._gone.add(key)
                 return
             found = self._addresses.pop(key)
-        for relay in vm._relays:  # at once: nothing answers at the address any more
-            relay.stop()
-        thread = threading.Thread(target=self._delete, args=(vm, found[1]), daemon=True)
-        self._threads.append(thread)
-        thread.start()
+            for relay in vm._relays:  # at once: nothing answers at the address any more
+                relay.stop()
+            # Started and registered with the address's removal, under the lock: a
+            # `wait_settled` that sees the address gone must also see the deletion to wait for.
+            thread = threading.Thread(target=self._delete, args=(vm, found[1]), daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     # -- VM lifecycle ----------------------------------------------------------------------
     def _boot(self, key: str, node: str, address: str, metadata: dict[str, Any]) -> None:
