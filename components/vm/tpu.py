@@ -180,25 +180,10 @@ class FlexStartTpu(pulumi.ComponentResource):
             rules.insert(1, ("uptime-check", config.vllm.port, uptime_source_ranges()))
         firewalls = []
         for what, port, cidrs in rules:
+            firewalls.append(self._allow(name, config, what, port, cidrs))
             if what == "uptime-check":
-                # The serving port's deny already covers everyone else: only the allow.
-                firewalls.append(self._allow(name, config, what, port, cidrs))
-                continue
+                continue  # the serving port's deny already covers everyone else
             ports = [str(port)]
-            firewalls.append(
-                gcp.compute.Firewall(
-                    f"{name}-{what}",
-                    project=config.project,
-                    network=config.access.network,
-                    direction="INGRESS",
-                    priority=ALLOW_PRIORITY,
-                    description=f"tpu-vllm {config.stack}: {what} port {port} from its ranges",
-                    source_ranges=list(cidrs),
-                    target_tags=[self.network_tag],
-                    allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=ports)],
-                    opts=pulumi.ResourceOptions(parent=self),
-                )
-            )
             firewalls.append(
                 gcp.compute.Firewall(
                     f"{name}-{what}-deny",
@@ -227,7 +212,7 @@ class FlexStartTpu(pulumi.ComponentResource):
             network=config.access.network,
             direction="INGRESS",
             priority=ALLOW_PRIORITY,
-            description=f"tpu-vllm {config.stack}: {what} to port {port} from its ranges",
+            description=f"tpu-vllm {config.stack}: {what} port {port} from its ranges",
             source_ranges=list(cidrs),
             target_tags=[self.network_tag],
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(port)])],
