@@ -736,6 +736,9 @@ def test_a_compile_after_ready_is_saved_at_the_next_save_interval(lab: Lab) -> N
     assert later in recorded(lab, generation), first.save_log()
     assert len(recorded(lab, generation)) == COMPILED + 1
     assert lab.store.get(lab.bucket, generation + later) == (cache_dir / later).read_bytes()
+    # The save logs its summary after it wrote the manifest: wait for the line too.
+    while "why=periodic" not in first.save_log() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert "why=periodic" in first.save_log()
 
 
