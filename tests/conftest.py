@@ -92,3 +92,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return path if STACK_FILES.search(path) else nodeid
 
     return StackScheduling(config, log)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Which language host and pulumi-command the engine tests ran: a real one or the suite's
+    stand-in (tests/engine_cli.py). Printed whenever an engine stack test ran, also under -q."""
+    reports = [r for reports in terminalreporter.stats.values() for r in reports]
+    if not any(STACK_FILES.search(str(getattr(r, "nodeid", "")).split("::")[0]) for r in reports):
+        return
+    from tests import engine, engine_cli
+
+    found = engine._find()
+    if isinstance(found, str):
+        return
+    terminalreporter.section("engine tools")
+    for pick in engine_cli.chosen().values():
+        terminalreporter.write_line(pick.describe())

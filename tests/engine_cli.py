@@ -1,37 +1,97 @@
-"""The engine tools a stack's `pulumi up` needs, from tests/engine.py's build, with the stand-ins.
+"""The engine tools a stack's `pulumi up` needs: the build's, a real one found, or a stand-in.
 
-tests/engine.py finds what scripts/engine/build.sh built and gives the offline environment.
-A whole stack needs more of the build than its own tests do: the Python language host (the
+tests/engine.py finds what scripts/engine/build.sh built and gives the offline environment. A
+whole stack needs two tools more than the build can make here: the Python language host (the
 program runs from `Pulumi.yaml`'s virtualenv, not through the Automation API) and
-pulumi-command (the remote commands). While build.sh records one as not built (the Go module
-proxy here refuses both), the stack's tests skip, quoting that record. The gcp, random and tls
-provider plugins are the stand-ins in tests/standins/bin, on PATH after the tools.
+pulumi-command (the remote commands). The Go module proxy refuses both, so for each one:
+
+1. the build's own, when build.sh records it as built (a proxy that serves it);
+2. else a real one on the caller's PATH (a user's Pulumi installation: `~/.pulumi/bin` has the
+   language host; `pulumi plugin install resource command` puts the provider in the plugin
+   cache, which the engine reads only when no ambient one is found, so link it onto PATH);
+3. else the suite's stand-in (tests/standins/bin: `language_host.py`, `command_provider.py`).
+
+A real tool always wins; `chosen()` says which one runs, and the test summary prints it
+(tests/conftest.py). The gcp, random and tls provider plugins are always the stand-ins.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests import engine
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDINS_BIN = ROOT / "tests" / "standins" / "bin"
-#: Everything `pulumi up` of the program starts, besides the stand-in plugins.
-STACK_TOOLS = (
-    "pulumi",
-    "pulumi-language-python",
-    "pulumi-language-python-exec",
-    "pulumi-resource-pulumi-python",
-    "pulumi-resource-command",
-)
+#: What the build must have made for any program to run through the CLI.
+BUILT_TOOLS = ("pulumi", "pulumi-language-python-exec", "pulumi-resource-pulumi-python")
+#: The tools the Go module proxy refuses, each with the stand-in that takes its place.
+REFUSED = {
+    "pulumi-language-python": "tests/standins/language_host.py",
+    "pulumi-resource-command": "tests/standins/command_provider.py",
+}
 PASSPHRASE = engine.PASSPHRASE
 
 
+@dataclass(frozen=True)
+class Chosen:
+    """One of the refused tools: the executable that runs, and where it came from."""
+
+    tool: str
+    path: Path
+    #: "built", "PATH" or "stand-in".
+    source: str
+
+    @property
+    def real(self) -> bool:
+        return self.source != "stand-in"
+
+    def describe(self) -> str:
+        if self.source == "built":
+            return f"{self.tool}: real, built by scripts/engine/build.sh ({self.path})"
+        if self.source == "PATH":
+            return f"{self.tool}: real, found on PATH ({self.path})"
+        return (
+            f"{self.tool}: stand-in {REFUSED[self.tool]} "
+            "(no real one built or on PATH; the Go module proxy refuses it)"
+        )
+
+
+def _on_callers_path(tool: str) -> Path | None:
+    """`tool` on the caller's PATH, not counting the stand-ins' own directory."""
+    dirs = [
+        d
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+        if d and Path(d).resolve() != STANDINS_BIN.resolve()
+    ]
+    found = shutil.which(tool, path=os.pathsep.join(dirs))
+    return Path(found) if found else None
+
+
+@functools.cache
+def chosen() -> dict[str, Chosen]:
+    """For each refused tool, the one the engine tests run: a real one always wins."""
+    tools = engine.tools()
+    picks: dict[str, Chosen] = {}
+    for tool in REFUSED:
+        if tools.status.get(tool, ("", ""))[1] == "built":
+            picks[tool] = Chosen(tool, tools.bin_dir / tool, "built")
+        elif (found := _on_callers_path(tool)) is not None:
+            picks[tool] = Chosen(tool, found, "PATH")
+        else:
+            picks[tool] = Chosen(tool, STANDINS_BIN / tool, "stand-in")
+    return picks
+
+
 def tools() -> engine.Tools:
-    """The build, with every tool a stack needs; else a skip that quotes build.sh's record of
-    the missing one (as tests/engine.py does for a tool the Go module proxy refused)."""
+    """The build, with every tool a stack needs (tests/engine.py's skip, or failure under
+    TPU_VLLM_REQUIRE_ENGINE, when it is missing)."""
     found = engine.tools()
-    found.require(*STACK_TOOLS)
+    found.require(*BUILT_TOOLS)
     return found
 
 
@@ -40,5 +100,14 @@ def pulumi() -> str:
 
 
 def environment(tmp: Path) -> dict[str, str]:
-    """tests/engine.py's offline environment, with the stand-in plugins on PATH."""
-    return engine.environment(tools(), tmp, path=[STANDINS_BIN])
+    """tests/engine.py's offline environment: the built tools first, then the real tools found
+    on the caller's PATH (linked one by one, so nothing else of that directory, such as a real
+    gcp provider, is ever found), then the stand-ins."""
+    real_dir = tmp / "real-tools"
+    real_dir.mkdir(exist_ok=True)
+    for pick in chosen().values():
+        if pick.source == "PATH":
+            link = real_dir / pick.tool
+            if not link.exists():
+                link.symlink_to(pick.path.resolve())
+    return engine.environment(tools(), tmp, path=[real_dir, STANDINS_BIN])

@@ -24,71 +24,20 @@ from typing import Any
 import pytest
 from pulumi.runtime import mocks
 
-from scripts.program_runner import ProgramRun, run_file
+from components.config.loader import StackConfig
+from scripts.program_runner import ProgramRun, run_file, stack_file_config, with_changes
 from tests import mock_outputs
 from tests.docs import read_doc, section
 from tests.mock_outputs import cloud_outputs
+from tests.output_contract import (
+    BACKEND_ABSENT,
+    CONTRACT,
+    OPTIONAL,
+    config_of,
+    expected,
+    problems,
+)
 from tests.pulumi_program import ROOT, run_program
-
-NUMBER = (int, float)
-STR = (str,)
-
-
-@dataclass(frozen=True)
-class Out:
-    """One stack output, as other services may rely on it."""
-
-    types: tuple[type, ...]
-    #: A Pulumi secret: `pulumi stack output NAME --show-secrets` to read it.
-    secret: bool = False
-    #: Always present, but this value ("" / {}) means "does not apply"; README says when.
-    #: None: the output always has a real value.
-    empty: Any = None
-    #: May be absent (it has no value then): consumers read it with `get_output`, never
-    #: `require_output`. README's type column says "optional".
-    optional: bool = False
-
-
-CONTRACT: dict[str, Out] = {
-    "endpoint": Out(STR, empty=""),  # "" only if the node has no external IP
-    "endpoint_ip": Out(STR, empty=""),  # "" only if the node has no external IP
-    "openai_base_url": Out(STR, empty=""),
-    "model": Out(STR),
-    "api_key": Out(STR, secret=True),
-    "api_key_secret": Out(STR),
-    "zone": Out(STR, empty=""),  # "" on GKE: replicas land in any of `zones`
-    "chip": Out(STR),
-    "queued_resource": Out(STR, empty=""),  # "" on GKE
-    "node": Out(STR, empty=""),  # "" on GKE
-    "external_ip": Out(STR, empty=""),  # "" once an expired node was refreshed
-    "internal_ip": Out(STR, empty=""),
-    "expires_at": Out(STR, empty=""),  # "" for spot / on-demand, and on GKE
-    "renew_command": Out(STR, empty=""),  # "" on GKE: it replaces an ended node itself
-    # How long before expires_at the next node is requested; absent without a run end (spot,
-    # on-demand) and on GKE.
-    "renewal_lead_seconds": Out((int,), optional=True),
-    "ssh_command": Out(STR, empty=""),  # "" on GKE: no SSH
-    "ssh_private_key": Out(STR, secret=True, empty=""),  # a secret "" on GKE
-    "ssh_host_key": Out(STR, empty=""),  # "" with access.allowUnverifiedHostKey and no key
-    "hourly_cost_usd": Out(NUMBER),
-    "max_run_cost_usd": Out(NUMBER, optional=True),  # absent for spot / on-demand
-    "hbm": Out((dict,), empty={}),  # {} if vLLM logged no `Memory statistics` line
-    "startup_seconds": Out(NUMBER, optional=True),  # absent if no readiness result was recorded
-    "zones": Out((list,)),
-    "vllm_args": Out((list,)),
-    "compile_cache": Out(STR, empty=""),  # "" when tpu-vllm:cache.enabled is false
-    # Always the full object: {"restored": false, "generation": "", ...} when off or not known.
-    "cache_restored": Out((dict,)),
-    "replicas": Out((int,)),  # 1 on the VM backend
-    "cluster": Out(STR, empty=""),  # "" on the VM backend
-    "dashboard_url": Out(STR, empty=""),  # "" when tpu-vllm:monitoring.enabled is false
-    # "" on the VM backend when monitoring.enabled is false: the log stays on the node then.
-    "logs_command": Out(STR, empty=""),
-    "logs_url": Out(STR, empty=""),
-    "uptime_check": Out(STR, empty=""),  # "" without tpu-vllm:monitoring.uptimeCheck
-}
-REQUIRED = {name for name, out in CONTRACT.items() if not out.optional}
-OPTIONAL = {name for name, out in CONTRACT.items() if out.optional}
 
 NewResource = Callable[[mocks.MockResourceArgs], dict[str, Any]]
 QR = "pulumi-python:dynamic:Resource"
@@ -126,33 +75,6 @@ def _ready(stdout: str) -> Callable[[mocks.MockResourceArgs], dict[str, Any] | N
     )
 
 
-#: Outputs that mean nothing on a backend: their empty value in every situation of it.
-BACKEND_EMPTY = {
-    "vm": frozenset({"cluster"}),
-    "gke": frozenset(
-        {
-            "zone",
-            "queued_resource",
-            "node",
-            "internal_ip",
-            "expires_at",
-            "renew_command",
-            "ssh_command",
-            "ssh_private_key",
-            "ssh_host_key",
-            "hbm",
-        }
-    ),
-}
-#: Optional outputs a backend never has: each GKE replica starts on its own.
-BACKEND_ABSENT = {
-    "vm": frozenset[str](),
-    "gke": frozenset({"startup_seconds", "renewal_lead_seconds"}),
-}
-
-
-#: The uptime check is off by default (tpu-vllm:monitoring.uptimeCheck).
-NO_UPTIME = frozenset({"uptime_check"})
 MONITORING_OFF = {"tpu-vllm:monitoring.enabled": False}
 UPTIME_ON = {"tpu-vllm:monitoring.uptimeCheck": True}
 
@@ -164,36 +86,32 @@ class Situation:
     stack: str
     changes: Mapping[str, Any]
     outputs_for: NewResource
-    #: Outputs that must hold their documented empty value here (beyond the backend's).
+    #: Outputs that must hold their documented empty value in this state of the world, beyond
+    #: what the config explains (tests/output_contract.py `expected`).
     empty: frozenset[str] = frozenset()
-    #: Optional outputs that must be absent here (beyond the backend's).
+    #: Optional outputs that must be absent in this state of the world, beyond the config's.
     absent: frozenset[str] = frozenset()
 
     @property
-    def backend(self) -> str:
-        return "gke" if self.stack.endswith("-gke") or "gke" in self.changes.values() else "vm"
+    def config(self) -> StackConfig:
+        raw = with_changes(stack_file_config(self.stack), self.changes)
+        return config_of(raw, stack=self.stack)
 
     @property
     def all_empty(self) -> frozenset[str]:
-        uptime = frozenset() if self.changes.get(next(iter(UPTIME_ON))) else NO_UPTIME
-        return self.empty | BACKEND_EMPTY[self.backend] | uptime
+        return self.empty | expected(self.config).empty
 
     @property
     def all_absent(self) -> frozenset[str]:
-        return self.absent | BACKEND_ABSENT[self.backend]
+        return self.absent | expected(self.config).absent
 
 
 SPOT = {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
 SITUATIONS: dict[str, Situation] = {
     "v5e1": Situation("v5e1", {}, cloud_outputs),
     "v6e4": Situation("v6e4", {}, cloud_outputs),
-    "spot": Situation(
-        "v5e1",
-        SPOT,
-        cloud_answers(qr=_qr(termination_time=None)),
-        empty=frozenset({"expires_at"}),
-        absent=frozenset({"max_run_cost_usd", "renewal_lead_seconds"}),
-    ),
+    # No run end: the config explains the empty expiry and the absent bounds.
+    "spot": Situation("v5e1", SPOT, cloud_answers(qr=_qr(termination_time=None))),
     # A flex-start run ended and `pulumi refresh` read the SUSPENDED request: no node, no IPs.
     "expired": Situation(
         "v5e1",
@@ -203,9 +121,7 @@ SITUATIONS: dict[str, Situation] = {
             {"external_ip", "internal_ip", "endpoint", "endpoint_ip", "openai_base_url"}
         ),
     ),
-    "cache-off": Situation(
-        "v5e1", {"tpu-vllm:cache.enabled": False}, cloud_outputs, empty=frozenset({"compile_cache"})
-    ),
+    "cache-off": Situation("v5e1", {"tpu-vllm:cache.enabled": False}, cloud_outputs),
     "unverified-host-key": Situation(
         "v5e1",
         {"tpu-vllm:access.allowUnverifiedHostKey": True},
@@ -234,26 +150,14 @@ SITUATIONS: dict[str, Situation] = {
         "v6e4-gke", {"tpu-vllm:dns.managedZone": mock_outputs.MANAGED_ZONE}, cloud_outputs
     ),
     # GKE on spot nodes: no run limit, so no most-a-run-can-cost.
-    "gke-spot": Situation("v6e4-gke", SPOT, cloud_outputs, absent=frozenset({"max_run_cost_usd"})),
+    "gke-spot": Situation("v6e4-gke", SPOT, cloud_outputs),
     # Monitoring off: no dashboard, and on the VM no log leaves the node.
-    "monitoring-off": Situation(
-        "v5e1",
-        MONITORING_OFF,
-        cloud_outputs,
-        empty=frozenset({"dashboard_url", "logs_command", "logs_url"}),
-    ),
+    "monitoring-off": Situation("v5e1", MONITORING_OFF, cloud_outputs),
     "uptime-check": Situation("v5e1", UPTIME_ON, cloud_outputs),
     # GKE's logging agent ships container logs whatever the stack says.
-    "gke-monitoring-off": Situation(
-        "v6e4-gke", MONITORING_OFF, cloud_outputs, empty=frozenset({"dashboard_url"})
-    ),
+    "gke-monitoring-off": Situation("v6e4-gke", MONITORING_OFF, cloud_outputs),
     "gke-uptime-check": Situation("v6e4-gke", UPTIME_ON, cloud_outputs),
-    "gke-cache-off": Situation(
-        "v6e4-gke",
-        {"tpu-vllm:cache.enabled": False},
-        cloud_outputs,
-        empty=frozenset({"compile_cache"}),
-    ),
+    "gke-cache-off": Situation("v6e4-gke", {"tpu-vllm:cache.enabled": False}, cloud_outputs),
 }
 
 
@@ -265,19 +169,14 @@ def run_situation(situation: Situation) -> ProgramRun:
 def test_every_required_output_is_present_typed_and_never_none(name: str) -> None:
     situation = SITUATIONS[name]
     run = run_situation(situation)
-    unknown = set(run.outputs) - set(CONTRACT)
-    assert not unknown, f"new outputs {unknown}: add them to CONTRACT and README"
-    missing = REQUIRED - set(run.outputs)
-    assert not missing, f"{name}: {missing} absent (None is dropped by the engine)"
-    assert set(run.outputs) == set(CONTRACT) - situation.all_absent
-    for output, value in run.outputs.items():
-        out = CONTRACT[output]
-        assert isinstance(value, out.types), (output, value)
-        assert (output in run.secret_outputs) == out.secret, output
-        if output in situation.all_empty:
-            assert value == out.empty, (output, value)
-        elif out.empty is not None:
-            assert value != out.empty, f"{output} is empty in situation {name}"
+    found = problems(
+        run.outputs,
+        config=situation.config,
+        secret=set(run.secret_outputs),
+        world_empty=situation.empty,
+        world_absent=situation.absent,
+    )
+    assert not found, f"situation {name}: " + "; ".join(found)
 
 
 @pytest.mark.parametrize("stack", ["v5e1", "v6e4"])

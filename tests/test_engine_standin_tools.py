@@ -1,0 +1,193 @@
+"""The language host and pulumi-command the engine runs make it do what the real tools make it do.
+
+Where the stand-ins (tests/standins/language_host.py, command_provider.py) take the place of
+the tools the Go module proxy refuses (tests/engine_cli.py; a real one always wins), each test
+here runs a small project through the built CLI and checks one behaviour a user would notice if
+the stand-in got it wrong, as the real tools define it:
+
+- a dynamic provider's pickle crosses processes: the program pickles it (dill, by reference for
+  a class in an importable module of the project) and the engine's provider host, another
+  process, unpickles and runs it, also for a `pulumi destroy` that runs no program
+  (pulumi/pulumi `sdk/python/lib/pulumi/dynamic/__main__.py`);
+- a secret config value reaches the program as a secret: `pulumi config set --secret` is
+  decrypted by the CLI and handed over with its key among the secret keys (the Go host's
+  `constructConfig`/`constructConfigSecretKeys`), and stays out of plain outputs and state;
+- a `remote.Command` whose create fails fails `pulumi up` with pulumi-command's error (its exit
+  status, the command, the output: `provider/pkg/provider/remote/commandOutputs.go`, `run`),
+  and the engine keeps the resource, to be run again by the next `up`;
+- a program that raises fails the run with its traceback (the exec script's "Program failed
+  with an unhandled exception", the Go host's bail).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests import engine, engine_cli
+
+if TYPE_CHECKING:  # imported for real by pytest_plugins, so pytest can assert-rewrite it
+    pass
+
+pytest_plugins = ("tests.fakes.ssh_host",)
+pytestmark = pytest.mark.engine
+
+SECRET = "standin-config-secret-sentinel-5d1e"
+
+
+@dataclass
+class Project:
+    """A Pulumi project on disk, its stack on a file backend, and the CLI that runs there."""
+
+    root: Path
+    env: dict[str, str]
+
+    def pulumi(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return engine.run([engine_cli.pulumi(), *args], self.env, cwd=self.root, timeout=timeout)
+
+    def ok(self, *args: str) -> subprocess.CompletedProcess[str]:
+        done = self.pulumi(*args)
+        assert done.returncode == 0, f"pulumi {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    def state_text(self) -> str:
+        return "".join(p.read_text() for p in (self.root.parent / "state").rglob("*.json"))
+
+
+def project(tmp: Path, name: str, files: dict[str, str], *, config: Sequence[str] = ()) -> Project:
+    """`files` under tmp/NAME with a Pulumi.yaml that names this interpreter's virtualenv (as
+    the project's own does: runtime.options.virtualenv), and a stack `dev` on a file backend."""
+    root = tmp / name
+    root.mkdir()
+    manifest = f"name: {name}\nruntime:\n  name: python\n  options:\n"
+    (root / "Pulumi.yaml").write_text(
+        manifest + f"    virtualenv: {Path(engine.PYTHON).parent.parent}\n"
+    )
+    for file, text in files.items():
+        (root / file).write_text(textwrap.dedent(text))
+    env = engine_cli.environment(tmp)
+    made = Project(root, env)
+    made.ok("login", env["PULUMI_BACKEND_URL"])
+    made.ok("stack", "init", "dev")
+    for line in config:
+        made.ok("config", "set", *line.split(" "))
+    return made
+
+
+PICKLE_PROVIDER = '''
+"""A dynamic provider in an importable module: dill pickles its class by reference."""
+import os
+
+from pulumi.dynamic import CreateResult, ResourceProvider
+
+
+class Marker(ResourceProvider):
+    def create(self, props):
+        path = props["path"]
+        with open(path, "w") as out:
+            out.write(str(os.getpid()))
+        return CreateResult(id_=path, outs={**props, "provider_pid": os.getpid()})
+
+    def delete(self, _id, props):
+        os.remove(props["path"])
+'''
+
+PICKLE_PROGRAM = """
+import os
+
+import pulumi
+from pulumi.dynamic import Resource
+
+from marker import Marker
+
+
+class Made(Resource):
+    provider_pid: pulumi.Output[int]
+
+    def __init__(self, name, path):
+        super().__init__(Marker(), name, {"path": path, "provider_pid": None})
+
+
+made = Made("made", pulumi.Config().require("path"))
+pulumi.export("program_pid", os.getpid())
+pulumi.export("provider_pid", made.provider_pid)
+"""
+
+
+def test_a_dynamic_provider_pickled_by_the_program_runs_in_the_engines_provider_host(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "made-by-the-provider"
+    proj = project(
+        tmp_path,
+        "pickle",
+        {"__main__.py": PICKLE_PROGRAM, "marker.py": PICKLE_PROVIDER},
+        config=[f"path {target}"],
+    )
+    proj.ok("up", "--yes")
+    outputs = json.loads(proj.ok("stack", "output", "--json").stdout)
+    # Created by another process than the program's: the provider host unpickled it.
+    assert target.read_text() == str(outputs["provider_pid"])
+    assert outputs["provider_pid"] != outputs["program_pid"]
+    state = json.loads(proj.ok("stack", "export", "--show-secrets").stdout)
+    [made] = [r for r in state["deployment"]["resources"] if r["urn"].endswith("::made")]
+    # dill pickled the class by reference to its module, which the provider host imported.
+    provider = made["inputs"]["__provider"]  # secret in the state: {"plaintext": "\"...\""}
+    pickled = base64.b64decode(json.loads(provider["plaintext"]))
+    assert b"marker" in pickled and b"Marker" in pickled
+    assert b"def create" not in pickled and b"co_code" not in pickled
+    # A second up runs the program again and changes nothing; destroy runs no program at all:
+    # the provider host unpickles the provider from the state alone.
+    proj.ok("up", "--yes", "--expect-no-changes")
+    proj.ok("destroy", "--yes")
+    assert not target.exists()
+
+
+SECRET_PROGRAM = (
+    '''
+import pulumi
+from pulumi.runtime.config import is_config_secret
+
+config = pulumi.Config()
+token = config.require_secret("token")
+plain = config.get("token")
+pulumi.export("token", token)
+pulumi.export("key_is_secret", is_config_secret("secret:token"))
+pulumi.export("token_length", token.apply(len))
+pulumi.export("plain_matches", plain == "'''
+    + SECRET
+    + """")
+"""
+)
+
+
+def test_a_secret_config_value_reaches_the_program_as_a_secret(tmp_path: Path) -> None:
+    proj = project(tmp_path, "secret", {"__main__.py": SECRET_PROGRAM})
+    proj.ok("config", "set", "--secret", "token", SECRET)
+    up = proj.ok("up", "--yes")
+    hidden = json.loads(proj.ok("stack", "output", "--json").stdout)
+    shown = json.loads(proj.ok("stack", "output", "--json", "--show-secrets").stdout)
+    assert hidden["token"] == "[secret]" and shown["token"] == SECRET
+    assert shown["plain_matches"] is True  # the CLI decrypted it before the program ran
+    assert shown["key_is_secret"] is True  # and said which keys are secret
+    assert hidden["token_length"] == "[secret]"  # secretness flows through apply
+    assert SECRET not in up.stdout + up.stderr
+    assert SECRET not in proj.state_text()
+
+
+def test_a_program_that_raises_fails_the_run_with_its_traceback(tmp_path: Path) -> None:
+    program = "import pulumi\n\nraise ValueError('the program says no: 41ac')\n"
+    proj = project(tmp_path, "raises", {"__main__.py": program})
+    up = proj.pulumi("up", "--yes")
+    assert up.returncode != 0
+    assert "Program failed with an unhandled exception" in up.stdout, up.stdout
+    assert "ValueError: the program says no: 41ac" in up.stdout
+    assert '__main__.py", line 3' in up.stdout  # the user's frame, not the host's
