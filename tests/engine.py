@@ -7,9 +7,9 @@ inside a test it would look like a hang.
 
 A test that needs the engine calls `tools()` (or a tool with `Tools.require`). When the tools are
 not there it skips, saying how to build them; with TPU_VLLM_REQUIRE_ENGINE=1 (exported by
-.ci/run) that is a failure instead, so CI cannot pass without the engine layer having run. A
-tool the proxy refused is a skip in every run, quoting the proxy's answer as build.sh recorded
-it: it is not this project's to build, and the issue that needs it is blocked on that answer.
+.ci/run) that is a failure instead, so CI cannot pass without the engine layer having run. The
+two tools the proxy refuses (the Python language host, pulumi-command) are never a reason to
+skip: tests/engine_cli.py runs a real one when there is one, else the suite's stand-in.
 
 `environment()` is the one offline environment every engine run gets (docs/testing.md, "The
 engine layer"): a file backend and PULUMI_HOME in the test's temporary directory, a passphrase,

@@ -26,7 +26,8 @@
 #                                 commit). Not built; the refusal is recorded in the tools file.
 #   pulumi-resource-command       module $COMMAND_MODULE at the commit of release $COMMAND_RELEASE
 #                                 ($COMMAND_VERSION): the proxy refuses it. Not built; recorded.
-# Never a stand-in: a tool the proxy refuses is missing, and the tests that need it say so.
+# This script builds only real tools: for the two the proxy refuses, the test suite runs its own
+# stand-ins (tests/standins/, docs/testing.md "The two stand-ins"), and a real one wherever found.
 set -euo pipefail
 # The whole script is one function, read before it runs: editing or checking out another version
 # of this file while a build runs (minutes) cannot change what the running build does.
