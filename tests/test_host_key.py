@@ -14,8 +14,6 @@ from components.vm.queued_resource_spec import Spec
 from components.vm.tpu_api import ApiError, TpuApi
 from tests.fakes.resource_manager import FakeResourceManager
 from tests.fakes.tpu_api import FakeTpuApi
-from tests.provider_host import provider_blob, run_provider
-from tests.pulumi_program import run_program
 from tests.test_queued_resource import props_for
 
 HOST_KEY_BLOB = "AAAAC3NzaC1lZDI1NTE5AAAAIJustAHostKeyForTheTestsOnly000000000000"
@@ -172,11 +170,3 @@ def test_pick_host_key_prefers_ed25519() -> None:
     }
     assert pick_host_key(answer) == "ssh-ed25519 AAAAC3ed"
     assert pick_host_key({}) is None
-
-
-def test_host_key_provider_pickled_under_mocks_unpickles_in_a_fresh_process() -> None:
-    """Pulumi's provider host re-imports the provider from the project root: it must load."""
-    blob = provider_blob(run_program("v5e1"), "node-host-key")
-    done = run_provider(blob, "print(type(provider).__module__, type(provider).__name__)\n")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["components.vm.host_key", "NodeHostKeyProvider"]

@@ -8,8 +8,6 @@ program-level tests check the gate's place in the graph: the queued resource dep
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from components.vm.org_policy import (
@@ -24,7 +22,6 @@ from components.vm.org_policy import (
     read_managed_policy,
 )
 from tests.fakes.resource_manager import FakeResourceManager
-from tests.provider_host import provider_blob, run_provider
 from tests.pulumi_program import TEST_PROJECT, run_program
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
@@ -213,32 +210,6 @@ def test_the_tpu_request_waits_for_the_gate() -> None:
     assert gate.inputs["allow_unverified_host_key"] is True
     assert "tpu-org-policy" in run.dependencies["tpu-qr"]
     assert "tpu-vllm:index:FlexStartTpu$" in run.urn_of("tpu-org-policy")
-
-
-@pytest.mark.parametrize("constraint", [REQUIRE_OS_LOGIN, MANAGED_REQUIRE_OS_LOGIN])
-def test_gate_check_runs_as_the_provider_host_runs_it(
-    fake_resource_manager: FakeResourceManager, constraint: str
-) -> None:
-    """Pickled under mocks, unpickled in a fresh interpreter in the project root (as Pulumi's
-    dynamic provider host does), its check still reaches the endpoint it is given. With only
-    the Resource Manager endpoint set, the v2 reads follow it, never the public endpoint."""
-    blob = provider_blob(run_program("v5e1"), "tpu-org-policy")
-    fake_resource_manager.enforced = {constraint}
-    done = run_provider(
-        blob,
-        "provider.check({}, {'project': 'test-project', 'allow_unverified_host_key': False})\n",
-        env={
-            "RESOURCE_MANAGER_API_ENDPOINT": os.environ["RESOURCE_MANAGER_API_ENDPOINT"],
-            "GOOGLE_OAUTH_ACCESS_TOKEN": fake_resource_manager.token,
-        },
-    )
-    assert done.returncode != 0
-    assert f"constraint {constraint} is enforced" in done.stderr
-    assert fake_resource_manager.requests  # it asked the fake, nobody else
-    if constraint == MANAGED_REQUIRE_OS_LOGIN:
-        assert fake_resource_manager.v2_requests == [
-            f"projects/{TEST_PROJECT}/policies/{MANAGED_REQUIRE_OS_LOGIN}"
-        ]
 
 
 def test_org_policy_api_endpoint_overrides_where_v2_is_asked(
