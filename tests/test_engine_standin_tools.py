@@ -14,7 +14,8 @@ the stand-in got it wrong, as the real tools define it:
   `constructConfig`/`constructConfigSecretKeys`), and stays out of plain outputs and state;
 - a `remote.Command` whose create fails fails `pulumi up` with pulumi-command's error (its exit
   status, the command, the output: `provider/pkg/provider/remote/commandOutputs.go`, `run`),
-  and the engine keeps the resource, to be run again by the next `up`;
+  the stderr among it; pulumi-command 1.2.1 returns no partial state for it, so the engine
+  records nothing and the next `up` creates it anew;
 - a program that raises fails the run with its traceback (the exec script's "Program failed
   with an unhandled exception", the Go host's bail).
 """
@@ -28,14 +29,14 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests import engine, engine_cli
 
 if TYPE_CHECKING:  # imported for real by pytest_plugins, so pytest can assert-rewrite it
-    pass
+    from tests.fakes.ssh_host import SshHostFactory
 
 pytest_plugins = ("tests.fakes.ssh_host",)
 pytestmark = pytest.mark.engine
@@ -50,11 +51,23 @@ class Project:
     root: Path
     env: dict[str, str]
 
-    def pulumi(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return engine.run([engine_cli.pulumi(), *args], self.env, cwd=self.root, timeout=timeout)
+    def pulumi(
+        self, *args: str, stdin: str | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """`pulumi ARGS` here; `stdin` for a value that must not be in argv (a key)."""
+        return subprocess.run(
+            [engine_cli.pulumi(), *args],
+            env=self.env,
+            cwd=self.root,
+            input=stdin if stdin is not None else "",
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
-    def ok(self, *args: str) -> subprocess.CompletedProcess[str]:
-        done = self.pulumi(*args)
+    def ok(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        done = self.pulumi(*args, stdin=stdin)
         assert done.returncode == 0, f"pulumi {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         return done
 
@@ -191,3 +204,48 @@ def test_a_program_that_raises_fails_the_run_with_its_traceback(tmp_path: Path) 
     assert "Program failed with an unhandled exception" in up.stdout, up.stdout
     assert "ValueError: the program says no: 41ac" in up.stdout
     assert '__main__.py", line 3' in up.stdout  # the user's frame, not the host's
+
+
+COMMAND_PROGRAM = """
+import pulumi
+import pulumi_command as command
+
+config = pulumi.Config()
+connection = command.remote.ConnectionArgs(
+    host=config.require("host"),
+    port=config.require_int("port"),
+    user=config.require("user"),
+    private_key=config.require_secret("key"),
+    host_key=config.require("hostKey"),
+)
+step = command.remote.Command("step", connection=connection, create=config.require("create"))
+pulumi.export("stdout", step.stdout)
+"""
+FAILING = 'echo made-it; echo "the disk is full: 7f2a" >&2; exit 3'
+
+
+def test_a_remote_command_whose_create_fails_fails_up_with_its_stderr(
+    tmp_path: Path, ssh_host_factory: SshHostFactory
+) -> None:
+    host = ssh_host_factory()
+    connection: dict[str, Any] = host.connection_kwargs()
+    proj = project(tmp_path, "command", {"__main__.py": COMMAND_PROGRAM})
+    for key in ("host", "port", "user"):
+        proj.ok("config", "set", key, str(connection[key]))
+    proj.ok("config", "set", "hostKey", "--", connection["host_key"])
+    proj.ok("config", "set", "--secret", "key", stdin=connection["private_key"])
+    proj.ok("config", "set", "create", FAILING)
+
+    up = proj.pulumi("up", "--yes")
+    assert up.returncode != 0
+    shown = up.stdout + up.stderr
+    assert "Process exited with status 3" in shown, shown
+    assert f"running {json.dumps(FAILING)}" in shown  # the command, quoted as Go's %q does
+    assert "the disk is full: 7f2a" in shown  # its stderr
+    state = json.loads(proj.ok("stack", "export").stdout)
+    kinds = [r["type"] for r in state["deployment"].get("resources") or []]
+    assert "command:remote:Command" not in kinds  # no partial state: nothing recorded
+
+    proj.ok("config", "set", "create", "echo made-it")
+    proj.ok("up", "--yes")
+    assert json.loads(proj.ok("stack", "output", "--json").stdout)["stdout"] == "made-it"
