@@ -433,6 +433,8 @@ class SshHost:
         self._stopped = False
         self._agent_timer: threading.Timer | None = None
         self._root_helper: RootHelper | None = None
+        #: sshd_config lines ahead of the defaults (sshd keeps a keyword's first value).
+        self.sshd_options: tuple[str, ...] = ()
 
     # -- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -443,16 +445,21 @@ class SshHost:
         images_present: Iterable[str] = (),
         docker_requires_sudo: bool = True,
         user_created_after: float | None = 0.0,
+        sshd_options: Sequence[str] = (),
     ) -> SshHost:
         """Create user, keys, harness copy and fake-docker state; start sshd and wait for it.
 
         ``user_created_after``: seconds after sshd is up until the guest agent has created the
-        login (0: at once; None: when the test calls ``create_user()``)."""
+        login (0: at once; None: when the test calls ``create_user()``).
+        ``sshd_options``: sshd_config lines that win over the defaults below (e.g.
+        ``AllowTcpForwarding yes`` for a jump host, ``AcceptEnv FOO``), for tests of the
+        SSH client itself (tests/test_standins_command.py)."""
         missing = _missing_tools()
         if missing:
             raise RuntimeError(f"missing {missing}; install with: {APT_HINT}")
         self = cls()
         self.host = HOST
+        self.sshd_options = tuple(sshd_options)
         self.vllm_port = _free_port()
         # The SSH user runs the fake bin/ from here: pick a base that is not mounted noexec.
         base = os.environ.get("TPU_VLLM_SSH_TMPDIR")
@@ -605,6 +612,7 @@ class SshHost:
         setenv = " ".join(_setenv_token(k, v) for k, v in self.env.items())
         return "\n".join(
             [
+                *self.sshd_options,
                 f"Port {self.listen_address[1]}",
                 f"ListenAddress {self.listen_address[0]}",
                 "AddressFamily inet",

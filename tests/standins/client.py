@@ -37,11 +37,17 @@ class Plugin:
     """A running stand-in plugin process and a gRPC stub to it."""
 
     def __init__(
-        self, name: str, env: dict[str, str] | None = None, cwd: Path | None = None
+        self,
+        name: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        engine: str = "127.0.0.1:1",
     ) -> None:
+        """`engine`: the engine address the plugin gets (where a provider sends its `Log`s);
+        the default has nobody listening."""
         environment = {**os.environ, "TPU_VLLM_STANDIN_PYTHON": sys.executable, **(env or {})}
         self.process = subprocess.Popen(
-            [str(BIN / f"pulumi-resource-{name}"), "127.0.0.1:1"],
+            [str(BIN / f"pulumi-resource-{name}"), engine],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=environment,
@@ -114,10 +120,12 @@ class Plugin:
         )
         return response.id, plain(response.properties)[0]
 
-    def update(self, urn_: str, resource_id: str, olds: Plain, news: Plain) -> Plain:
+    def update(
+        self, urn_: str, resource_id: str, olds: Plain, news: Plain, preview: bool = False
+    ) -> Plain:
         response = self.stub.Update(
             provider_pb2.UpdateRequest(
-                urn=urn_, id=resource_id, olds=struct(olds), news=struct(news)
+                urn=urn_, id=resource_id, olds=struct(olds), news=struct(news), preview=preview
             )
         )
         return plain(response.properties)[0]

@@ -38,6 +38,7 @@ tracing, and the engine health check that ends the host when the engine dies.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import os
@@ -253,10 +254,9 @@ def main(argv: list[str]) -> int:
         print(SDK_VERSION)
         return 0
     reexec_in_virtualenv(Path.cwd())
-    try:
+    # The engine interrupts its plugins when it is done with them: a normal end.
+    with contextlib.suppress(KeyboardInterrupt):
         serve(engine_address(argv))
-    except KeyboardInterrupt:
-        pass  # the engine interrupts its plugins when it is done with them: a normal end
     return 0
 
 

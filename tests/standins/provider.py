@@ -259,10 +259,15 @@ for _name in ("Check", "Diff", "Create", "Read", "Update", "Delete", "Invoke"):
     _answer_api_errors(_name)
 
 
-def run(provider: StandinProvider, version: str) -> None:
+def engine_address() -> str:
+    """The engine's address the plugin was started with: its first argument that is no flag."""
+    return next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
+
+
+def run(provider: Provider, version: str) -> None:
     """Serve `provider` as a plugin process, as `pulumi.provider.experimental.server.main`
     does: the engine's address is argv[1]; the port goes to stdout, alone on its line."""
-    engine = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
+    engine = engine_address()
 
     async def serve() -> None:
         server = grpc.aio.server(options=_GRPC_CHANNEL_OPTIONS)

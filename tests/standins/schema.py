@@ -96,6 +96,8 @@ class Schema:
             return []
         if ref:
             target = self.data["types"][ref.removeprefix("#/types/")]
+            if "enum" in target:  # a string enum (command's `logging`): its values' type
+                return self._check(value, {"type": target["type"]}, path)
             if not isinstance(value, dict):
                 return [Failure(path, f"expected type of {path} to be an object")]
             return self._check_object(
