@@ -17,13 +17,15 @@ the stand-in got it wrong, as the real tools define it:
   the stderr among it; pulumi-command 1.2.1 returns no partial state for it, so the engine
   records nothing and the next `up` creates it anew;
 - a program that raises fails the run with its traceback (the exec script's "Program failed
-  with an unhandled exception", the Go host's bail).
+  with an unhandled exception", the Go host's bail), and the engine deletes nothing the program
+  did not get to register.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import textwrap
 from collections.abc import Sequence
@@ -75,16 +77,24 @@ class Project:
         return "".join(p.read_text() for p in (self.root.parent / "state").rglob("*.json"))
 
 
-def project(tmp: Path, name: str, files: dict[str, str], *, config: Sequence[str] = ()) -> Project:
+def project(
+    tmp: Path,
+    name: str,
+    files: dict[str, str],
+    *,
+    config: Sequence[str] = (),
+    main: str | None = None,
+) -> Project:
     """`files` under tmp/NAME with a Pulumi.yaml that names this interpreter's virtualenv (as
-    the project's own does: runtime.options.virtualenv), and a stack `dev` on a file backend."""
+    the project's own does: runtime.options.virtualenv) and `main` if given, and a stack `dev`
+    on a file backend."""
     root = tmp / name
     root.mkdir()
-    manifest = f"name: {name}\nruntime:\n  name: python\n  options:\n"
-    (root / "Pulumi.yaml").write_text(
-        manifest + f"    virtualenv: {Path(engine.PYTHON).parent.parent}\n"
-    )
+    venv = Path(engine.PYTHON).parent.parent
+    manifest = f"name: {name}\nruntime:\n  name: python\n  options:\n    virtualenv: {venv}\n"
+    (root / "Pulumi.yaml").write_text(manifest + (f"main: {main}\n" if main else ""))
     for file, text in files.items():
+        (root / file).parent.mkdir(parents=True, exist_ok=True)
         (root / file).write_text(textwrap.dedent(text))
     env = engine_cli.environment(tmp)
     made = Project(root, env)
@@ -196,14 +206,101 @@ def test_a_secret_config_value_reaches_the_program_as_a_secret(tmp_path: Path) -
     assert SECRET not in proj.state_text()
 
 
-def test_a_program_that_raises_fails_the_run_with_its_traceback(tmp_path: Path) -> None:
-    program = "import pulumi\n\nraise ValueError('the program says no: 41ac')\n"
-    proj = project(tmp_path, "raises", {"__main__.py": program})
-    up = proj.pulumi("up", "--yes")
-    assert up.returncode != 0
-    assert "Program failed with an unhandled exception" in up.stdout, up.stdout
-    assert "ValueError: the program says no: 41ac" in up.stdout
-    assert '__main__.py", line 3' in up.stdout  # the user's frame, not the host's
+MAIN_PROGRAM = """
+import os
+import sys
+
+import pulumi
+
+import helper  # beside the program: its directory is importable, as runpy makes it
+
+pulumi.export("cwd", os.getcwd())
+pulumi.export("argv0", sys.argv[0])
+pulumi.export("helper", helper.NAME)
+pulumi.export("prefix", sys.prefix)
+"""
+
+
+def use_virtualenv(proj: Project, venv: str) -> None:
+    """Pulumi.yaml's `runtime.options.virtualenv` set to `venv` (relative to the root)."""
+    manifest = proj.root / "Pulumi.yaml"
+    text = re.sub(r"virtualenv: .*", f"virtualenv: {venv}", manifest.read_text())
+    manifest.write_text(text)
+
+
+def test_pulumi_yaml_main_names_the_program_and_its_directory(tmp_path: Path) -> None:
+    """`main: app/` runs app/__main__.py in app/, and the virtualenv named relative to the
+    project root (not to app/, where the CLI starts the host) runs it."""
+    files = {"app/__main__.py": MAIN_PROGRAM, "app/helper.py": "NAME = 'beside the program'\n"}
+    proj = project(tmp_path, "main", files, main="app/")
+    (proj.root / "venv-here").symlink_to(Path(engine.PYTHON).parent.parent)
+    use_virtualenv(proj, "venv-here")
+    proj.ok("up", "--yes")
+    outputs = json.loads(proj.ok("stack", "output", "--json").stdout)
+    assert Path(outputs["cwd"]).resolve() == (proj.root / "app").resolve()
+    assert outputs["helper"] == "beside the program"
+    assert outputs["argv0"] == "."  # the engine's entry point, as the exec script's sys.argv
+    assert Path(outputs["prefix"]).resolve() == (proj.root / "venv-here").resolve()
+
+
+def test_a_virtualenv_that_does_not_exist_fails_naming_it_and_the_fix(tmp_path: Path) -> None:
+    """Named relative to the project root, also when `main:` puts the program below it."""
+    proj = project(tmp_path, "novenv", {"app/__main__.py": "import pulumi\n"}, main="app/")
+    use_virtualenv(proj, "no-such-venv")
+    done = proj.pulumi("preview")
+    assert done.returncode != 0
+    shown = done.stdout + done.stderr
+    assert f"The virtual environment {proj.root / 'no-such-venv'}" in shown, shown
+    assert "python3 -m venv" in shown
+
+
+TWO_MARKERS = """
+import pulumi
+from pulumi.dynamic import Resource
+
+from marker import Marker
+
+
+class Made(Resource):
+    def __init__(self, name):
+        super().__init__(Marker(), name, {"path": config.require(name), "provider_pid": None})
+
+
+config = pulumi.Config()
+Made("first")
+if config.get_bool("fail"):
+    raise ValueError("the program says no: 41ac")
+Made("second")
+"""
+
+
+RAISE_LINE = TWO_MARKERS.splitlines().index('    raise ValueError("the program says no: 41ac")') + 1
+
+
+def test_a_program_that_raises_fails_the_run_and_deletes_nothing(tmp_path: Path) -> None:
+    """The exec script catches the program's exception outside `run_in_stack`, so the engine
+    is never told the program finished: what it did not get to register is not deleted."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    proj = project(
+        tmp_path,
+        "raises",
+        {"__main__.py": TWO_MARKERS, "marker.py": PICKLE_PROVIDER},
+        config=[f"first {first}", f"second {second}"],
+    )
+    proj.ok("up", "--yes")
+    assert first.exists() and second.exists()
+    proj.ok("config", "set", "fail", "true")
+    for command in (["preview"], ["up", "--yes"]):
+        done = proj.pulumi(*command)
+        assert done.returncode != 0, command
+        assert "Program failed with an unhandled exception" in done.stdout, done.stdout
+        assert "ValueError: the program says no: 41ac" in done.stdout
+        assert f'__main__.py", line {RAISE_LINE}' in done.stdout  # the user's frame first
+        assert "delete" not in done.stdout, done.stdout
+    assert first.exists() and second.exists()
+    state = json.loads(proj.ok("stack", "export").stdout)
+    names = {r["urn"].rsplit("::", 1)[-1] for r in state["deployment"]["resources"]}
+    assert {"first", "second"} <= names
 
 
 COMMAND_PROGRAM = """
