@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,30 +62,31 @@ class Chosen:
         )
 
 
-def _on_callers_path(tool: str) -> Path | None:
-    """`tool` on the caller's PATH, not counting the stand-ins' own directory."""
-    dirs = [
-        d
-        for d in os.environ.get("PATH", "").split(os.pathsep)
-        if d and Path(d).resolve() != STANDINS_BIN.resolve()
-    ]
+def _on_path(tool: str, path: str) -> Path | None:
+    """`tool` on `path` (a PATH value), not counting the stand-ins' own directory."""
+    dirs = [d for d in path.split(os.pathsep) if d and Path(d).resolve() != STANDINS_BIN.resolve()]
     found = shutil.which(tool, path=os.pathsep.join(dirs))
     return Path(found) if found else None
 
 
-@functools.cache
-def chosen() -> dict[str, Chosen]:
-    """For each refused tool, the one the engine tests run: a real one always wins."""
-    tools = engine.tools()
+def choose(tools: engine.Tools, path: str) -> dict[str, Chosen]:
+    """For each refused tool, the one to run: the build's, else one on `path`, else the
+    stand-in. A real tool always wins."""
     picks: dict[str, Chosen] = {}
     for tool in REFUSED:
         if tools.status.get(tool, ("", ""))[1] == "built":
             picks[tool] = Chosen(tool, tools.bin_dir / tool, "built")
-        elif (found := _on_callers_path(tool)) is not None:
+        elif (found := _on_path(tool, path)) is not None:
             picks[tool] = Chosen(tool, found, "PATH")
         else:
             picks[tool] = Chosen(tool, STANDINS_BIN / tool, "stand-in")
     return picks
+
+
+@functools.cache
+def chosen() -> dict[str, Chosen]:
+    """The tools this session's engine tests run (the caller's PATH, read once)."""
+    return choose(engine.tools(), os.environ.get("PATH", ""))
 
 
 def tools() -> engine.Tools:
@@ -99,13 +101,13 @@ def pulumi() -> str:
     return str(tools().bin_dir / "pulumi")
 
 
-def environment(tmp: Path) -> dict[str, str]:
+def environment(tmp: Path, picks: Mapping[str, Chosen] | None = None) -> dict[str, str]:
     """tests/engine.py's offline environment: the built tools first, then the real tools found
     on the caller's PATH (linked one by one, so nothing else of that directory, such as a real
     gcp provider, is ever found), then the stand-ins."""
     real_dir = tmp / "real-tools"
     real_dir.mkdir(exist_ok=True)
-    for pick in chosen().values():
+    for pick in (picks if picks is not None else chosen()).values():
         if pick.source == "PATH":
             link = real_dir / pick.tool
             if not link.exists():

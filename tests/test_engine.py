@@ -168,3 +168,33 @@ def test_operator_scripts_give_the_cli_an_environment_without_its_update_check(
     )
     assert done.returncode == 0, done.stderr
     assert "skipping update check" in done.stderr
+
+
+def test_a_real_tool_on_path_wins_over_the_stand_in_and_comes_alone(tmp_path: Path) -> None:
+    """A user's Pulumi installation on PATH: its language host runs, linked into the run's PATH
+    by itself (its directory's other plugins, say a real gcp provider, are never found), before
+    the stand-ins; pulumi-command, found nowhere, stays the stand-in."""
+    built = engine_cli.tools()
+    refused = {tool: ("?", "refused: 403") for tool in engine_cli.REFUSED}
+    tools = engine.Tools(built.bin_dir, {**built.status, **refused})
+    installed = tmp_path / "pulumi-install"
+    installed.mkdir()
+    for name in ("pulumi-language-python", "pulumi-resource-gcp"):
+        (installed / name).write_text("#!/bin/sh\nexit 0\n")
+        (installed / name).chmod(0o755)
+    path = os.pathsep.join([str(engine_cli.STANDINS_BIN), str(installed), "/usr/bin"])
+    picks = engine_cli.choose(tools, path)
+    language = picks["pulumi-language-python"]
+    assert (language.source, language.path) == ("PATH", installed / "pulumi-language-python")
+    assert "real, found on PATH" in language.describe()
+    assert picks["pulumi-resource-command"].source == "stand-in"
+    env = engine_cli.environment(tmp_path, picks)
+    dirs = env["PATH"].split(os.pathsep)
+    linked = tmp_path / "real-tools"
+    assert dirs.index(str(linked)) < dirs.index(str(engine_cli.STANDINS_BIN))
+    assert str(installed) not in dirs
+    assert sorted(p.name for p in linked.iterdir()) == ["pulumi-language-python"]
+    assert (linked / "pulumi-language-python").resolve() == installed / "pulumi-language-python"
+    # And a build that has one always wins over PATH.
+    both = engine.Tools(built.bin_dir, {**refused, "pulumi-language-python": ("v3", "built")})
+    assert engine_cli.choose(both, path)["pulumi-language-python"].source == "built"
