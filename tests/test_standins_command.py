@@ -11,19 +11,23 @@ environment an sshd refuses, and the lines the engine shows while a command runs
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import asyncssh
 import grpc
 import pytest
+from asyncssh.packet import UInt32
 from google.protobuf import empty_pb2
 from pulumi.provider.experimental.property_value import PropertyValue
 from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc, provider_pb2
@@ -32,6 +36,8 @@ from tests.fakes.ssh_host import SshHost
 from tests.standins import schema_trim
 from tests.standins.client import Plugin, struct, urn
 from tests.standins.command_provider import TOKEN, VERSION
+from tests.standins.provider import StandinProvider, engine_address, urn_name, urn_type
+from tests.standins.random_provider import RandomPassword
 from tests.standins.schema import load
 from tests.standins.values import UNKNOWN, Plain
 
@@ -90,6 +96,91 @@ def plain_host() -> Iterator[SshHost]:
         yield started
 
 
+class _OddSession(asyncssh.SSHServerSession[str]):
+    """What OpenSSH's sshd never does, one "command" each: `exit N SIGNAL` writes "out" then
+    sends an exit-status N and an exit-signal (sshd sends one or the other); `signal SIGNAL`
+    only the signal; `drop` writes "partial" and then drops the connection; `refuse` refuses
+    the exec; `vanish` drops the connection before answering the exec."""
+
+    def __init__(self) -> None:
+        self._channel: Any = None
+        self._command = ""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, chan: Any) -> None:
+        self._channel = chan
+
+    def exec_requested(self, command: str) -> bool:
+        self._command = command
+        if command == "vanish":
+            self._channel.get_extra_info("connection").abort()
+        return command not in ("refuse", "vanish")
+
+    def session_started(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._act(self._command.split()))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _act(self, words: list[str]) -> None:
+        chan = self._channel
+        if words[0] == "drop":
+            chan.write("partial")
+            await asyncio.sleep(0.2)
+            chan.get_extra_info("connection").abort()
+            return
+        chan.write("out\n")
+        if words[0] == "exit":  # asyncssh's own `exit` then `exit_with_signal` would send one
+            chan._send_request(b"exit-status", UInt32(int(words[1])))
+        chan.exit_with_signal(words[-1], False, "killed" if words[0] == "exit" else "")
+
+
+class _OddServer(asyncssh.SSHServer):
+    def begin_auth(self, username: str) -> bool:
+        return False  # no authentication: x/crypto's "none" method gets in
+
+    def session_requested(self) -> _OddSession:
+        return _OddSession()
+
+
+@dataclass(frozen=True)
+class OddHost:
+    """An asyncssh server on 127.0.0.1 (`_OddSession`) and its host key's authorized_keys line."""
+
+    port: int
+    host_key: str
+
+    def connection(self) -> Plain:
+        return {"host": "127.0.0.1", "port": self.port, "user": "odd", "hostKey": self.host_key,
+                "dialErrorLimit": 0}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def odd_host() -> Iterator[OddHost]:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> asyncssh.SSHAcceptor:
+        return await asyncssh.listen(
+            "127.0.0.1", 0, server_host_keys=[key], server_factory=_OddServer
+        )
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
+
+    async def stop() -> None:
+        server.close()
+        await server.wait_closed()
+
+    try:
+        yield OddHost(server.get_port(), key.export_public_key().decode())
+    finally:
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
 def connection(target: SshHost, **changes: Any) -> Plain:
     """`remote.ConnectionArgs` for `target`, its host key pinned, as the engine sends them."""
     return {
@@ -127,6 +218,11 @@ def failure(call: Any) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as raised:
         call()
     return raised.value
+
+
+def refusal(plugin: Plugin, name: str, news: Plain) -> str:
+    """The message of the error `up` ends in (it must end in one)."""
+    return str(failure(lambda: up(plugin, name, news)).details())
 
 
 def closed_port() -> int:
@@ -222,6 +318,39 @@ def test_unserved_types_are_refused_by_name(plugin: Plugin) -> None:
     assert "serves only command:remote:Command, not command:local:Command" in local.details()
     other = failure(lambda: plugin.check(urn("command:remote:Nope", "n"), {}))
     assert other.details() == "Resource 'command:remote:Nope' not found"
+
+
+def test_names_with_double_colons_are_read_as_urn_name_reads_them(plugin: Plugin) -> None:
+    """pulumi/pulumi urn.go `URN.Type()` and `URN.Name()`: the type is the third `::` field
+    (after its last `$`), the name all after the third `::`, which may hold `::` itself."""
+    nested = "urn:pulumi:dev::proj::my:app:Box$command:remote:Command::web::1"
+    assert (urn_type(nested), urn_name(nested)) == ("command:remote:Command", "web::1")
+    random = StandinProvider("random", [RandomPassword()], [])
+    token = "random:index/randomPassword:RandomPassword"
+    assert random.kind(urn(token, "pw::db")).token == token  # provider.py `kind`
+    unreachable = {"host": "127.0.0.1", "port": closed_port(), "dialErrorLimit": 0}
+    resource_id, outputs = up(plugin, "web::1", {"connection": unreachable})  # nothing to run
+    assert re.fullmatch(r"web::1[0-9a-f]{8}", resource_id)  # NewUniqueHex(req.Name, 8, 0)
+    assert outputs["stdout"] == ""
+
+
+def test_the_engine_address_is_the_last_argument(
+    engine: tuple[FakeEngine, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """plugin.go `buildPluginArguments`: the engine's flags first (`--tracing` with its URL as
+    the next argument), the address last; the plugin's `Log`s must reach that address."""
+    flags = ("--logtostderr", "-v=9", "--tracing", "http://127.0.0.1:1/trace")
+    monkeypatch.setattr(sys, "argv", ["plugin", *flags, "127.0.0.1:9"])
+    assert engine_address() == "127.0.0.1:9"
+    monkeypatch.setattr(sys, "argv", ["plugin", "127.0.0.1:9"])
+    assert engine_address() == "127.0.0.1:9"
+    news = {"connection": {"host": "127.0.0.1", "port": closed_port(), "dialErrorLimit": 1},
+            "create": "true"}  # fmt: skip
+    with Plugin("command", engine=engine[1], flags=flags) as flagged:
+        failure(lambda: up(flagged, "flagged", news))
+    assert engine[0].of(urn(TOKEN, "flagged")) == [
+        (engine_pb2.INFO, "Dial 1/1 failed: retrying", True)
+    ]
 
 
 # -- Diff ---------------------------------------------------------------------------------------
@@ -327,6 +456,18 @@ def test_a_failing_create_is_an_error_with_the_command_and_its_output(
     assert "grpc-status-details-bin" not in dict(error.trailing_metadata() or ())
 
 
+def test_an_output_ending_in_a_quote_is_kept_whole(plugin: Plugin, host: SshHost) -> None:
+    """provider.py `_answer_api_errors` hands an error's message on unchanged: only a KeyError's
+    str() has quotes of its own (its argument's repr)."""
+    command = "printf \"'q'\"; exit 1"
+    error = failure(
+        lambda: up(plugin, "quote", {"connection": connection(host), "create": command})
+    )
+    assert error.details() == (
+        "Process exited with status 1: running \"printf \\\"'q'\\\"; exit 1\":\n'q'"
+    )
+
+
 # -- Update and Delete --------------------------------------------------------------------------
 def test_update_runs_update_else_create_with_the_previous_output(
     plugin: Plugin, host: SshHost
@@ -426,6 +567,56 @@ def test_keys_and_their_failures_in_x_crypto_words(
     )
 
 
+def test_a_private_key_password_needs_an_encrypted_key(plugin: Plugin, host: SshHost) -> None:
+    """x/crypto keys.go `ParsePrivateKeyWithPassphrase` (`ParseRawPrivateKeyWithPassphrase`):
+    an OpenSSH key without cipher is "not password protected", a PEM block without legacy
+    encryption "not an encrypted key" (PKCS#8's own encryption too); without a passphrase
+    (`ParseRawPrivateKey`) an encrypted PKCS#8 block is a type it does not take."""
+    key = asyncssh.import_private_key(host.client_private_key_openssh)
+    pkcs8 = key.export_private_key("pkcs8-pem").decode()
+    sealed = key.export_private_key("pkcs8-pem", passphrase="pw").decode()
+    cases = [
+        (host.client_private_key_openssh, "pw", "ssh: key is not password protected"),
+        (pkcs8, "pw", "ssh: not an encrypted key"),
+        (sealed, "pw", "ssh: not an encrypted key"),
+        (sealed, None, 'ssh: unsupported key type "ENCRYPTED PRIVATE KEY"'),
+        ("no key here", "pw", "ssh: no key found"),
+    ]
+    for index, (private_key, password, expected) in enumerate(cases):
+        keyed = connection(host, privateKey=private_key, privateKeyPassword=password)
+        news = {"connection": keyed, "create": "true"}
+        assert refusal(plugin, f"pw{index}", news) == expected  # before any dial
+    plain_pem = connection(host, privateKey=pkcs8)
+    assert up(plugin, "pkcs8", {"connection": plain_pem, "create": "echo p"})[1]["stdout"] == "p"
+
+
+def test_the_host_key_is_parsed_as_parse_authorized_key_does(plugin: Plugin, host: SshHost) -> None:
+    """x/crypto keys.go `ParseAuthorizedKey` (v0.48.0): the key's type comes from its blob, not
+    from the word before it; options, comments and "#" lines are skipped; no key is "ssh: no key
+    found", with the last line's error; `SSHConfig` wraps it "failed to parse host key: %w"."""
+    blob = host.host_public_key.split()[1]
+    taken = [
+        f"ssh-rsa {blob}",
+        f'# the VM\n\nno-pty,command="echo a b" {host.host_public_key} comment',
+    ]
+    for index, host_key in enumerate(taken):
+        keyed = connection(host, hostKey=host_key)
+        _, outputs = up(plugin, f"hk{index}", {"connection": keyed, "create": "echo in"})
+        assert outputs["stdout"] == "in"
+    refused = [
+        ("ssh-ed25519 !!!!", "; last parsing error for ignored line: "
+                             "illegal base64 data at input byte 0"),
+        ("ssh-ed25519 AAAA", "; last parsing error for ignored line: ssh: short read"),
+        ("# only a comment", ""),
+    ]  # fmt: skip
+    for index, (host_key, last) in enumerate(refused):
+        keyed = connection(host, hostKey=host_key)
+        news = {"connection": keyed, "create": "true"}
+        assert refusal(plugin, f"bad{index}", news) == (
+            f"failed to parse host key: ssh: no key found{last}"  # before any dial
+        )
+
+
 def test_dial_retries_up_to_the_error_limit_with_backoff(
     plugin: Plugin, host: SshHost, engine: tuple[FakeEngine, str]
 ) -> None:
@@ -471,6 +662,40 @@ def test_a_command_runs_through_a_jump_host(
     assert error.details() == (
         "proxy: after 0 failed attempts: ssh: rejected: administratively prohibited (open failed)"
     )
+
+
+# -- the session's end ---------------------------------------------------------------------------
+def test_a_status_sent_with_a_signal_is_the_one_reported(plugin: Plugin, odd_host: OddHost) -> None:
+    """x/crypto session.go `wait`: the exit-status when one came (0: success), 128+N from the
+    signal only without one; the signal's name and message are reported with either."""
+    news = {"connection": odd_host.connection()}
+    error = failure(lambda: up(plugin, "both", {**news, "create": "exit 3 TERM"}))
+    assert error.details() == (
+        'Process exited with status 3 from signal TERM. Reason was: killed: running "exit 3 '
+        'TERM":\nout\n'
+    )
+    assert up(plugin, "zero", {**news, "create": "exit 0 TERM"})[1]["stdout"] == "out"
+    error = failure(lambda: up(plugin, "sig", {**news, "create": "signal KILL"}))
+    assert error.details() == (
+        'Process exited with status 137 from signal KILL: running "signal KILL":\nout\n'
+    )
+
+
+def test_a_lost_connection_or_refused_exec_fails_as_session_run_does(
+    plugin: Plugin, odd_host: OddHost
+) -> None:
+    """commandOutputs.go `run` wraps every `session.Run` error `"%w: running %q:\n%s"`: a
+    connection lost while the command runs ends `Wait` without an exit status
+    (`ExitMissingError`); one lost before the exec's answer fails `Start` with channel.go
+    `SendRequest`'s io.EOF; a refused exec fails it with "ssh: command %v failed"."""
+    news = {"connection": odd_host.connection()}
+    error = failure(lambda: up(plugin, "drop", {**news, "create": "drop"}))
+    assert error.details() == (
+        'wait: remote command exited without exit status or exit signal: running "drop":\npartial'
+    )
+    assert refusal(plugin, "vanish", {**news, "create": "vanish"}) == 'EOF: running "vanish":\n'
+    error = failure(lambda: up(plugin, "refuse", {**news, "create": "refuse"}))
+    assert error.details() == 'ssh: command refuse failed: running "refuse":\n'
 
 
 # -- environment and logging ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,14 @@ class Plugin:
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
         engine: str = "127.0.0.1:1",
+        flags: Sequence[str] = (),
     ) -> None:
         """`engine`: the engine address the plugin gets (where a provider sends its `Log`s);
-        the default has nobody listening."""
+        the default has nobody listening. `flags`: the engine's own flags, which it passes
+        before the address (`--logtostderr`, `-v=N`, `--tracing URL`)."""
         environment = {**os.environ, "TPU_VLLM_STANDIN_PYTHON": sys.executable, **(env or {})}
         self.process = subprocess.Popen(
-            [str(BIN / f"pulumi-resource-{name}"), engine],
+            [str(BIN / f"pulumi-resource-{name}"), *flags, engine],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=environment,

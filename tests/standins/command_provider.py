@@ -60,9 +60,10 @@ from pulumi.provider.experimental.provider import (
 )
 from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc
 
-from tests.standins.command_ssh import Connection, Job, SshError, run
+from tests.standins.command_keys import SshError
+from tests.standins.command_ssh import Connection, Job, run
 from tests.standins.kinds import ApiError
-from tests.standins.provider import engine_address
+from tests.standins.provider import engine_address, urn_name, urn_type
 from tests.standins.provider import run as serve
 from tests.standins.schema import Schema, load
 from tests.standins.values import UNKNOWN, to_plain
@@ -114,8 +115,9 @@ class CommandProvider(Provider):
         self._stub: Any = None
 
     def served(self, urn: str) -> None:
-        """provider.go's resources; middleware/dispatch's "Resource '%s' not found" otherwise."""
-        token = urn.split("::")[-2].rsplit("$", 1)[-1]
+        """provider.go's resources; middleware/dispatch's "Resource '%s' not found" otherwise,
+        by `req.Urn.Type()` (`urn_type`)."""
+        token = urn_type(urn)
         if token in NOT_SERVED:
             raise ApiError(f"the command stand-in serves only {TOKEN}, not {token}")
         if token != TOKEN:
@@ -228,7 +230,7 @@ class CommandProvider(Provider):
         mirror an input) and empty when there is no `create` to run."""
         self.served(request.urn)
         inputs = self._inputs(request.properties)
-        resource_id = request.urn.split("::")[-1] + secrets.token_hex(4)
+        resource_id = urn_name(request.urn) + secrets.token_hex(4)  # infer: `req.Urn.Name()`
         outputs = _outputs(inputs, "", "")
         if request.preview:
             outputs.update(stdout=PropertyValue(UNKNOWN), stderr=PropertyValue(UNKNOWN))

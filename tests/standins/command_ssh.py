@@ -13,6 +13,10 @@ What asyncssh cannot do through its public API, and how it is done here:
   pinned with asyncssh 2.24.1 in requirements-dev.txt).
 - A jump host's `proxyClient.Dial` gives a `net.Conn` the second handshake runs over; here the
   direct-tcpip channel is bridged to one end of a socket pair, handed to asyncssh as its socket.
+- x/crypto's session takes an exit-status and an exit-signal both (asyncssh drops the
+  connection on the second): `_SetenvChannel` reads them itself.
+- Keys are read the way x/crypto reads them before asyncssh sees them
+  (tests/standins/command_keys.py); asyncssh only builds the key from what x/crypto would take.
 
 Left out: Windows agent pipes (`connection_windows.go`); the stall behind `bufio.Scanner`'s 64 KiB
 line limit (a longer output line ends util.LogOutput's scan, and pulumi-command's command then
@@ -31,6 +35,8 @@ from typing import Any, Protocol, TypeVar
 
 import asyncssh
 from asyncssh.packet import SSHPacket, String
+
+from tests.standins.command_keys import SshError, go_quote, parse_authorized_key, parse_private_key
 
 T = TypeVar("T")
 
@@ -60,10 +66,6 @@ SETENV_HINT = (
 )
 
 NO_METHODS_LEFT = "no supported methods remain"  # x/crypto client_auth.go
-
-
-class SshError(Exception):
-    """A failure in the words pulumi-command's Go would report it."""
 
 
 class Log(Protocol):
@@ -212,7 +214,11 @@ async def client_config(endpoint: Endpoint, stack: contextlib.AsyncExitStack) ->
     methods: list[str] = []
     keys: list[asyncssh.SSHKeyPair] = []
     if endpoint.private_key is not None:
-        keys = list(asyncssh.load_keypairs([parse_private_key(endpoint)]))
+        keys = list(
+            asyncssh.load_keypairs(
+                [parse_private_key(endpoint.private_key, endpoint.private_key_password)]
+            )
+        )
         methods.append("publickey")
     if endpoint.password is not None:
         methods += ["password", "keyboard-interactive"]
@@ -246,34 +252,6 @@ async def _agent_keys(path: str, stack: contextlib.AsyncExitStack) -> list[async
         return list(await agent.get_keys())
     except (asyncssh.Error, OSError, ValueError):
         return []  # the signers' error only fails the auth method
-
-
-def parse_authorized_key(text: str) -> asyncssh.SSHKey:
-    """`ssh.ParseAuthorizedKey`: the first line holding `TYPE BASE64`, options or comment around
-    it allowed; "failed to parse host key: ssh: no key found" otherwise."""
-    for line in text.splitlines():
-        words = line.split()
-        for index, word in enumerate(words[:-1]):
-            try:
-                return asyncssh.import_public_key(f"{word} {words[index + 1]}")
-            except (asyncssh.KeyImportError, ValueError):
-                continue
-    raise SshError("failed to parse host key: ssh: no key found")
-
-
-def parse_private_key(endpoint: Endpoint) -> asyncssh.SSHKey:
-    """`ssh.ParsePrivateKey` / `ParsePrivateKeyWithPassphrase`, with x/crypto's errors for the
-    cases that matter: no key, an encrypted key without or with a wrong passphrase."""
-    assert endpoint.private_key is not None
-    try:
-        return asyncssh.import_private_key(endpoint.private_key, endpoint.private_key_password)
-    except (asyncssh.KeyImportError, ValueError) as error:
-        reason = str(error).lower()
-        if "passphrase must be specified" in reason:
-            raise SshError("ssh: this private key is passphrase protected") from error
-        if "passphrase" in reason or "decrypt" in reason:
-            raise SshError("x509: decryption password incorrect") from error
-        raise SshError("ssh: no key found") from error
 
 
 # -- Dial ------------------------------------------------------------------------------------
@@ -496,8 +474,10 @@ async def run(job: Job, log: Log) -> tuple[str, str]:
     """`CommandOutputs.run`: dial, open a session, set its environment, feed stdin (only when
     non-empty, then EOF), run the command; stdout and stderr come back with one trailing newline
     trimmed. Each line of the logged streams goes to the engine as an info status line as it
-    comes. A failure is `"%w: running %q:\\n%s"`: x/crypto's error, the command quoted as Go
-    quotes it, and both streams interleaved."""
+    comes. The dial's and `NewSession`'s errors come back as they are, `Setenv`'s as
+    `logAndWrapSetenvErr` words them; every error of `session.Run` (its start, the exit, a lost
+    connection) is `"%w: running %q:\\n%s"`: x/crypto's error, the command quoted as Go quotes
+    it, and both streams interleaved."""
     async with contextlib.AsyncExitStack() as stack:
         client = await dial(job.connection, log, stack)
         lines = LogLines(log)
@@ -505,37 +485,48 @@ async def run(job: Job, log: Log) -> tuple[str, str]:
         capture = Capture(lines, job.log_stdout, job.log_stderr)
         channel = _SetenvChannel(client, job.setenv(), log)
         stack.callback(channel.close)
-        try:
-            await _session(channel, capture, job)
-        except (asyncssh.Error, OSError) as error:
-            reason = "EOF" if isinstance(error, asyncssh.ConnectionLost) else str(error)
-            raise SshError(reason) from error
+        failure = await _session_run(channel, capture, job)
         await lines.close()
-    failure = exit_error(channel.get_exit_status(), channel.get_exit_signal())
     if failure is not None:
         output = capture.both.decode(errors="replace")
         raise SshError(f"{failure}: running {go_quote(job.command)}:\n{output}")
     return _trimmed(capture.stdout), _trimmed(capture.stderr)
 
 
-async def _session(channel: _SetenvChannel, capture: Capture, job: Job) -> None:
-    """`session.Run`: start the command, copy stdin then close it, wait for the end."""
-    await channel.start(capture, job.command)
-    if job.stdin:
-        channel.write(job.stdin.encode())
-    channel.write_eof()
-    await channel.wait_closed()
+async def _session_run(channel: _SetenvChannel, capture: Capture, job: Job) -> str | None:
+    """`client.NewSession()`, the `Setenv`s, then `session.Run` (session.go `Start`, then
+    `Wait`): the error `Run` returns, or None. `Start`'s error is the refused exec ("ssh: command
+    X failed") or "EOF" when the channel is gone; `Wait`'s is the exit's (`exit_error`), else
+    the stdin copy's ("EOF": the channel closed before stdin was written)."""
+    started = await channel.start(capture, job.command)
+    if started is not None:
+        return started
+    copy_error = None
+    try:
+        if job.stdin:
+            channel.write(job.stdin.encode())
+        channel.write_eof()
+    except (asyncssh.Error, OSError):
+        copy_error = "EOF"
+    await channel.wait_closed()  # a lost connection closes it too, without an exit status
+    return exit_error(channel.exit_status, channel.get_exit_signal()) or copy_error
 
 
 def _trimmed(data: bytearray) -> str:
     return data.decode(errors="replace").removesuffix("\n")  # strings.TrimSuffix(s, "\n")
 
 
+class _ChannelGone(Exception):
+    """A channel request found the channel closed (x/crypto channel.go `SendRequest`: io.EOF)."""
+
+
 class _SetenvChannel(asyncssh.SSHClientChannel[bytes]):
-    """`client.NewSession()` then `session.Setenv` for each variable, then `session.Run`: the
+    """`client.NewSession()` then `session.Setenv` for each variable, then `session.Start`: the
     "env" requests go with want_reply true, each answered before the next, and a refusal of a
     variable that must be set fails the command with `logAndWrapSetenvErr`'s error (an error
-    log line first); a refusal of a previous output is a warning only."""
+    log line first); a refusal of a previous output is a warning only. The exit status and
+    signal are kept as x/crypto's session.go `wait` reads them: both may come (asyncssh takes
+    only one), the status whole (asyncssh keeps its low byte)."""
 
     def __init__(
         self,
@@ -547,36 +538,74 @@ class _SetenvChannel(asyncssh.SSHClientChannel[bytes]):
                          MAX_PACKET)  # fmt: skip
         self._setenv = list(setenv)
         self._log = log
+        self._starting = False
+        self.exit_status: int | None = None
 
-    async def start(self, capture: Capture, command: str) -> None:
-        """Open the session and start `command` ("ssh: command X failed" when refused)."""
+    async def start(self, capture: Capture, command: str) -> str | None:
+        """Open the session, set the environment, start `command`: `NewSession`'s and
+        `Setenv`'s errors raised, `Start`'s returned (None when it started)."""
         try:
             await self.create(lambda: capture, command, None, {}, False, None, None, {}, False,
                               None, None, False, False)  # fmt: skip
+        except _ChannelGone:
+            return "EOF"
         except asyncssh.ChannelOpenError as error:
-            if error.code == asyncssh.OPEN_REQUEST_SESSION_FAILED:
-                raise SshError(f"ssh: command {command} failed") from error
+            if self._starting and error.code == asyncssh.OPEN_REQUEST_SESSION_FAILED:
+                return f"ssh: command {command} failed"
             reason = REJECTIONS.get(error.code, f"unknown reason {error.code}")
             raise SshError(f"ssh: rejected: {reason} ({error.reason})") from error
+        except (asyncssh.Error, OSError) as error:
+            if self._starting:
+                return "EOF"
+            raise SshError("EOF") from error  # the connection went before the session opened
+        return None
 
     async def _open(self, chantype: bytes, *args: bytes) -> SSHPacket:
         packet = await super()._open(chantype, *args)
         for name, value, required in self._setenv:
-            if not await self._make_request(b"env", String(name), String(value)):
-                await self._refused(name, required)
+            try:
+                if not await self._make_request(b"env", String(name), String(value)):
+                    await self._refused(name, required, "ssh: setenv failed")
+            except _ChannelGone:
+                await self._refused(name, required, "EOF")
         return packet
 
-    async def _refused(self, name: str, required: bool) -> None:
+    async def _refused(self, name: str, required: bool, reason: str) -> None:
         if not required:
             await self._log.warning(SETENV_HINT.format(name))
             return
         await self._log.error(SETENV_HINT.format(name))
-        raise SshError(f"could not set environment variable {go_quote(name)}: ssh: setenv failed")
+        raise SshError(f"could not set environment variable {go_quote(name)}: {reason}")
 
     async def _make_request(self, request: bytes, *args: bytes) -> bool | None:
+        """channel.go `SendRequest` with want_reply: True or False as answered, `_ChannelGone`
+        when the channel is closed, before or while waiting (asyncssh answers False then, or
+        raises the connection's error)."""
+        if request in (b"exec", b"shell"):
+            self._starting = True
         if request == b"shell":  # asyncssh asks for a shell for "", x/crypto execs ""
-            return await super()._make_request(b"exec", String(""))
-        return await super()._make_request(request, *args)
+            request, args = b"exec", (String(""),)
+        if self._send_chan is None:
+            raise _ChannelGone
+        try:
+            answer = await super()._make_request(request, *args)
+        except (asyncssh.Error, OSError) as error:
+            raise _ChannelGone from error
+        if not answer and self._send_chan is None:
+            raise _ChannelGone
+        return answer
+
+    def _process_exit_status_request(self, packet: SSHPacket) -> bool:
+        """session.go `wait`: "exit-status" sets the status (a later one wins)."""
+        self.exit_status = packet.get_uint32()
+        return True
+
+    def _process_exit_signal_request(self, packet: SSHPacket) -> bool:
+        """session.go `wait`: "exit-signal" sets the signal, its message and language."""
+        name, core = packet.get_string().decode(errors="replace"), packet.get_boolean()
+        message = packet.get_string().decode(errors="replace")
+        self._exit_signal = (name, core, message, packet.get_string().decode(errors="replace"))
+        return True
 
 
 class Capture(asyncssh.SSHClientSession[bytes]):
@@ -644,34 +673,18 @@ class LogLines:
 
 
 def exit_error(status: int | None, signal: tuple[str, bool, str, str] | None) -> str | None:
-    """x/crypto session.go `Wait`: `ExitError` ("Process exited with status N", a signal's
-    status 128+N " from signal NAME", ". Reason was: MSG"), or `ExitMissingError`; None for 0."""
-    if signal is not None:
-        name, _, message, _ = signal
-        text = f"Process exited with status {128 + SIGNALS.get(name, 0)} from signal {name}"
-        return f"{text}. Reason was: {message}" if message else text
+    """x/crypto session.go `wait`: None for status 0; without a status, `ExitMissingError`
+    unless a signal came, whose status is then 128+N; otherwise `ExitError` ("Process exited
+    with status N", " from signal NAME" when one came, ". Reason was: MSG" when it had one).
+    A status sent along with a signal is the one reported."""
+    if status == 0:
+        return None
+    name, message = (signal[0], signal[2]) if signal is not None else ("", "")
     if status is None:
-        return "wait: remote command exited without exit status or exit signal"
-    return None if status == 0 else f"Process exited with status {status}"
-
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-               "\v": "\\v", "\\": "\\\\", '"': '\\"'}  # fmt: skip
-
-
-def go_quote(text: str) -> str:
-    """Go's `%q` (`strconv.Quote`): double quotes, C escapes, printable runes kept as they are,
-    other runes as \\xNN, \\uNNNN or \\UNNNNNNNN."""
-    out = []
-    for char in text:
-        if char in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[char])
-        elif char.isprintable():
-            out.append(char)
-        elif ord(char) < 0x80:
-            out.append(f"\\x{ord(char):02x}")
-        elif ord(char) < 0x10000:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(f"\\U{ord(char):08x}")
-    return '"' + "".join(out) + '"'
+        if not name:
+            return "wait: remote command exited without exit status or exit signal"
+        status = 128 + SIGNALS.get(name, 0)
+    text = f"Process exited with status {status}"
+    if name:
+        text += f" from signal {name}"
+    return f"{text}. Reason was: {message}" if message else text

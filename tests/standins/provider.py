@@ -77,7 +77,7 @@ class StandinProvider(Provider):
         self.ctx = Context()
 
     def kind(self, urn: str) -> Kind:
-        token = urn.split("::")[-2].rsplit("$", 1)[-1]
+        token = urn_type(urn)
         if token not in self.kinds:
             raise KeyError(f"the {self.name} stand-in does not serve {token}")
         return self.kinds[token]
@@ -248,8 +248,11 @@ def _answer_api_errors(name: str) -> None:
             return await original(self, request, context)
         except Exception as error:
             cause = error if isinstance(error, ApiError) else error.__context__
-            if isinstance(cause, ApiError | KeyError):
-                await context.abort(grpc.StatusCode.UNKNOWN, str(cause).strip("'\""))
+            if isinstance(cause, ApiError):  # a Go provider's `err.Error()`, unchanged
+                await context.abort(grpc.StatusCode.UNKNOWN, str(cause))
+            if isinstance(cause, KeyError):  # its str() is the repr of its argument
+                message = str(cause.args[0]) if len(cause.args) == 1 else str(cause)
+                await context.abort(grpc.StatusCode.UNKNOWN, message)
             raise
 
     setattr(Servicer, name, method)
@@ -260,13 +263,42 @@ for _name in ("Check", "Diff", "Create", "Read", "Update", "Delete", "Invoke"):
 
 
 def engine_address() -> str:
-    """The engine's address the plugin was started with: its first argument that is no flag."""
-    return next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
+    """The engine's address the plugin was started with: its last argument that is no flag.
+    pulumi/pulumi sdk/go/common/resource/plugin/plugin.go `buildPluginArguments` puts the
+    engine's flags first (`--logtostderr`, `-v=N`, `--tracing URL`: the URL a separate
+    argument), and the provider's arguments (`host.ServerAddr()`, provider_plugin.go) last. The
+    SDK's `pulumi.provider.experimental.server.main` takes argparse's first positional: the
+    same address whenever no flag carries a separate value (with `--tracing URL`, the URL)."""
+    return next((arg for arg in reversed(sys.argv[1:]) if not arg.startswith("-")), "")
+
+
+URN_PREFIX = "urn:pulumi:"
+
+
+def _urn_fields(urn: str) -> list[str]:
+    """pulumi/pulumi sdk/go/common/resource/urn/urn.go `URNName` split at its first three
+    `::` (stack, project, qualified type, name): the name may hold `::` itself."""
+    return urn.removeprefix(URN_PREFIX).split("::", 3)
+
+
+def urn_type(urn: str) -> str:
+    """urn.go `URN.Type()`: the third `::` field (`QualifiedType`, `getComponent(..., 2)`)
+    after its last `$` (the parent types before it)."""
+    fields = _urn_fields(urn)
+    qualified = fields[2] if len(fields) > 2 else urn.removeprefix(URN_PREFIX)
+    return qualified.rsplit("$", 1)[-1]
+
+
+def urn_name(urn: str) -> str:
+    """urn.go `URN.Name()`: everything after the third `::` (`getComponentN(..., 3, true)`)."""
+    fields = _urn_fields(urn)
+    return fields[3] if len(fields) > 3 else urn.removeprefix(URN_PREFIX)
 
 
 def run(provider: Provider, version: str) -> None:
     """Serve `provider` as a plugin process, as `pulumi.provider.experimental.server.main`
-    does: the engine's address is argv[1]; the port goes to stdout, alone on its line."""
+    does: the engine's address from the arguments (`engine_address`); the port goes to stdout,
+    alone on its line."""
     engine = engine_address()
 
     async def serve() -> None:
