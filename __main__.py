@@ -55,6 +55,7 @@ if config.max_run_cost_usd is not None:  # optional: spot and on-demand have no 
     pulumi.export("max_run_cost_usd", config.max_run_cost_usd)
 pulumi.export("hbm", object_or_empty(backend.hbm))
 pulumi.export("startup_seconds", backend.startup_seconds)  # optional: None (absent) if unrecorded
+pulumi.export("first_answer_seconds", backend.first_answer_seconds)  # optional, as startup_seconds
 pulumi.export("zones", list(config.tpu.zones))
 pulumi.export("vllm_args", config.vllm.serve_args())
 pulumi.export("compile_cache", compile_cache_output(config))

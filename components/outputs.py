@@ -9,8 +9,8 @@ it means "not known yet" (a connection host before the node exists).
 
 Both backends fill every field of `BackendOutputs`, so `__main__.py` exports one contract
 whichever backend ran (tests/test_output_contract.py). A field that means nothing for a backend
-gets its documented empty value; only the optional outputs (`startup_seconds`) may be None, and
-are then absent.
+gets its documented empty value; only the optional outputs (`startup_seconds`,
+`first_answer_seconds`) may be None, and are then absent.
 """
 
 from __future__ import annotations
@@ -92,6 +92,9 @@ class BackendOutputs:
     hbm: pulumi.Input[dict[str, float] | None]
     #: Optional: None (the output is absent) when no readiness result was recorded.
     startup_seconds: pulumi.Input[float | None]
+    #: Optional, as startup_seconds: from `Application startup complete.` to the model's first
+    #: good answer to the readiness check (scripts/remote/wait_ready.py).
+    first_answer_seconds: pulumi.Input[float | None]
     #: Serving replicas: 1 on the VM backend, `gke.replicas` on GKE.
     replicas: pulumi.Input[int]
     #: The GKE cluster's `projects/P/locations/L/clusters/N`; "" on the VM backend.

@@ -41,6 +41,10 @@ TOOL_HEREDOC = "TPU_VLLM_XLA_CACHE"
 #: keepalives come from pulumi-command, so a session silent for minutes of XLA compilation
 #: could be dropped by a NAT or proxy. At most 30 s.
 READINESS_HEARTBEAT_SECONDS = 20.0
+#: How long each of the model's two answers to the readiness check may take (a chat, a tool call;
+#: scripts/remote/wait_ready.py): a warm server answers in about a second; a build that hangs
+#: fails here instead of being called ready.
+READINESS_ANSWER_SECONDS = 120
 #: How long `docker run` retries while Cloud Logging refuses the gcplogs driver: the driver pings
 #: Cloud Logging when the container starts and fails the start if it cannot write (moby
 #: gcplogging.go `New`: "unable to connect or authenticate with Google Cloud Logging"), as it
@@ -267,7 +271,8 @@ def readiness_script(
     poll_seconds: float = 1.0,
     heartbeat_seconds: float = READINESS_HEARTBEAT_SECONDS,
 ) -> str:
-    """Follow this container start's log until ready, then check /health and /v1/models."""
+    """Follow this container start's log until ready, check /health and /v1/models, then ask
+    the model a chat and (with a tool-call parser) a tool call."""
     ref = container_ref(start_stdout, container)
     args = [
         "--container",
@@ -284,8 +289,12 @@ def readiness_script(
         str(heartbeat_seconds),
         "--cache-result",
         f"{compile_cache.NODE_WORK_DIR}/result.json",
+        "--answer-timeout",
+        str(READINESS_ANSWER_SECONDS),
     ]
     pairs = [f"{shlex.quote(args[i])} {shlex.quote(args[i + 1])}" for i in range(0, len(args), 2)]
+    if config.vllm.tool_call_parser:  # the server has --enable-auto-tool-choice: ask a tool call
+        pairs.append("--tool-call")
     return (
         HEADER
         + "python3 - \\\n"

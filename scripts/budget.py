@@ -99,6 +99,8 @@ class Budget:
     dial_timeout_s: float
     secrets_s: float
     readiness_s: float
+    #: The model's answers to the readiness check (a chat, and a tool call with a parser).
+    answers_s: float = 0.0
     #: `renewal.lead` and `renewal.drain` (0 lead: nothing ends, so nothing overlaps).
     lead_s: float = 0.0
     drain_s: float = 0.0
@@ -132,8 +134,9 @@ class Budget:
 
     @property
     def after_capacity_s(self) -> float:
-        """From ACTIVE to a verified endpoint: host key, first SSH dial, secrets, readiness."""
-        return self.host_key_s + self.ssh_s + self.secrets_s + self.readiness_s
+        """From ACTIVE to a verified endpoint: host key, first SSH dial, secrets, readiness, the
+        model's answers."""
+        return self.host_key_s + self.ssh_s + self.secrets_s + self.readiness_s + self.answers_s
 
     @property
     def worst_case_s(self) -> float:
@@ -327,6 +330,7 @@ def budget(stack: str, changes: Mapping[str, Any] | None = None) -> Budget:
         dial_timeout_s=float(connection["perDialTimeout"]),
         secrets_s=_script_number(str(fetch["create"]), r"deadline_seconds=(\d+)"),
         readiness_s=_script_number(str(ready["create"]), r"--timeout (\d+)"),
+        answers_s=_answers_seconds(str(ready["create"])),
         lead_s=float(qr.get("renewal_lead_seconds") or 0),
         drain_s=float(qr.get("drain_seconds") or 0),
         scrape_s=_agent_interval(run),
@@ -441,6 +445,13 @@ def _gke_table(stacks: list[str]) -> str:
     return _columns([b.stack for b in budgets], rows)
 
 
+def _answers_seconds(script: str) -> float:
+    """The readiness check's answers: one bound per question (the tool call only with
+    `--tool-call`)."""
+    questions = 2 if re.search(r"(^|\s)--tool-call(\s|$)", script) else 1
+    return questions * _script_number(script, r"--answer-timeout (\d+)")
+
+
 def _vm_table(stacks: list[str]) -> str:
     budgets = [budget(s) for s in stacks]
     rows: list[tuple[str, list[str]]] = [
@@ -475,6 +486,10 @@ def _vm_table(stacks: list[str]) -> str:
         ),
         ("secret fetch (IAM propagation)", [duration(b.secrets_s) for b in budgets]),
         ("readiness (`vllm.readinessTimeout`)", [duration(b.readiness_s) for b in budgets]),
+        (
+            "the model's answers to readiness (a chat, a tool call), at most",
+            [duration(b.answers_s) for b in budgets],
+        ),
         ("**worst case `pulumi up` blocks**", [f"**{duration(b.worst_case_s)}**" for b in budgets]),
         _metrics_row(budgets),
     ]

@@ -59,6 +59,17 @@ if str(PROJECT_ROOT) not in sys.path:
 from components.messages import operator_line  # noqa: E402
 from scripts import pulumi_cli  # noqa: E402
 
+# The questions the node's readiness check asks too: one definition (scripts/remote/wait_ready.py).
+from scripts.remote.wait_ready import (  # noqa: E402
+    CHAT_MAX_TOKENS,
+    CHAT_PROMPT,
+    TOOL_ARGUMENT,
+    TOOL_MAX_TOKENS,
+    TOOL_NAME,
+    TOOL_PROMPT,
+    TOOLS,
+)
+
 PROG = "smoke_test"
 API_KEY_ENV = "TPU_VLLM_API_KEY"
 DEFAULT_TIMEOUT = 60.0
@@ -67,28 +78,6 @@ PULUMI_TIMEOUT = 120.0
 MAX_KEY_BYTES = 4096
 SHOW_CHARS = 80
 
-CHAT_PROMPT = "Say hi in five words."
-CHAT_MAX_TOKENS = 64
-TOOL_NAME = "get_weather"
-TOOL_ARGUMENT = "city"
-TOOL_PROMPT = "What is the weather in Paris right now? Use the get_weather tool."
-TOOL_MAX_TOKENS = 128
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": TOOL_NAME,
-            "description": "Get the current weather for a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    TOOL_ARGUMENT: {"type": "string", "description": "City name, e.g. Paris"}
-                },
-                "required": [TOOL_ARGUMENT],
-            },
-        },
-    }
-]
 
 _STACK_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
 

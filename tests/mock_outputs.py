@@ -35,7 +35,8 @@ CACHE_GENERATION = "img-0123456789abcdef/"
 READY_STDOUT = (
     "[     3s] image present\n[   497s] ready: Application startup complete.\n"
     'TPU_VLLM_READY {"hbm": {"available_gib": 5.52, "total_gib": 15.75, "usable_gib": 14.49, '
-    '"used_gib": 8.97}, "startup_seconds": 497.0, "cache": {"restored": true, "files": 42, '
+    '"used_gib": 8.97}, "startup_seconds": 497.0, "first_answer_seconds": 1.2, "cache": {'
+    '"restored": true, "files": 42, '
     '"bytes": 3221225472, "seconds": 21.5, "generation": "@PREFIX@' + CACHE_GENERATION + '"}}\n'
 )
 

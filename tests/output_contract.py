@@ -65,6 +65,8 @@ CONTRACT: dict[str, Out] = {
     "max_run_cost_usd": Out(NUMBER, optional=True),  # absent for spot / on-demand
     "hbm": Out((dict,), empty={}),  # {} if vLLM logged no `Memory statistics` line
     "startup_seconds": Out(NUMBER, optional=True),  # absent if no readiness result was recorded
+    # From "startup complete" to the model's first good answer; absent where not measured.
+    "first_answer_seconds": Out(NUMBER, optional=True),
     "zones": Out((list,)),
     "vllm_args": Out((list,)),
     "compile_cache": Out(STR, empty=""),  # "" when tpu-vllm:cache.enabled is false
@@ -102,7 +104,7 @@ BACKEND_EMPTY = {
 #: Optional outputs a backend never has: each GKE replica starts on its own.
 BACKEND_ABSENT = {
     "vm": frozenset[str](),
-    "gke": frozenset({"startup_seconds", "renewal_lead_seconds"}),
+    "gke": frozenset({"startup_seconds", "first_answer_seconds", "renewal_lead_seconds"}),
 }
 
 

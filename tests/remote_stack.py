@@ -16,7 +16,7 @@ from typing import Any
 
 from pulumi.runtime import mocks
 
-from components.remote_scripts import READINESS_HEARTBEAT_SECONDS
+from components.remote_scripts import READINESS_ANSWER_SECONDS, READINESS_HEARTBEAT_SECONDS
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost
@@ -99,12 +99,17 @@ class Readiness:
         changes: Mapping[str, Any] | None,
         *,
         heartbeat: float | None = None,
+        answer_timeout: float | None = None,
     ) -> None:
         text = commands("v5e1", on_host(host, changes), start_stdout=container_id)[READY]
         if heartbeat is not None:  # the program's text, with only the interval shortened
             flag = f"--heartbeat {READINESS_HEARTBEAT_SECONDS}"
             assert flag in text, "the readiness command lost its heartbeat flag"
             text = text.replace(flag, f"--heartbeat {heartbeat}")
+        if answer_timeout is not None:  # and the answers' bound, for a server that hangs
+            flag = f"--answer-timeout {READINESS_ANSWER_SECONDS}"
+            assert flag in text, "the readiness command lost its answer-timeout flag"
+            text = text.replace(flag, f"--answer-timeout {answer_timeout}")
         self.started = time.monotonic()
         self.proc = host.popen(text)
         self.lines: list[tuple[float, str]] = []

@@ -20,19 +20,20 @@ def test_v5e1_worst_case_adds_up_from_its_parts() -> None:
     b = budget.budget("v5e1")
     # One zone: 30 min capacity wait + 20 min provisioning; then a 10 min host-key wait, the
     # dial retries with every dial timing out (components/ssh_dial.py: 611.3 s of backoff plus
-    # 131 x 10 s), a 10 min secret fetch and the 30 min readiness timeout.
+    # 131 x 10 s), a 10 min secret fetch, the 30 min readiness timeout and the model's two
+    # answers (a chat and, with the gemma4 tool-call parser, a tool call) at 2 min each.
     assert (b.zones, b.capacity_wait_s, b.provisioning_s) == (1, 1800, 1200)
     assert (b.dial_limit, b.dial_timeout_s) == (130, 10)
     assert b.ssh_s == pytest.approx(611.3 + 131 * 10, abs=0.1)
-    assert (b.host_key_s, b.secrets_s, b.readiness_s) == (600, 600, 1800)
-    assert b.worst_case_s == pytest.approx(1800 + 1200 + 600 + b.ssh_s + 600 + 1800)
-    assert budget.duration(b.worst_case_s) == "2 h 12 min 1 s"
+    assert (b.host_key_s, b.secrets_s, b.readiness_s, b.answers_s) == (600, 600, 1800, 240)
+    assert b.worst_case_s == pytest.approx(1800 + 1200 + 600 + b.ssh_s + 600 + 1800 + 240)
+    assert budget.duration(b.worst_case_s) == "2 h 16 min 1 s"
 
 
 def test_v6e4_worst_case_counts_every_zone_and_the_deletes_between() -> None:
     b = budget.budget("v6e4")
     assert b.zones == 3 and b.zone_delete_s == 1800 and b.readiness_s == 3600
-    expected = 3 * (1800 + 1200) + 2 * 1800 + 600 + b.ssh_s + 600 + 3600
+    expected = 3 * (1800 + 1200) + 2 * 1800 + 600 + b.ssh_s + 600 + 3600 + 240
     assert b.worst_case_s == pytest.approx(expected)
 
 
@@ -50,6 +51,9 @@ def test_figures_follow_the_config() -> None:
         {"tpu-vllm:tpu.capacityWait": "10m", "tpu-vllm:vllm.readinessTimeout": "45m"},
     )
     assert (b.capacity_wait_s, b.readiness_s) == (600, 2700)
+    # Without a tool-call parser the server cannot be asked a tool call: one answer only.
+    plain = budget.budget("v5e1", {"tpu-vllm:vllm.toolCallParser": None})
+    assert plain.answers_s == 120
 
 
 def test_spot_has_no_bound_on_cost() -> None:

@@ -128,12 +128,14 @@ SITUATIONS: dict[str, Situation] = {
         cloud_answers(key=_host_key(None)),
         empty=frozenset({"ssh_host_key"}),
     ),
-    # vLLM printed no `Memory statistics` line (another model or image version).
+    # vLLM printed no `Memory statistics` line (another model or image version); a result line
+    # written before readiness asked the model has no first answer.
     "no-memory-line": Situation(
         "v5e1",
         {},
         cloud_answers(ready=_ready('TPU_VLLM_READY {"hbm": null, "startup_seconds": 801.5}\n')),
         empty=frozenset({"hbm"}),
+        absent=frozenset({"first_answer_seconds"}),
     ),
     # The readiness command's stdout holds no result line (a state written by an older version).
     "no-ready-result": Situation(
@@ -141,7 +143,7 @@ SITUATIONS: dict[str, Situation] = {
         {},
         cloud_answers(ready=_ready("[  857s] ready: Application startup complete.\n")),
         empty=frozenset({"hbm"}),
-        absent=frozenset({"startup_seconds"}),
+        absent=frozenset({"startup_seconds", "first_answer_seconds"}),
     ),
     # N replicas behind one reserved address: what names one VM is empty (README "Outputs").
     "gke": Situation("v6e4-gke", {}, cloud_outputs),

@@ -69,6 +69,8 @@ def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost)
         "server starting",
         "/health: 200",
         "/v1/models lists google/gemma-4-E2B-it",
+        'the model answered: "Hi there, nice to meet you!"',
+        "the model called get_weather with JSON arguments",
     ):
         assert phase in out, phase
     # Phases carry elapsed seconds, in boot order.
@@ -82,6 +84,42 @@ def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost)
         "available_gib": 5.52,
     }
     assert result["startup_seconds"] > 0
+    assert 0 <= result["first_answer_seconds"] < 30
+    # Both questions reached the server, with the key (a request without it is refused 401).
+    access = [r["log"] for r in container_log(node, container_id) if "POST /v1/chat" in r["log"]]
+    assert len(access) == 2 and all(line.rstrip().endswith("200 OK") for line in access), access
+
+
+#: (the fake's answer, what the failure says): a build that starts but cannot answer.
+BAD_ANSWERS = {
+    "empty_content": "did not answer 'Say hi in five words.': HTTP 200 with empty content (null)",
+    "http_500": "did not answer 'Say hi in five words.': HTTP 500",
+    "hang": "did not answer 'Say hi in five words.': nothing (no connection or a timeout)",
+    "text_not_tool": "did not call get_weather: HTTP 200 without a tool call",
+    "non_json_arguments": "did not call get_weather: HTTP 200 with a get_weather call whose "
+    "arguments are not a JSON object",
+}
+
+
+@pytest.mark.parametrize("answers", sorted(BAD_ANSWERS))
+def test_a_server_that_starts_but_cannot_answer_fails_the_check(
+    node: SshHost, answers: str
+) -> None:
+    """`Application startup complete.`, /health and /v1/models all fine, and yet the model
+    cannot answer (tpu-inference #3414/#3406): readiness fails with the status, the start of
+    the body and the container's last lines, and never shows the key."""
+    node.docker.set_scenario("v5e1_ready.log", speed=400, answers=answers)
+    container_id = start(node)
+    readiness = Readiness(node, container_id, None, answer_timeout=3)
+    assert readiness.wait(timeout=90) != 0, readiness.stdout
+    out, err = readiness.stdout, readiness.stderr.decode()
+    assert "/v1/models lists google/gemma-4-E2B-it" in out
+    assert f"FAILED: the model {BAD_ANSWERS[answers]}" in out, out
+    assert "TPU_VLLM_READY" not in out
+    assert "log lines" in err and "Application startup complete." in err  # the container's tail
+    assert "key-1" not in out + err
+    if answers == "http_500":
+        assert "EngineCore encountered an issue" in out  # the body's start, quoted
 
 
 def test_heartbeat_lines_fill_a_long_silent_compile(node: SshHost) -> None:
@@ -300,6 +338,7 @@ def test_readiness_runs_after_every_start() -> None:
 def test_parse_ready_without_a_result_line() -> None:
     assert parse_ready("[ 3s] image present\n") == {
         "startup_seconds": None,
+        "first_answer_seconds": None,
         "hbm": None,
         "cache": {"restored": False, "files": 0, "bytes": 0, "seconds": 0.0, "generation": "",
                   "reason": ""},

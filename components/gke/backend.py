@@ -115,6 +115,7 @@ def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendO
         ssh_host_key="",
         hbm={},
         startup_seconds=None,  # optional, so absent: each replica starts on its own
+        first_answer_seconds=None,  # likewise: the readiness Job does not time a replica's start
         replicas=config.replicas,
         cluster=cluster.cluster,
         # Each replica restores on its own; its init container's log says how it went.

@@ -122,6 +122,7 @@ def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOu
         ssh_host_key=host_key.host_key,
         hbm=server.hbm,
         startup_seconds=server.startup_seconds,
+        first_answer_seconds=server.first_answer_seconds,
         replicas=1,
         cluster="",
         cache_restored=server.cache_restored,

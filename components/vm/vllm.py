@@ -31,14 +31,20 @@ READY_MARKER = "TPU_VLLM_READY "
 
 
 def parse_ready(stdout: str | None) -> dict[str, Any]:
-    """The readiness script's result line: `{"startup_seconds": ..., "hbm": {...},
+    """The readiness script's result line: `{"startup_seconds": ..., "first_answer_seconds":
+    ..., "hbm": {...},
     "cache": {"restored", "files", "bytes", "seconds", "generation", "reason"}}`."""
     for line in reversed((stdout or "").splitlines()):
         if line.startswith(READY_MARKER):
             result = dict(json.loads(line[len(READY_MARKER) :]))
             result["cache"] = cache_result(result.get("cache"))
             return result
-    return {"startup_seconds": None, "hbm": None, "cache": dict(NO_CACHE)}
+    return {
+        "startup_seconds": None,
+        "first_answer_seconds": None,
+        "hbm": None,
+        "cache": dict(NO_CACHE),
+    }
 
 
 def _warn_if_agent_failed(stdout: str | None) -> None:
@@ -72,6 +78,7 @@ class VllmServer(pulumi.ComponentResource):
     endpoint_ip: pulumi.Output[str]
     openai_base_url: pulumi.Output[str]
     startup_seconds: pulumi.Output[float | None]
+    first_answer_seconds: pulumi.Output[float | None]
     hbm: pulumi.Output[dict[str, float] | None]
     cache_restored: pulumi.Output[dict[str, Any]]
 
@@ -125,6 +132,7 @@ class VllmServer(pulumi.ComponentResource):
             self.metrics_agent.stdout.apply(_warn_if_agent_failed)
         result = self.ready.stdout.apply(parse_ready)
         self.startup_seconds = result.apply(lambda r: r.get("startup_seconds"))
+        self.first_answer_seconds = result.apply(lambda r: r.get("first_answer_seconds"))
         self.hbm = result.apply(lambda r: r.get("hbm"))
         # Whether this start was warm, and from which generation (never None: an output).
         self.cache_restored = result.apply(lambda r: cache_result(r.get("cache")))
@@ -138,6 +146,7 @@ class VllmServer(pulumi.ComponentResource):
             {
                 **urls.as_outputs(),
                 "startup_seconds": self.startup_seconds,
+                "first_answer_seconds": self.first_answer_seconds,
                 "hbm": self.hbm,
                 "cache_restored": self.cache_restored,
             }

@@ -6,14 +6,21 @@ the timeout. This follows the log of one container start only (by container id),
 phase with elapsed seconds, succeeds on uvicorn's `Application startup complete.`, then checks
 `/health` and `/v1/models` with curl (the API key read from its file and handed to curl on
 stdin, never in argv or env). A failed `/v1/models` request fails the check: a 401 says the API
-key is the likely cause.
+key is the likely cause. Then it asks the model, because a build can start and still not answer
+(tpu-inference #3414/#3406: Gemma 4 E2B/E4B answered badly for ~90 nightlies): seed 000 §1.4's
+"Say hi in five words." must come back with HTTP 200 and non-empty `content`, and, with
+`--tool-call` (the server has `--enable-auto-tool-choice`), one tool with `tool_choice: "auto"`
+(as scripts/smoke_test.py sends it) must come back as a `tool_calls` entry naming it with JSON
+arguments; each within `--answer-timeout` seconds. Anything else fails with the HTTP status, the
+first 500 characters of the body and the container's last log lines.
 
 Usage: python3 - --container ID --model MODEL --port PORT --timeout SECONDS [--poll SECONDS]
-[--heartbeat SECONDS] [--cache-result FILE]. While it waits, a line at least every `--heartbeat`
-seconds (default 20) says how long it has waited, the phase passed last and the container's last
-log line.
-The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds, hbm and cache (the
-compile-cache restore's result that scripts/remote/xla_cache.py wrote to FILE).
+[--heartbeat SECONDS] [--cache-result FILE] [--tool-call] [--answer-timeout SECONDS]. While it
+waits, a line at least every `--heartbeat` seconds (default 20) says how long it has waited, the
+phase passed last and the container's last log line.
+The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds, first_answer_seconds (from
+`Application startup complete.` to the first good answer), hbm and cache (the compile-cache
+restore's result that scripts/remote/xla_cache.py wrote to FILE).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 READY = "Application startup complete."  # uvicorn/lifespan/on.py, see PHASES below
 API_KEY_FILE = os.path.expanduser("~/.tpu-vllm/secrets/vllm_api_key")
@@ -91,6 +99,33 @@ PHASES = (
         ),
     ),
 )
+#: The questions readiness asks, as scripts/smoke_test.py asks them (it imports them from here).
+CHAT_PROMPT = "Say hi in five words."  # seed 000 §1.4
+CHAT_MAX_TOKENS = 64
+TOOL_NAME = "get_weather"
+TOOL_ARGUMENT = "city"
+TOOL_PROMPT = "What is the weather in Paris right now? Use the get_weather tool."
+TOOL_MAX_TOKENS = 128
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": "Get the current weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    TOOL_ARGUMENT: {"type": "string", "description": "City name, e.g. Paris"}
+                },
+                "required": [TOOL_ARGUMENT],
+            },
+        },
+    }
+]
+#: Seconds each answer may take: a warm server answers these in about a second on a TPU.
+ANSWER_TIMEOUT_SECONDS = 120.0
+#: How much of a failed answer's body the failure quotes.
+BODY_CHARS = 500
 # The budget line of tpu_inference/worker/tpu_worker.py, which f-strings each figure as
 # `name=valueGiB` (f"{total_hbm_limit_gb=}GiB").
 HBM_RE = re.compile(
@@ -187,15 +222,25 @@ def follow(container: str, lines: queue.Queue[str | None]) -> None:
 def http_get(url: str, api_key: str | None = None) -> tuple[int, str]:
     """(HTTP status, body) from curl on the VM; status 0 when nothing answered. The key goes in
     as a header on curl's stdin (`--header @-`), never as an argument, so `ps` cannot show it."""
+    return curl(url, api_key)
+
+
+def curl(
+    url: str, api_key: str | None = None, *, body: str | None = None, seconds: float = 10.0
+) -> tuple[int, str]:
+    """One request with curl: a GET, or a JSON POST of `body` (no secret: it may be in argv).
+    Status 0 when nothing answered within `seconds`."""
     header = f"Authorization: Bearer {api_key}\n" if api_key else ""
+    post = ["--header", "Content-Type: application/json", "--data-binary", body] if body else []
     done = subprocess.run(
         [
             "curl",
             "--silent",
             "--max-time",
-            "10",
+            str(seconds),
             "--header",
             "@-",
+            *post,
             "--write-out",
             "\n%{http_code}",
             url,
@@ -204,10 +249,91 @@ def http_get(url: str, api_key: str | None = None) -> tuple[int, str]:
         capture_output=True,
         text=True,
         check=False,
-        timeout=30,
+        timeout=seconds + 20,
     )
-    body, _, code = done.stdout.rpartition("\n")
-    return (int(code) if code.isdigit() else 0), body
+    answer, _, code = done.stdout.rpartition("\n")
+    return (int(code) if code.isdigit() else 0), answer
+
+
+def ask(
+    base: str, key: str, body: dict[str, object], seconds: float
+) -> tuple[int, str, dict[str, Any]]:
+    """POST a chat completion; (status, raw body, first choice's message or {})."""
+    status, raw = curl(f"{base}/v1/chat/completions", key, body=json.dumps(body), seconds=seconds)
+    try:
+        message = json.loads(raw)["choices"][0]["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        message = {}
+    return status, raw, message if isinstance(message, dict) else {}
+
+
+def chat_problem(status: int, message: dict[str, Any]) -> str | None:
+    """Why the chat answer is not a good one (None when it is): HTTP 200 and non-empty content."""
+    if status != 200:
+        return "nothing (no connection or a timeout)" if status == 0 else f"HTTP {status}"
+    content = message.get("content")
+    if not isinstance(content, str) or not content.strip():
+        return f"HTTP 200 with empty content ({json.dumps(content)})"
+    return None
+
+
+def tool_problem(status: int, message: dict[str, Any]) -> str | None:
+    """Why the tool answer is not a call of TOOL_NAME with JSON arguments (None when it is)."""
+    if status != 200:
+        return "nothing (no connection or a timeout)" if status == 0 else f"HTTP {status}"
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
+        text = json.dumps(message.get("content"))[:80]
+        return f"HTTP 200 without a tool call (content {text}): no --tool-call-parser match"
+    function = calls[0].get("function") or {}
+    if function.get("name") != TOOL_NAME:
+        return f"HTTP 200 calling {json.dumps(function.get('name'))}, not {TOOL_NAME}"
+    try:
+        arguments = json.loads(str(function.get("arguments")))
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        shown = json.dumps(function.get("arguments"))[:80]
+        return f"HTTP 200 with a {TOOL_NAME} call whose arguments are not a JSON object: {shown}"
+    return None
+
+
+def ask_model(
+    start: float,
+    base: str,
+    model: str,
+    tail: collections.deque[str],
+    *,
+    tool_call: bool,
+    seconds: float,
+) -> float:
+    """The model must answer: a chat, then (with `tool_call`) a tool call. Any other answer
+    fails readiness with the status, the body's start and the container's last lines. Returns
+    when (monotonic) the first good answer came."""
+    with open(API_KEY_FILE, encoding="utf-8") as handle:
+        key = handle.read().strip()
+    chat = {"model": model, "messages": [{"role": "user", "content": CHAT_PROMPT}],
+            "max_tokens": CHAT_MAX_TOKENS, "temperature": 0}  # fmt: skip
+    status, raw, message = ask(base, key, chat, seconds)
+    problem = chat_problem(status, message)
+    if problem:
+        fail(
+            start, f"the model did not answer {CHAT_PROMPT!r}: {problem}: {raw[:BODY_CHARS]}", tail
+        )
+    answered = time.monotonic()
+    say(start, f"the model answered: {json.dumps(message['content'].strip())[:80]}")
+    if not tool_call:
+        say(start, "tool call not asked: the server has no --tool-call-parser")
+        return answered
+    tools = {"model": model, "messages": [{"role": "user", "content": TOOL_PROMPT}],
+             "tools": TOOLS, "tool_choice": "auto", "max_tokens": TOOL_MAX_TOKENS,
+             "temperature": 0}  # fmt: skip
+    status, raw, message = ask(base, key, tools, seconds)
+    problem = tool_problem(status, message)
+    if problem:
+        fail(start, f"the model did not call {TOOL_NAME}: {problem}: {raw[:BODY_CHARS]}", tail)
+    say(start, f"the model called {TOOL_NAME} with JSON arguments")
+    return answered
 
 
 def models_failure(status: int, container: str) -> str:
@@ -289,6 +415,8 @@ def main() -> None:
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--heartbeat", type=float, default=HEARTBEAT_SECONDS)
     parser.add_argument("--cache-result", default="")
+    parser.add_argument("--tool-call", action="store_true")
+    parser.add_argument("--answer-timeout", type=float, default=ANSWER_TIMEOUT_SECONDS)
     args = parser.parse_args()
     start = CLOCK.start
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -304,6 +432,7 @@ def main() -> None:
     phase = FIRST_PHASE
     hbm: dict[str, float] | None = None
     next_check = time.monotonic() + args.poll
+    ready_at = time.monotonic()
     ended = False
     while True:
         try:
@@ -325,6 +454,7 @@ def main() -> None:
                 say(start, "HBM: " + ", ".join(f"{k} {v} GiB" for k, v in hbm.items()))
             if READY in line:
                 say(start, "ready: Application startup complete.")
+                ready_at = time.monotonic()
                 break
         if ended or time.monotonic() >= next_check:
             next_check = time.monotonic() + args.poll
@@ -348,10 +478,20 @@ def main() -> None:
     began = parse_started(started_at)
     startup = round(time.time() - began, 1) if began else round(time.monotonic() - start, 1)
     verify_endpoint(start, args.port, args.model, tail, args.heartbeat, container=args.container)
+    base = f"http://127.0.0.1:{args.port}"
+    answered = ask_model(
+        start, base, args.model, tail, tool_call=args.tool_call, seconds=args.answer_timeout
+    )
+    first_answer = round(answered - ready_at, 1)
     cache = read_cache_result(args.cache_result)
     warm = f"warm: {cache['files']} files from {cache['generation']}" if cache["restored"] else ""
     say(start, f"compile cache: {warm or 'cold (' + str(cache.get('reason') or '') + ')'}")
-    result = {"startup_seconds": startup, "hbm": hbm, "cache": cache}
+    result = {
+        "startup_seconds": startup,
+        "first_answer_seconds": first_answer,
+        "hbm": hbm,
+        "cache": cache,
+    }
     print("TPU_VLLM_READY " + json.dumps(result, sort_keys=True), flush=True)
 
 

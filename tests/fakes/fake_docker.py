@@ -2658,8 +2658,18 @@ def tool_call(function: JSONDict) -> JSONDict:
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
+#: How a build that starts can still fail to answer (a scenario's ``answers``): chat content
+#: empty (null), plain text where a tool call was asked for, a tool call whose arguments are not
+#: JSON, HTTP 500 (vLLM's ``ErrorResponse`` for an engine error), or no answer at all (a hang).
+ANSWER_FAILURES = ("empty_content", "text_not_tool", "non_json_arguments", "http_500", "hang")
+#: How long a hanging answer holds its connection: past any readiness bound a test sets.
+HANG_SECONDS = 600.0
+
+
 class VllmHTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    #: "good", or one of ANSWER_FAILURES (chat completions only; /health and /v1/models answer).
+    answers: str = "good"
     info: ServeInfo
     container: Container
     #: What ``GET /health`` answers. vLLM answers 200 while the engine is healthy and 503 once
@@ -2688,6 +2698,7 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
             401: "Unauthorized",
             404: "Not Found",
             400: "Bad Request",
+            500: "Internal Server Error",
             503: "Service Unavailable",
         }.get(code, "")
         with contextlib.suppress(OSError):
@@ -2799,8 +2810,17 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
         prompt, generated = self.server.tokens
         self.server.tokens = (prompt + 17, generated + 7)
         if path == "/v1/chat/completions":
-            reply: JSONDict = {"role": "assistant", "content": "Hi there, nice to meet you!",
-                                 "tool_calls": []}  # fmt: skip
+            answers = self.server.answers
+            if answers == "hang":
+                time.sleep(HANG_SECONDS)
+                return
+            if answers == "http_500":
+                error = {"message": "EngineCore encountered an issue. See stack trace.",
+                         "type": "InternalServerError", "param": None, "code": 500}  # fmt: skip
+                self._send(500, {"error": error})
+                return
+            content = None if answers == "empty_content" else "Hi there, nice to meet you!"
+            reply: JSONDict = {"role": "assistant", "content": content, "tool_calls": []}
             finish = "stop"
             tools = body.get("tools") or []
             choice = body.get("tool_choice", "auto" if tools else "none")
@@ -2812,7 +2832,12 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
                     self._send(400, {"error": {"message": text, "type": "BadRequestError",
                                                "param": None, "code": 400}})  # fmt: skip
                     return
-                reply, finish = tool_call(tools[0].get("function") or {}), "tool_calls"
+                if answers == "text_not_tool":  # the call stays text: no parser recognised it
+                    reply["content"] = '<|tool_call>call:get_weather{city:"Paris"}<tool_call|>'
+                else:
+                    reply, finish = tool_call(tools[0].get("function") or {}), "tool_calls"
+                    if answers == "non_json_arguments":
+                        reply["tool_calls"][0]["function"]["arguments"] = "{city: Paris"
             self._send(200, {
                 "id": "chatcmpl-" + secrets.token_hex(16), "object": "chat.completion",
                 "created": created, "model": model,
@@ -2899,6 +2924,7 @@ class Boot:
         self.exit_at = float(exit_at) if exit_at is not None else None
         self.exit_code = int(scenario.get("exit_code", 137))
         self.health_status = int(scenario.get("health_status", 200))
+        self.answers = str(scenario.get("answers", "good"))
         self.info = serve_info(container)
         self.sock: socket.socket | None = None
         self.server: VllmHTTPServer | None = None
@@ -2982,6 +3008,7 @@ class Boot:
         server.info = self.info
         server.container = self.container
         server.health_status = self.health_status
+        server.answers = self.answers
         server.server_activate()  # listen(): from here on connections succeed
         self.server = server
         self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},

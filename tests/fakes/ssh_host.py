@@ -88,6 +88,9 @@ class Scenario(_ScenarioRequired, total=False):
     every entry the cold ``log`` compiles is there intact, it replays ``warm_log`` instead;
     otherwise it replays ``log`` and writes each entry as its compilation finishes.
     ``xla_entry_bytes``: size of each fake cache entry (default 16384).
+    ``answers``: how the model answers chat completions once the server is up (default
+    ``"good"``), one of fake_docker's ``ANSWER_FAILURES``: a build that starts but cannot answer
+    (tpu-inference #3414/#3406: Gemma 4 E2B/E4B answered badly for ~90 nightlies).
     ``by_args``: ``[[ARGS, SCENARIO], ...]``: a run whose command holds ``ARGS`` (consecutive
     words, e.g. ``["--gpu-memory-utilization", "0.98"]``) replays that ``SCENARIO`` instead,
     as the server's fate follows its flags (the first match wins).
@@ -100,6 +103,7 @@ class Scenario(_ScenarioRequired, total=False):
     health_status: int
     warm_log: str
     xla_entry_bytes: int
+    answers: str
     by_args: list[tuple[list[str], Scenario]]
 
 
@@ -146,6 +150,7 @@ class FakeDocker:
         exit_code: int | None = None,
         restart_log: str | None = None,
         health_status: int | None = None,
+        answers: str | None = None,
     ) -> None:
         """Every following ``docker run`` replays ``log`` at ``speed``x."""
         scenario: Scenario = {"log": log, "speed": speed}
@@ -157,6 +162,8 @@ class FakeDocker:
             scenario["restart_log"] = restart_log
         if health_status is not None:
             scenario["health_status"] = health_status
+        if answers is not None:
+            scenario["answers"] = answers
         self._write("scenario.json", scenario)
 
     def set_scenarios(self, scenarios: Sequence[Scenario]) -> None:
