@@ -225,6 +225,43 @@ def assert_create_before_delete(order: dict[tuple[str, str, str], tuple[int, int
     assert drained >= DRAIN - 1, f"the old node went {drained} s after the record moved"
 
 
+def test_a_successor_that_cannot_answer_does_not_take_the_name(life: Lifecycle) -> None:
+    """Issue 28 item 9: the next renewal lands on a build that starts but answers with empty
+    content. Its readiness check fails, so `pulumi up` fails: the record stays on the node that
+    serves, that node is not deleted, no client request fails, and renew.py exits non-zero with
+    the reason. The engine holds the old node for deletion; it deletes such resources only after
+    every other step of a later `up` succeeded (pulumi's `performPostSteps`), so only once a
+    successor has answered and the name has moved (docs/renewal.md, "A successor that cannot
+    answer")."""
+    with life.step("bad-successor", after="renew"):
+        engine = life.engine
+        fakes = engine.fakes
+        serving = fakes.fleet.running[0]
+        outputs = engine.outputs(show_secrets=True)
+        fakes.tpu.end_run_in(
+            outputs["queued_resource"], float(outputs["renewal_lead_seconds"]) - 600
+        )
+        good = fakes.fleet.scenario
+        fakes.fleet.scenario = {**good, "answers": "empty_content"}
+        client = Client(CachingResolver(StandinZone(fakes.standin_state)), 8000, outputs["api_key"])
+        client.start()
+        try:
+            run = engine.python("scripts/renew.py", STACK)
+        finally:
+            client.stop()
+            fakes.fleet.scenario = good
+        assert run.returncode != 0, run.output
+        assert "HTTP 200 with empty content" in run.output, run.output[-4000:]
+        record = StandinZone(fakes.standin_state).lookup(RECORD)
+        assert record is not None and record.rrdatas == (serving,)
+        assert serving in fakes.fleet.running
+        assert fakes.tpu.state(outputs["queued_resource"]) == "ACTIVE"
+        assert not client.failures(), client.failures()[:5]
+        assert outputs["api_key"] not in run.output
+        pending = [r["urn"].rsplit("::", 1)[-1] for r in engine.resources() if r.get("delete")]
+        assert "tpu-qr" in pending  # the serving node, deleted by no step of a failed up
+
+
 def test_destroy_after_the_renewal(life: Lifecycle) -> None:
     with life.step("destroy", after="renew"):
         engine = life.engine
