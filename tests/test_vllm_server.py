@@ -70,7 +70,7 @@ def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost)
         "/health: 200",
         "/v1/models lists google/gemma-4-E2B-it",
         'the model answered: "Hi there, nice to meet you!"',
-        "the model called get_weather with JSON arguments",
+        "the model called get_weather with a city",
     ):
         assert phase in out, phase
     # Phases carry elapsed seconds, in boot order.
@@ -91,13 +91,17 @@ def test_ready_is_detected_within_two_seconds_with_phases_and_hbm(node: SshHost)
 
 
 #: (the fake's answer, what the failure says): a build that starts but cannot answer.
+CHAT = "did not answer 'Say hi in five words.': "
+TOOL = "did not call get_weather: HTTP 200 "
 BAD_ANSWERS = {
-    "empty_content": "did not answer 'Say hi in five words.': HTTP 200 with empty content (null)",
-    "http_500": "did not answer 'Say hi in five words.': HTTP 500",
-    "hang": "did not answer 'Say hi in five words.': nothing (no connection or a timeout)",
-    "text_not_tool": "did not call get_weather: HTTP 200 without a tool call",
-    "non_json_arguments": "did not call get_weather: HTTP 200 with a get_weather call whose "
-    "arguments are not a JSON object",
+    "empty_content": CHAT + 'HTTP 200 with empty content (null; finish_reason "stop", 0 ',
+    "reasoning_only": CHAT + 'HTTP 200 with empty content (null; finish_reason "length", 480 ',
+    "garbage": CHAT + 'HTTP 200 with content that is no answer: "<pad><pad>',
+    "http_500": CHAT + "HTTP 500",
+    "hang": CHAT + "nothing answered (no answer within the time allowed)",
+    "text_not_tool": TOOL + "without a tool call",
+    "non_json_arguments": TOOL + "with a get_weather call whose arguments are not a JSON object",
+    "empty_arguments": TOOL + 'with a get_weather call without a city: "{}"',
 }
 
 
@@ -110,7 +114,7 @@ def test_a_server_that_starts_but_cannot_answer_fails_the_check(
     the body and the container's last lines, and never shows the key."""
     node.docker.set_scenario("v5e1_ready.log", speed=400, answers=answers)
     container_id = start(node)
-    readiness = Readiness(node, container_id, None, answer_timeout=3)
+    readiness = Readiness(node, container_id, None, heartbeat=0.5, answer_timeout=3)
     assert readiness.wait(timeout=90) != 0, readiness.stdout
     out, err = readiness.stdout, readiness.stderr.decode()
     assert "/v1/models lists google/gemma-4-E2B-it" in out
@@ -118,8 +122,10 @@ def test_a_server_that_starts_but_cannot_answer_fails_the_check(
     assert "TPU_VLLM_READY" not in out
     assert "log lines" in err and "Application startup complete." in err  # the container's tail
     assert "key-1" not in out + err
+    if answers == "hang":  # the wait for an answer is not silent either
+        assert "still waiting, phase: asking the model, waiting for its answer" in out, out
     if answers == "http_500":
-        assert "EngineCore encountered an issue" in out  # the body's start, quoted
+        assert '"message":"Internal server error"' in out  # the body's start, quoted
 
 
 def test_heartbeat_lines_fill_a_long_silent_compile(node: SshHost) -> None:

@@ -7,11 +7,13 @@ phase with elapsed seconds, succeeds on uvicorn's `Application startup complete.
 `/health` and `/v1/models` with curl (the API key read from its file and handed to curl on
 stdin, never in argv or env). A failed `/v1/models` request fails the check: a 401 says the API
 key is the likely cause. Then it asks the model, because a build can start and still not answer
-(tpu-inference #3414/#3406: Gemma 4 E2B/E4B answered badly for ~90 nightlies): seed 000 §1.4's
-"Say hi in five words." must come back with HTTP 200 and non-empty `content`, and, with
+(tpu-inference #3406: Gemma 4 E2B/E4B text generation was garbage on the TPU image for weeks):
+seed 000 §1.4's "Say hi in five words." must come back with HTTP 200 and `content` holding a
+word and no special-token markup (thinking turned off for the request), and, with
 `--tool-call` (the server has `--enable-auto-tool-choice`), one tool with `tool_choice: "auto"`
 (as scripts/smoke_test.py sends it) must come back as a `tool_calls` entry naming it with JSON
-arguments; each within `--answer-timeout` seconds. Anything else fails with the HTTP status, the
+arguments that hold a non-empty `city`; each within `--answer-timeout` seconds, with heartbeat
+lines while it waits. Anything else fails with the HTTP status, the
 first 500 characters of the body and the container's last log lines.
 
 Usage: python3 - --container ID --model MODEL --port PORT --timeout SECONDS [--poll SECONDS]
@@ -101,11 +103,11 @@ PHASES = (
 )
 #: The questions readiness asks, as scripts/smoke_test.py asks them (it imports them from here).
 CHAT_PROMPT = "Say hi in five words."  # seed 000 §1.4
-CHAT_MAX_TOKENS = 64
+CHAT_MAX_TOKENS = 256
 TOOL_NAME = "get_weather"
 TOOL_ARGUMENT = "city"
 TOOL_PROMPT = "What is the weather in Paris right now? Use the get_weather tool."
-TOOL_MAX_TOKENS = 128
+TOOL_MAX_TOKENS = 256
 TOOLS = [
     {
         "type": "function",
@@ -222,25 +224,15 @@ def follow(container: str, lines: queue.Queue[str | None]) -> None:
 def http_get(url: str, api_key: str | None = None) -> tuple[int, str]:
     """(HTTP status, body) from curl on the VM; status 0 when nothing answered. The key goes in
     as a header on curl's stdin (`--header @-`), never as an argument, so `ps` cannot show it."""
-    return curl(url, api_key)
-
-
-def curl(
-    url: str, api_key: str | None = None, *, body: str | None = None, seconds: float = 10.0
-) -> tuple[int, str]:
-    """One request with curl: a GET, or a JSON POST of `body` (no secret: it may be in argv).
-    Status 0 when nothing answered within `seconds`."""
     header = f"Authorization: Bearer {api_key}\n" if api_key else ""
-    post = ["--header", "Content-Type: application/json", "--data-binary", body] if body else []
     done = subprocess.run(
         [
             "curl",
             "--silent",
             "--max-time",
-            str(seconds),
+            "10",
             "--header",
             "@-",
-            *post,
             "--write-out",
             "\n%{http_code}",
             url,
@@ -249,38 +241,113 @@ def curl(
         capture_output=True,
         text=True,
         check=False,
-        timeout=seconds + 20,
+        timeout=30,
     )
-    answer, _, code = done.stdout.rpartition("\n")
-    return (int(code) if code.isdigit() else 0), answer
+    body, _, code = done.stdout.rpartition("\n")
+    return (int(code) if code.isdigit() else 0), body
+
+
+#: curl's exit codes that say why nothing answered (curl(1), EXIT CODES).
+CURL_EXITS = {7: "connection refused", 28: "no answer within the time allowed", 52: "empty reply"}
+#: Text that a working chat template never leaves in an answer: special tokens printed as text
+#: (the gemma4 parsers turn off skip_special_tokens), as a broken build emits them.
+MARKUP = re.compile(r"<pad>|<unused\d+>|<\|[^>]*>|<[a-z_]*_of_turn>|<bos>|<eos>")
 
 
 def ask(
-    base: str, key: str, body: dict[str, object], seconds: float
-) -> tuple[int, str, dict[str, Any]]:
-    """POST a chat completion; (status, raw body, first choice's message or {})."""
-    status, raw = curl(f"{base}/v1/chat/completions", key, body=json.dumps(body), seconds=seconds)
+    start: float,
+    base: str,
+    key: str,
+    body: dict[str, object],
+    *,
+    seconds: float,
+    beat: float,
+    tail: collections.deque[str],
+) -> tuple[int, str, dict[str, Any], dict[str, Any]]:
+    """POST a chat completion with curl, a heartbeat line while it waits (as during the boot);
+    (status, raw body, first choice, its message). Status 0: nothing answered (the reason in
+    the raw body)."""
+    header = f"Authorization: Bearer {key}\n"
+    proc = subprocess.Popen(
+        [
+            "curl",
+            "--silent",
+            "--max-time",
+            str(seconds),
+            "--header",
+            "@-",
+            "--header",
+            "Content-Type: application/json",
+            "--data-binary",
+            json.dumps(body),
+            "--write-out",
+            "\n%{http_code}",
+            f"{base}/v1/chat/completions",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(header)
+    proc.stdin.close()
+    deadline = time.monotonic() + seconds + 20
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        if time.monotonic() - CLOCK.last_line >= beat:
+            heartbeat(start, "asking the model, waiting for its answer", tail)
+    if proc.poll() is None:
+        proc.kill()
+    raw_out = proc.stdout.read()
+    answer, _, code = raw_out.rpartition("\n")
+    status = int(code) if code.isdigit() else 0
+    if status == 0:
+        why = CURL_EXITS.get(proc.returncode or 0, f"curl exit status {proc.returncode}")
+        return 0, f"nothing answered ({why})", {}, {}
     try:
-        message = json.loads(raw)["choices"][0]["message"]
+        choice = json.loads(answer)["choices"][0]
     except (ValueError, KeyError, IndexError, TypeError):
-        message = {}
-    return status, raw, message if isinstance(message, dict) else {}
+        choice = {}
+    choice = choice if isinstance(choice, dict) else {}
+    message = choice.get("message")
+    return status, answer, choice, message if isinstance(message, dict) else {}
 
 
-def chat_problem(status: int, message: dict[str, Any]) -> str | None:
-    """Why the chat answer is not a good one (None when it is): HTTP 200 and non-empty content."""
-    if status != 200:
-        return "nothing (no connection or a timeout)" if status == 0 else f"HTTP {status}"
+def _status_problem(status: int, raw: str) -> str | None:
+    if status == 0:
+        return raw
+    return None if status == 200 else f"HTTP {status}"
+
+
+def chat_problem(
+    status: int, raw: str, choice: dict[str, Any], message: dict[str, Any]
+) -> str | None:
+    """Why the chat answer is not a good one (None when it is): HTTP 200 and content with a word
+    in it and no special-token markup (a broken build answers garbage: tpu-inference #3406)."""
+    problem = _status_problem(status, raw)
+    if problem:
+        return problem
     content = message.get("content")
     if not isinstance(content, str) or not content.strip():
-        return f"HTTP 200 with empty content ({json.dumps(content)})"
+        reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
+        return (
+            f"HTTP 200 with empty content ({json.dumps(content)}; finish_reason "
+            f"{json.dumps(choice.get('finish_reason'))}, {len(str(reasoning))} characters of "
+            "reasoning)"
+        )
+    if MARKUP.search(content) or not re.search(r"[A-Za-z]{2,}", content):
+        return f"HTTP 200 with content that is no answer: {json.dumps(content)[:120]}"
     return None
 
 
-def tool_problem(status: int, message: dict[str, Any]) -> str | None:
-    """Why the tool answer is not a call of TOOL_NAME with JSON arguments (None when it is)."""
-    if status != 200:
-        return "nothing (no connection or a timeout)" if status == 0 else f"HTTP {status}"
+def tool_problem(status: int, raw: str, message: dict[str, Any]) -> str | None:
+    """Why the tool answer is not a call of TOOL_NAME with a JSON object holding a non-empty
+    TOOL_ARGUMENT (None when it is). vLLM's gemma4 parser always hands back a JSON object string,
+    `{}` when it could not parse the call, so the argument itself is what proves the call."""
+    problem = _status_problem(status, raw)
+    if problem:
+        return problem
     calls = message.get("tool_calls")
     if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
         text = json.dumps(message.get("content"))[:80]
@@ -288,13 +355,16 @@ def tool_problem(status: int, message: dict[str, Any]) -> str | None:
     function = calls[0].get("function") or {}
     if function.get("name") != TOOL_NAME:
         return f"HTTP 200 calling {json.dumps(function.get('name'))}, not {TOOL_NAME}"
+    shown = json.dumps(function.get("arguments"))[:80]
     try:
         arguments = json.loads(str(function.get("arguments")))
     except ValueError:
         arguments = None
     if not isinstance(arguments, dict):
-        shown = json.dumps(function.get("arguments"))[:80]
         return f"HTTP 200 with a {TOOL_NAME} call whose arguments are not a JSON object: {shown}"
+    value = arguments.get(TOOL_ARGUMENT)
+    if not isinstance(value, str) or not value.strip():
+        return f"HTTP 200 with a {TOOL_NAME} call without a {TOOL_ARGUMENT}: {shown}"
     return None
 
 
@@ -306,33 +376,38 @@ def ask_model(
     *,
     tool_call: bool,
     seconds: float,
+    beat: float,
 ) -> float:
     """The model must answer: a chat, then (with `tool_call`) a tool call. Any other answer
     fails readiness with the status, the body's start and the container's last lines. Returns
-    when (monotonic) the first good answer came."""
+    when (monotonic) the first good answer came. Thinking is turned off for both questions
+    (`chat_template_kwargs`, which a request may set over the server's defaults): a thought the
+    token budget cuts short leaves `content` empty."""
     with open(API_KEY_FILE, encoding="utf-8") as handle:
         key = handle.read().strip()
-    chat = {"model": model, "messages": [{"role": "user", "content": CHAT_PROMPT}],
-            "max_tokens": CHAT_MAX_TOKENS, "temperature": 0}  # fmt: skip
-    status, raw, message = ask(base, key, chat, seconds)
-    problem = chat_problem(status, message)
+    common = {"model": model, "temperature": 0,
+              "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+    chat = {**common, "messages": [{"role": "user", "content": CHAT_PROMPT}],
+            "max_tokens": CHAT_MAX_TOKENS}  # fmt: skip
+    status, raw, choice, message = ask(
+        start, base, key, chat, seconds=seconds, beat=beat, tail=tail
+    )
+    problem = chat_problem(status, raw, choice, message)
     if problem:
-        fail(
-            start, f"the model did not answer {CHAT_PROMPT!r}: {problem}: {raw[:BODY_CHARS]}", tail
-        )
+        said = f"the model did not answer {CHAT_PROMPT!r}: {problem}"
+        fail(start, f"{said}: {raw[:BODY_CHARS]}", tail)
     answered = time.monotonic()
     say(start, f"the model answered: {json.dumps(message['content'].strip())[:80]}")
     if not tool_call:
         say(start, "tool call not asked: the server has no --tool-call-parser")
         return answered
-    tools = {"model": model, "messages": [{"role": "user", "content": TOOL_PROMPT}],
-             "tools": TOOLS, "tool_choice": "auto", "max_tokens": TOOL_MAX_TOKENS,
-             "temperature": 0}  # fmt: skip
-    status, raw, message = ask(base, key, tools, seconds)
-    problem = tool_problem(status, message)
+    tools = {**common, "messages": [{"role": "user", "content": TOOL_PROMPT}], "tools": TOOLS,
+             "tool_choice": "auto", "max_tokens": TOOL_MAX_TOKENS}  # fmt: skip
+    status, raw, _, message = ask(start, base, key, tools, seconds=seconds, beat=beat, tail=tail)
+    problem = tool_problem(status, raw, message)
     if problem:
         fail(start, f"the model did not call {TOOL_NAME}: {problem}: {raw[:BODY_CHARS]}", tail)
-    say(start, f"the model called {TOOL_NAME} with JSON arguments")
+    say(start, f"the model called {TOOL_NAME} with a {TOOL_ARGUMENT}")
     return answered
 
 
@@ -480,7 +555,13 @@ def main() -> None:
     verify_endpoint(start, args.port, args.model, tail, args.heartbeat, container=args.container)
     base = f"http://127.0.0.1:{args.port}"
     answered = ask_model(
-        start, base, args.model, tail, tool_call=args.tool_call, seconds=args.answer_timeout
+        start,
+        base,
+        args.model,
+        tail,
+        tool_call=args.tool_call,
+        seconds=args.answer_timeout,
+        beat=args.heartbeat,
     )
     first_answer = round(answered - ready_at, 1)
     cache = read_cache_result(args.cache_result)

@@ -2659,9 +2659,21 @@ def tool_call(function: JSONDict) -> JSONDict:
 
 
 #: How a build that starts can still fail to answer (a scenario's ``answers``): chat content
-#: empty (null), plain text where a tool call was asked for, a tool call whose arguments are not
-#: JSON, HTTP 500 (vLLM's ``ErrorResponse`` for an engine error), or no answer at all (a hang).
-ANSWER_FAILURES = ("empty_content", "text_not_tool", "non_json_arguments", "http_500", "hang")
+#: empty (null); all of it in the reasoning fields, cut at max_tokens (an unclosed thought:
+#: vLLM's reasoning parsers give it all to `reasoning`); garbage (special tokens as text:
+#: tpu-inference #3406); plain text where a tool call was asked for; a tool call whose arguments
+#: are not JSON, or are `{}` (what vLLM's gemma4 parser returns for a call it could not parse);
+#: HTTP 500 (vLLM's `GenerationError` answer, serving.py); or no answer at all (a hang).
+ANSWER_FAILURES = (
+    "empty_content",
+    "reasoning_only",
+    "garbage",
+    "text_not_tool",
+    "non_json_arguments",
+    "empty_arguments",
+    "http_500",
+    "hang",
+)
 #: How long a hanging answer holds its connection: past any readiness bound a test sets.
 HANG_SECONDS = 600.0
 
@@ -2815,13 +2827,18 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
                 time.sleep(HANG_SECONDS)
                 return
             if answers == "http_500":
-                error = {"message": "EngineCore encountered an issue. See stack trace.",
-                         "type": "InternalServerError", "param": None, "code": 500}  # fmt: skip
+                error = {"message": "Internal server error", "type": "InternalServerError",
+                         "param": None, "code": 500}  # fmt: skip
                 self._send(500, {"error": error})
                 return
-            content = None if answers == "empty_content" else "Hi there, nice to meet you!"
+            bad = {"empty_content": None, "reasoning_only": None, "garbage": "<pad><pad><pad>"}
+            content = bad.get(answers, "Hi there, nice to meet you!")
             reply: JSONDict = {"role": "assistant", "content": content, "tool_calls": []}
             finish = "stop"
+            if answers == "reasoning_only":
+                thought = "The user wants a greeting in five words. Let me think about " * 8
+                reply["reasoning"] = reply["reasoning_content"] = thought
+                finish = "length"
             tools = body.get("tools") or []
             choice = body.get("tool_choice", "auto" if tools else "none")
             if tools and choice != "none":
@@ -2838,6 +2855,8 @@ class VllmHandler(http.server.BaseHTTPRequestHandler):
                     reply, finish = tool_call(tools[0].get("function") or {}), "tool_calls"
                     if answers == "non_json_arguments":
                         reply["tool_calls"][0]["function"]["arguments"] = "{city: Paris"
+                    if answers == "empty_arguments":
+                        reply["tool_calls"][0]["function"]["arguments"] = "{}"
             self._send(200, {
                 "id": "chatcmpl-" + secrets.token_hex(16), "object": "chat.completion",
                 "created": created, "model": model,

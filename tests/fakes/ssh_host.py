@@ -90,7 +90,7 @@ class Scenario(_ScenarioRequired, total=False):
     ``xla_entry_bytes``: size of each fake cache entry (default 16384).
     ``answers``: how the model answers chat completions once the server is up (default
     ``"good"``), one of fake_docker's ``ANSWER_FAILURES``: a build that starts but cannot answer
-    (tpu-inference #3414/#3406: Gemma 4 E2B/E4B answered badly for ~90 nightlies).
+    (tpu-inference #3406: Gemma 4 E2B/E4B text generation was garbage on the TPU image).
     ``by_args``: ``[[ARGS, SCENARIO], ...]``: a run whose command holds ``ARGS`` (consecutive
     words, e.g. ``["--gpu-memory-utilization", "0.98"]``) replays that ``SCENARIO`` instead,
     as the server's fate follows its flags (the first match wins).
