@@ -47,10 +47,6 @@ class Chosen:
     #: "built", "PATH" or "stand-in".
     source: str
 
-    @property
-    def real(self) -> bool:
-        return self.source != "stand-in"
-
     def describe(self) -> str:
         if self.source == "built":
             return f"{self.tool}: real, built by scripts/engine/build.sh ({self.path})"

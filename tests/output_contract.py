@@ -80,7 +80,6 @@ CONTRACT: dict[str, Out] = {
     "logs_url": Out(STR, empty=""),
     "uptime_check": Out(STR, empty=""),  # "" without tpu-vllm:monitoring.uptimeCheck
 }
-REQUIRED = {name for name, out in CONTRACT.items() if not out.optional}
 OPTIONAL = {name for name, out in CONTRACT.items() if out.optional}
 
 #: Outputs that mean nothing on a backend: their empty value in every situation of it.

@@ -6,11 +6,11 @@ output that would be None in some situation is *missing* here, exactly as `pulum
 and `require_output` would find it. Each output is therefore either always present, with a
 documented empty value when it does not apply, or documented as optional.
 
-To add an output: add it to `CONTRACT` (and to README "Outputs"); if it can lack a value, give it
-an `empty` value or mark it `optional`, and add a situation to `SITUATIONS` that produces that.
-Outputs that mean nothing on a backend (`cluster` on the VM backend; `node`, `ssh_command`, ...
-on GKE) hold their empty value or are absent in every situation of that backend
-(`BACKEND_EMPTY`, `BACKEND_ABSENT`).
+The contract itself is in tests/output_contract.py, shared with the engine stack tests. To add
+an output: add it to `CONTRACT` there (and to README "Outputs"); if it can lack a value, give it
+an `empty` value or mark it `optional`, say in `expected` which config empties it (or in
+`BACKEND_EMPTY`/`BACKEND_ABSENT` which backend), and add a situation to `SITUATIONS` here that
+produces that.
 """
 
 from __future__ import annotations

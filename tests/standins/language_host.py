@@ -70,8 +70,6 @@ from pulumi.runtime.proto import language_pb2, language_pb2_grpc, plugin_pb2
 
 #: The Go host reports the CLI's version; this one, the SDK's whose server it is.
 SDK_VERSION = metadata.version("pulumi")
-#: The Go host's flags that take a value (main.go: `-tracing`, `-use-executor`).
-VALUE_FLAGS = ("tracing", "use-executor")
 #: The exec script's exit code for "an error was already shown to the user": the Go host answers
 #: it with `bail` instead of an error of its own (main.go, Run).
 USER_ACTIONABLE_EXIT = 32
@@ -345,18 +343,10 @@ def serve(engine_address: str) -> None:
 
 
 def engine_address(argv: list[str]) -> str:
-    """The last positional argument, as Go's `flag` package leaves it after the flags (the
-    engine passes it last: `buildArgsForNewPlugin`); `-tracing X` and `-tracing=X` skipped."""
-    positional: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg.startswith("-"):
-            skip = "=" not in arg and arg.lstrip("-") in VALUE_FLAGS
-        else:
-            positional.append(arg)
-    return positional[-1] if positional else ""
+    """The last argument that is no flag: the engine passes its address last
+    (`buildArgsForNewPlugin`), after any flag and its value (`-tracing URL`); as the stand-in
+    providers read it (tests/standins/provider.py `engine_address`)."""
+    return next((arg for arg in reversed(argv) if not arg.startswith("-")), "")
 
 
 def main(argv: list[str]) -> int:
