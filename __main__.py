@@ -11,6 +11,8 @@ from components.compile_cache import compile_cache_output
 from components.config import load_stack_config
 from components.dns import require_managed_zone
 from components.gke.backend import build_gke
+from components.gke.cluster import preflight
+from components.image_pin import ImagePin, hold_everything_for
 from components.outputs import object_or_empty, text_or_empty
 from components.secrets import require_hf_token_secret
 from components.vm.backend import build_vm
@@ -21,9 +23,22 @@ for warning in config.warnings:
 # Lookups that stop the run before any resource (at preview too).
 require_hf_token_secret(config)
 managed_zone = require_managed_zone(config)
+checked = preflight(config) if config.backend == "gke" else None
+# The image every node runs, resolved to a digest once and kept in the state
+# (components/image_pin.py). Registered first, and everything waits for it: a registry that has
+# no such image, or refuses, stops the run with nothing created.
+pin = ImagePin(
+    "vllm-image",
+    reference=config.vllm.image,
+    upgrade=config.vllm.image_upgrade,
+    endpoint=config.vllm.registry_endpoint,
+)
+hold_everything_for(pin)
 
 backend = (
-    build_gke(config, managed_zone) if config.backend == "gke" else build_vm(config, managed_zone)
+    build_gke(config, managed_zone, pin.image, checked)
+    if checked is not None
+    else build_vm(config, managed_zone, pin.image)
 )
 
 # The output contract other stacks read (README "Outputs"): never rename silently. No value is
@@ -57,6 +72,7 @@ pulumi.export("hbm", object_or_empty(backend.hbm))
 pulumi.export("startup_seconds", backend.startup_seconds)  # optional: None (absent) if unrecorded
 pulumi.export("first_answer_seconds", backend.first_answer_seconds)  # optional, as startup_seconds
 pulumi.export("zones", list(config.tpu.zones))
+pulumi.export("image", pin.image)  # NAME@sha256:..., what every node and replica runs
 pulumi.export("vllm_args", config.vllm.serve_args())
 pulumi.export("compile_cache", compile_cache_output(config))
 pulumi.export("cache_restored", backend.cache_restored)

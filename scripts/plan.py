@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
 
 from pulumi.runtime import mocks  # noqa: E402
 
+from components import image_ref  # noqa: E402
 from components.config import ConfigError, StackConfig, parse_stack_config  # noqa: E402
 from components.messages import operator_line  # noqa: E402
 from components.vm.queued_resource_spec import OUTPUT_KEYS  # noqa: E402
@@ -66,6 +67,13 @@ AFTER_APPLY: Mapping[str, tuple[str, ...]] = {
 def after_apply(args: mocks.MockResourceArgs) -> dict[str, Any]:
     """Deterministic stand-ins for values only the cloud knows, named for what they are."""
     fields: tuple[str, ...] = AFTER_APPLY.get(args.typ, ())
+    if args.typ == "pulumi-python:dynamic:Resource" and "reference" in args.inputs:
+        # The image pin: a digest reference is its own; a tag is resolved by the real up.
+        if args.inputs.get("digest"):
+            return {}
+        digest = f"<{args.name}.digest>"
+        name = image_ref.parse(str(args.inputs["reference"])).name
+        return {"digest": digest, "image": f"{name}@{digest}"}
     if args.typ == "pulumi-python:dynamic:Resource":
         fields = (
             OUTPUT_KEYS

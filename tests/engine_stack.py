@@ -38,6 +38,7 @@ from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import Scenario
 from tests.fakes.tpu_api import FakeTpuApi, StateDurations
 from tests.fakes.tpu_vm import TpuVmFleet
+from tests.registry import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What a clone holds that a run of the program reads.
@@ -92,6 +93,9 @@ class Fakes:
     #: (tests/fakes/gcs_store.py), which the VMs' fake `gcloud storage` reads and writes too.
     standin_state: Path
     buckets: Path
+    #: The real registry the image pin resolves against (tests/registry.py), holding the
+    #: stack's image, `vllm/vllm-tpu:nightly`; `vllm.registryEndpoint` points the program there.
+    registry: Registry
 
     @classmethod
     def start(cls, work: Path, *, serving_port: int, scenario: Scenario | None) -> Fakes:
@@ -124,13 +128,18 @@ class Fakes:
             tpu = FakeTpuApi(durations=DURATIONS, machines=fleet).start()
             started.append(tpu)
             fleet.watch(tpu.tick)
+            registry = Registry(work / "registry")
+            started.append(registry)
+            registry.push("vllm/vllm-tpu", "nightly", "the nightly of the day the stack is made")
         except BaseException:
             for fake in reversed(started):
                 fake.stop()
             raise
         state = work / "standin-state"
         state.mkdir()
-        return cls(secret_manager, metadata, resource_manager, hub, fleet, tpu, state, buckets)
+        return cls(
+            secret_manager, metadata, resource_manager, hub, fleet, tpu, state, buckets, registry
+        )
 
     def env(self) -> dict[str, str]:
         """Where the program, its providers and scripts find the fakes (all documented
@@ -151,7 +160,14 @@ class Fakes:
         }
 
     def stop(self) -> None:
-        for fake in (self.tpu, self.fleet, self.hub, self.resource_manager, self.metadata):
+        for fake in (
+            self.registry,
+            self.tpu,
+            self.fleet,
+            self.hub,
+            self.resource_manager,
+            self.metadata,
+        ):
             with contextlib.suppress(Exception):
                 fake.stop()
         self.secret_manager.stop()
@@ -299,6 +315,8 @@ def engine_stack(
         # The fake VMs are at 127.0.2.N; the tests connect from loopback.
         engine.config_set("tpu-vllm:access.allowedCidrs[0]", "127.0.0.0/8", "--path")
         engine.config_set("tpu-vllm:access.sshCidrs[0]", "127.0.0.1/32", "--path")
+        # The image pin asks the loopback registry, as a user's mirror would be asked.
+        engine.config_set("tpu-vllm:vllm.registryEndpoint", fakes.registry.url, "--path")
         engine.python("scripts/save_hf_token.py", "--stack", stack, stdin=HF_TOKEN + "\n").check()
         yield engine
     finally:

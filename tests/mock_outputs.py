@@ -7,10 +7,13 @@ that flow between components can be asserted.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
 from pulumi.runtime import mocks
+
+from components import image_ref
 
 EXTERNAL_IP = "203.0.113.10"
 #: The GKE backend's reserved load-balancer address and its cluster's control plane.
@@ -51,6 +54,15 @@ def k8s_name(resource: str, metadata: dict[str, Any]) -> str:
     return str(metadata.get("name") or f"{resource}-1f2e3d4c")
 
 
+#: A pinned image as components/image_pin.py hands it to the nodes.
+SERVED_IMAGE = "vllm/vllm-tpu@sha256:" + "ab" * 32
+
+
+def pinned_digest(reference: str) -> str:
+    """The digest the mocked registry serves for a tag: a stable stand-in per reference."""
+    return "sha256:" + hashlib.sha256(reference.encode()).hexdigest()
+
+
 def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
     inputs = args.inputs
     if args.typ == "tls:index/privateKey:PrivateKey":
@@ -75,6 +87,13 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
             stdout = READY_STDOUT.replace("@PREFIX@", prefix.group(1) if prefix else "gs://b/")
             return {"stdout": stdout, "stderr": ""}
         return {"stdout": "", "stderr": ""}
+    if args.typ == "pulumi-python:dynamic:Resource" and "reference" in inputs:
+        # The image pin's check asks the registry (components/image_pin.py); here the
+        # registry's answer for a tag is a digest derived from it, one per reference.
+        if inputs.get("digest"):
+            return {}
+        digest = pinned_digest(str(inputs["reference"]))
+        return {"digest": digest, "image": image_ref.parse(str(inputs["reference"])).pinned(digest)}
     if args.typ == "pulumi-python:dynamic:Resource" and "node_create_time" in inputs:
         return {"host_key": HOST_KEY}
     if args.typ == "gcp:monitoring/uptimeCheckConfig:UptimeCheckConfig":

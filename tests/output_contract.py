@@ -68,6 +68,7 @@ CONTRACT: dict[str, Out] = {
     # From "startup complete" to the model's first good answer; absent where not measured.
     "first_answer_seconds": Out(NUMBER, optional=True),
     "zones": Out((list,)),
+    "image": Out(STR),  # NAME@sha256:DIGEST, the pinned image (components/image_pin.py)
     "vllm_args": Out((list,)),
     "compile_cache": Out(STR, empty=""),  # "" when tpu-vllm:cache.enabled is false
     # Always the full object: {"restored": false, "generation": "", ...} when off or not known.

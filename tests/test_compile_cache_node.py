@@ -34,6 +34,7 @@ from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost, SshHostFactory
 from tests.privileged import skip_or_fail
+from tests.pulumi_program import run_program
 from tests.remote_stack import FETCH, IMAGE, READY, START, commands, container_log, rfc3339
 
 HF_SENTINEL = "hf_CACHEsentinelNEVERinCACHE0123456789"
@@ -296,9 +297,12 @@ def test_the_restore_runs_alongside_the_image_pull(lab: Lab) -> None:
     pulls = [c for c in calls if c["argv"][1:2] == ["pull"]]
     assert len(pulls) == 1
     text = commands("v5e1")[START]
-    # The fetch is started in the background before the pull and awaited after it.
-    assert text.index("fetch \\") < text.index("docker pull") < text.index('wait "$cache_fetch"')
-    assert text.index("install \\") < text.index("sudo docker run")
+    # The pull runs in the background; the fetch and install need only the pinned digest, so
+    # they run beside it and the pull is awaited last, before `docker run`.
+    assert text.index("docker pull") < text.index("fetch \\") < text.index("install \\")
+    assert (
+        text.index("install \\") < text.index('wait "$image_pull"') < text.index("sudo docker run")
+    )
 
 
 def test_the_restore_reports_and_bounds_its_own_time_not_the_pull(lab: Lab) -> None:
@@ -341,6 +345,11 @@ def test_a_changed_key_does_not_restore_and_writes_a_new_generation(
     assert len([n for n in lab.objects(other) if n.endswith("-cache")]) == COMPILED
 
 
+def lab_image_generation(changes: dict[str, Any]) -> str:
+    """The generation of the image the program pins for these changes (mocked registry)."""
+    return generation_name(run_program("v5e1", changes).outputs["image"])
+
+
 def test_another_image_digest_is_never_restored(lab: Lab) -> None:
     cold_then_saved(lab)
     changes = {"tpu-vllm:vllm.image": "vllm/vllm-tpu:2026-11-01"}
@@ -348,9 +357,12 @@ def test_another_image_digest_is_never_restored(lab: Lab) -> None:
     second = lab.start(lab.node(images=()), changes)
     assert second.code == 0
     cache = second.result["cache"]
-    assert cache["restored"] is False
-    assert "made with another image" in second.start_stderr
-    assert cache["generation"] != "" and cache["generation"].startswith(lab.prefix)
+    assert cache["restored"] is False and "no cache for this image" in cache["reason"]
+    # The fetch went straight for the new digest's generation, never the saved one.
+    pinned = lab_image_generation(changes)
+    assert f"fetching {lab.prefix}{pinned}/" in second.start_stderr
+    assert "fetching" not in second.start_stderr.replace(f"fetching {lab.prefix}{pinned}/", "")
+    assert cache["generation"] == f"{lab.prefix}{pinned}/"
     assert second.xla_cache == "cold"
 
 
@@ -514,8 +526,9 @@ def test_the_node_and_the_program_name_generations_alike() -> None:
 def test_a_restore_that_never_learns_the_digest_leaves_nothing_for_the_save(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restart on the same VM with another key, whose image digest cannot be resolved: the
-    save after ready must not upload this start's cache under the previous start's key."""
+    """A restart on the same VM with another key and an image that names no digest (never the
+    case: the stack pins it): the save after ready must not upload this start's cache under the
+    previous start's key."""
     tool = load_tool()
     work, cache_dir = tmp_path / "work", tmp_path / "xla_cache"
     cache_dir.mkdir()
@@ -526,13 +539,11 @@ def test_a_restore_that_never_learns_the_digest_leaves_nothing_for_the_save(
     def no_bucket() -> None:
         raise AssertionError("the bucket was used")
 
-    failed = tool.restore.Image("", {})
-    monkeypatch.setattr(tool.restore, "inspect_image", lambda image, in_pod: failed)
     monkeypatch.setattr(tool.restore, "transport", no_bucket)
     monkeypatch.setattr(tool.watch, "api_store", no_bucket)
     install = ["install", "--work", str(work), "--prefix", "gs://b/xla-cache/NEWKEY/"]
     assert tool.main([*install, "--timeout", "5", "--dir", str(cache_dir), "--image", "i:t"]) == 0
-    assert "cannot resolve the digest" in tool.read_json(str(work / "result.json"))["reason"]
+    assert "is not pinned" in tool.read_json(str(work / "result.json"))["reason"]
     assert tool.main(["save", "--work", str(work)]) == 0  # nothing to save, bucket untouched
 
 
@@ -576,7 +587,8 @@ def test_a_restore_works_in_the_cache_directory_the_root_server_created(lab: Lab
     assert cache["restored"] is True, (cache, second.start_stderr)
     assert cache["files"] == COMPILED
     assert second.xla_cache == "warm"
-    assert not list(cache_dir.glob("*-atime"))
+    # Every entry is stamped (JAX's eviction needs them; without it JAX ignores them).
+    assert len(list(cache_dir.glob("*-atime"))) == COMPILED
 
 
 @pytest.mark.parametrize("installed", ["cat,cp", "none"], ids=["no-rsync", "no-storage-group"])

@@ -151,6 +151,8 @@ def test_renew_inside_the_window_replaces_the_node_create_before_delete(life: Li
         fakes.tpu.end_run_in(outputs["queued_resource"], lead - 600)  # 10 min inside
         client = Client(CachingResolver(StandinZone(fakes.standin_state)), 8000, life.memo["key"])
         log = engine.work / "renew.events.jsonl"
+        # The tag moves before the renewal: the successor must still run the pinned digest.
+        newer = fakes.registry.push("vllm/vllm-tpu", "nightly", "the next day's nightly")
         client.start()
         time.sleep(1)
         started = time.monotonic()
@@ -174,6 +176,9 @@ def test_renew_inside_the_window_replaces_the_node_create_before_delete(life: Li
         # The server moved: started on the successor (the old VM is gone, with its records).
         runs = [i for i in vm_b.docker.invocations() if i["argv"][1:2] == ["run"]]
         assert len(runs) == 1
+        pinned = outputs["image"]
+        assert engine.outputs()["image"] == pinned and newer not in pinned
+        assert pinned in runs[0]["argv"], runs[0]["argv"]
         assert not vm_a.workdir.exists()
         order = step_order(events(log))
         assert_create_before_delete(order)

@@ -89,6 +89,9 @@ def test_preview_shows_the_plan_and_no_secret(life: Lifecycle) -> None:
             assert name in out, f"{name} missing from the preview"
         assert re.search(r"\+\s+\d+ to create", out), out[-2000:]
         assert_no_sentinel(out, life, "the preview")
+        # The pin's check resolved the tag at preview: the digest is in the plan already.
+        nightly = engine.fakes.registry.digest("vllm/vllm-tpu", "nightly")
+        assert f"vllm/vllm-tpu@{nightly}" in out
         # A preview requests nothing: no TPU, no node.
         assert engine.fakes.tpu.requests_for("queuedResources.create") == []
         assert engine.fakes.fleet.history == []
@@ -152,6 +155,9 @@ def test_outputs_meet_the_contract(life: Lifecycle) -> None:
         assert shown["ssh_private_key"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
         assert shown["api_key_secret"].endswith(f"/secrets/{API_KEY_SECRET}")
         assert shown["startup_seconds"] > 0 and shown["hbm"]
+        # The tag was resolved once, to the digest the registry served (crane reads it too).
+        nightly = engine.fakes.registry.digest("vllm/vllm-tpu", "nightly")
+        assert shown["image"] == f"vllm/vllm-tpu@{nightly}"
         # The endpoint answers a consumer with the key, from outside the node.
         request = urllib.request.Request(  # noqa: S310 - http on loopback
             f"{shown['openai_base_url']}/models",
@@ -163,6 +169,31 @@ def test_outputs_meet_the_contract(life: Lifecycle) -> None:
         smoke = engine.python("scripts/smoke_test.py", STACK).check()
         assert "FAIL" not in smoke.stdout
         assert_no_sentinel(smoke.output, life, "the smoke test's output")
+
+
+def test_an_upgrade_previews_the_old_and_new_digest_and_a_successor(life: Lifecycle) -> None:
+    """docs/operations.md "Upgrade the image": the tag moved; only a new `vllm.imageUpgrade`
+    resolves it again, and its preview shows both digests and a create-first new node."""
+    with life.step("upgrade-preview", after="outputs"):
+        engine = life.engine
+        pinned = engine.outputs()["image"]
+        newer = engine.fakes.registry.push("vllm/vllm-tpu", "nightly", "a newer nightly")
+        assert newer not in pinned
+        same = engine.pulumi("preview", "--diff").check().output
+        assert newer not in same, same[-3000:]  # the tag moved; the pin did not
+        # The documented step (docs/operations.md "Upgrade the image"), previewed only.
+        engine.config_set("tpu-vllm:vllm.imageUpgrade", "2026-12-03", "--path")
+        run = engine.pulumi("preview", "--diff").check()
+        out = run.output
+        assert pinned.split("@")[1] in out and newer in out, out[-3000:]
+        # The TPU is replaced, create-first: its provider's diff says so, the plan counts it.
+        assert "the image changes (" in out and "a successor node starts with it" in out, out
+        assert re.search(r"\+-\s*\d+ to replace", out), out[-3000:]
+        engine.pulumi("config", "rm", "--path", "tpu-vllm:vllm.imageUpgrade").check()
+        # Nothing was requested, and without the label the pin holds.
+        assert len(engine.fakes.tpu.requests_for("queuedResources.create")) == 1
+        again = engine.pulumi("preview", "--diff").check().output
+        assert newer not in again
 
 
 def test_the_state_holds_no_secret_in_plain_text(life: Lifecycle) -> None:
@@ -233,6 +264,8 @@ def test_the_runs_end_shows_in_a_refresh(life: Lifecycle) -> None:
         address = life.memo["address"]
         qr = engine.resource("tpu-qr")
         assert qr is not None
+        pin = engine.resource("vllm-image")
+        assert pin is not None
         engine.fakes.tpu.expire(str(qr["id"]))
         deadline = time.monotonic() + 30
         while address in engine.fakes.fleet.running and time.monotonic() < deadline:
@@ -245,6 +278,9 @@ def test_the_runs_end_shows_in_a_refresh(life: Lifecycle) -> None:
         assert outputs.get("state") == "SUSPENDED", outputs
         assert not outputs.get("external_ip"), outputs
         assert "tpu-qr" in run.output
+        # A refresh reads the pin back as it is: the digest never moves with the tag.
+        kept = engine.resource("vllm-image")
+        assert kept is not None and kept["outputs"]["image"] == pin["outputs"]["image"]
 
 
 def test_destroy_leaves_nothing_in_the_fakes(life: Lifecycle) -> None:

@@ -285,7 +285,7 @@ def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
     """Rendered by the same code: the GKE args equal the VM stack's `docker run` flags."""
     vm = run_program("v6e4")
     container = server_container(run)
-    assert container["image"] == "vllm/vllm-tpu:nightly"
+    assert container["image"] == run.outputs["image"]  # the pinned NAME@sha256
     assert container["command"] == ["/tpu-vllm/entrypoint.sh"]
     assert container["args"] == ["vllm", "serve", "google/gemma-4-31B-it", *vm.outputs["vllm_args"]]
     assert run.outputs["vllm_args"] == vm.outputs["vllm_args"]
@@ -621,7 +621,7 @@ def test_pods_restore_and_save_the_vm_paths_compile_cache(run: ProgramRun) -> No
     pod = server_pod(run)
     [restore] = pod["initContainers"]
     assert restore["name"] == "xla-cache-restore"
-    assert restore["image"] == "vllm/vllm-tpu:nightly"  # already on the node: no extra pull
+    assert restore["image"] == run.outputs["image"]  # already on the node: no extra pull
     env = {e["name"]: e.get("value") for e in restore["env"]}
     assert env["CACHE_PREFIX"] == prefix
     assert env["CACHE_DIR"] == "/root/.cache/vllm/xla_cache"
@@ -635,8 +635,9 @@ def test_pods_restore_and_save_the_vm_paths_compile_cache(run: ProgramRun) -> No
     assert scripts["cache_restore.sh"].startswith("set -euo pipefail\n")
     writer = run.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs
     assert writer["member"] == f"serviceAccount:{GSA}"
-    role = run.named("vllm-pod-reader").inputs
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    # The generation is the pinned image's: no pod reads its own status, no Role for it.
+    assert {e["name"]: e.get("value") for e in restore["env"]}["SERVER_IMAGE"] == restore["image"]
+    assert [r for r in run.resources if "pod-reader" in r.name] == []
     assert run.outputs["cache_restored"]["restored"] is False
 
 

@@ -349,23 +349,15 @@ def test_readiness_job_is_created_after_the_deployment(run: ProgramRun) -> None:
     assert "vllm-deployment" in run.dependencies[job.name]
 
 
-# --- the pods start only once they may read their own status ----------------------------------
+# --- the pods need no grant of their own -------------------------------------------------------
 
 
-def test_the_deployment_waits_for_the_pod_reader_grant_when_the_cache_is_on(
-    run: ProgramRun,
-) -> None:
-    """scripts/remote/pod_image.py reads the pod's own status (its image digest) and takes 401/
-    403/404 as final: a pod started before its Role and RoleBinding exist would start cold.
-    With the cache off there is no init container to read anything, and no grant."""
+def test_the_pods_read_nothing_from_the_api_server(run: ProgramRun) -> None:
+    """The compile cache's generation is the pinned image's digest, handed to the init
+    container (components/image_pin.py): no pod reads its own status for the kubelet's
+    `imageID` any more, so the only RBAC the stack makes is the readiness Job's."""
     roles = {r.name for r in run.resources if r.type.startswith("kubernetes:rbac.")}
-    roles -= {"vllm-rollout-reader", "vllm-rollout-reader-binding"}  # the readiness Job's
-    deployment = run.dependencies["vllm-deployment"]
-    if "cache_restore.sh" in run.named("vllm-scripts").inputs["data"]:
-        assert roles == {"vllm-pod-reader", "vllm-pod-reader-binding"}
-        assert roles <= deployment
-    else:
-        assert roles == set()
+    assert roles == {"vllm-rollout-reader", "vllm-rollout-reader-binding"}
 
 
 # --- the readiness Job reads the rollout it waits for -----------------------------------------

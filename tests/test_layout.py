@@ -33,6 +33,7 @@ STATE_ALIASES = {
 #: What components/config/ may import from components, besides itself.
 CONFIG_MAY_IMPORT = {
     "components.catalog",
+    "components.image_ref",  # the reference grammar `vllm.image` is checked with
     "components.messages",
     "components.renewal",
     "components.ssh_dial",

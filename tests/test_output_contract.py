@@ -332,13 +332,14 @@ def test_consumer_example_runs_against_what_the_engine_stores(name: str) -> None
 # Resources each stack registers, under mocks that only echo inputs.
 RESOURCE_COUNTS = {
     # 21, plus the compile cache's component, bucket, grant; monitoring: the node's two
-    # writer grants, the metrics agent's command, the StackMonitoring component, its dashboard
-    "v5e1": 29,
-    "v6e4": 29,
+    # writer grants, the metrics agent's command, the StackMonitoring component, its dashboard;
+    # the image pin
+    "v5e1": 30,
+    "v6e4": 30,
     # no TPU node pool; the ComputeClass, the PodDisruptionBudget, the CRD wait, the readiness
     # Job's rollout Role and binding, the pods' owner; monitoring: the PodMonitoring, the
-    # StackMonitoring component, its dashboard
-    "v6e4-gke": 36,
+    # StackMonitoring component, its dashboard; the image pin (and no pod-reader Role/binding)
+    "v6e4-gke": 35,
 }
 
 

@@ -21,6 +21,7 @@ from components import config as config_module
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.tpu import queued_resource_props
 from tests.fakes.tpu_api import FakeTpuApi
+from tests.mock_outputs import SERVED_IMAGE
 from tests.pulumi_program import stack_file_config
 
 FAST = {
@@ -46,6 +47,7 @@ def provider_props(stack: str) -> dict[str, Any]:
         service_account_email=f"tpu-vllm-{stack}@{PROJECT}.iam.gserviceaccount.com",
         network_tag=f"tpu-vllm-{stack}",
         metadata={"enable-guest-attributes": "TRUE"},
+        image=SERVED_IMAGE,
         timing=FAST,
     )
     return {**props, "__provider": "opaque"}

@@ -30,6 +30,7 @@ from components.vm.queued_resource_spec import OUTPUT_KEYS, Spec
 from components.vm.tpu import queued_resource_props
 from tests.docs import read_doc, section
 from tests.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
+from tests.mock_outputs import SERVED_IMAGE
 from tests.pulumi_program import ROOT, run_program, stack_file_config
 
 FAST = {
@@ -71,6 +72,7 @@ def props_for(stack: str, **tpu_changes: Any) -> dict[str, Any]:
         service_account_email=SA_EMAIL,
         network_tag=f"tpu-vllm-{stack}",
         metadata={"enable-guest-attributes": "TRUE"},
+        image=SERVED_IMAGE,
         timing=FAST,
     )
     return {**as_engine(props), "__provider": "opaque"}

@@ -26,7 +26,7 @@ from components.vm.tpu import queued_resource_props
 from scripts import renew
 from tests.fakes.fake_pulumi import FakePulumi
 from tests.fakes.tpu_api import FakeTpuApi, ManualClock
-from tests.mock_outputs import EXPIRES_AT
+from tests.mock_outputs import EXPIRES_AT, SERVED_IMAGE
 from tests.pulumi_program import ROOT, run_program
 from tests.test_queued_resource import SA_EMAIL, stack_config
 
@@ -63,6 +63,7 @@ def request_tpu(fake: FakeTpuApi) -> str:
             service_account_email=SA_EMAIL,
             network_tag=f"tpu-vllm-{STACK}",
             metadata={"enable-guest-attributes": "TRUE"},
+            image=SERVED_IMAGE,
         )
     )
     queued = fake.discovery_client().projects().locations().queuedResources()

@@ -30,7 +30,7 @@ from components.vm.tpu_api import TpuApi
 from scripts import budget
 from tests.docs import read_doc
 from tests.fakes.tpu_api import FakeTpuApi
-from tests.mock_outputs import MANAGED_ZONE, cloud_outputs
+from tests.mock_outputs import MANAGED_ZONE, SERVED_IMAGE, cloud_outputs
 from tests.pulumi_program import ROOT, refused, run_program
 from tests.test_queued_resource import (  # noqa: F401 - tpu_env is a fixture
     FAST,
@@ -486,6 +486,7 @@ def props_of_stack(stack: str, lead: float | None, drain: float = 0.4) -> dict[s
         service_account_email=SA_EMAIL,
         network_tag=resource_id(stack),
         metadata={"enable-guest-attributes": "TRUE"},
+        image=SERVED_IMAGE,
         timing=FAST,
     )
     return {

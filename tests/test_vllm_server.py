@@ -323,10 +323,13 @@ def test_changing_a_flag_changes_only_the_server_commands() -> None:
     assert old.keys() == new.keys()
     changed = sorted(name for name in old if old[name] != new[name])
     assert changed == ["vllm-start"]
-    # The image too restarts only the container.
+    # Another image is a new pin, and a new node that starts it beside the old one
+    # (create-first, components/vm/queued_resource.py): the pin, the TPU's `image`, the start.
     image = run_program("v5e1", {"tpu-vllm:vllm.image": "vllm/vllm-tpu:2026-11-01"})
     changed = sorted(r.name for r in image.resources if r.inputs != old[r.name])
-    assert changed == ["vllm-start"]
+    assert changed == ["tpu-qr", "vllm-image", "vllm-start"]
+    pinned = image.outputs["image"]
+    assert image.named("tpu-qr").inputs["image"] == pinned != before.outputs["image"]
 
 
 def test_no_command_blocks_destroy() -> None:

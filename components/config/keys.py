@@ -26,7 +26,9 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "weightsGiB": "weights resident in HBM; required for models not in the catalog",
     },
     "vllm": {
-        "image": "serving image",
+        "image": "serving image; a tag is pinned to its digest once (NAME@sha256:... as given)",
+        "imageUpgrade": "a label; a new value resolves vllm.image's tag again (the upgrade)",
+        "registryEndpoint": "where the digest lookup asks instead of the image's registry",
         "port": "serving port",
         "dtype": "--dtype",
         "kvCacheDtype": "--kv-cache-dtype",

@@ -8,6 +8,7 @@ sections, hands them over in dependency order and assembles the result.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,11 @@ class StackConfig:
     gke: GkeSettings | None = None
     renewal: RenewalSettings = field(default=RenewalSettings())
     monitoring: MonitoringSettings = field(default=MonitoringSettings())
+
+    def serving(self, image: str) -> StackConfig:
+        """This config with `vllm.image` set to the pinned `NAME@sha256:...` the nodes run
+        (components/image_pin.py), for the renderers that read the image from the config."""
+        return dataclasses.replace(self, vllm=dataclasses.replace(self.vllm, image=image))
 
     @property
     def replicas(self) -> int:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from components import catalog
+from components import catalog, image_ref
 from components.catalog import Chip
 from components.config.keys import NAMESPACE
 from components.config.reader import (
@@ -23,6 +24,10 @@ from components.messages import show
 
 # vLLM's default port: the flag is rendered only when the stack asks for another one.
 VLLM_DEFAULT_PORT = 8000
+#: `vllm.registryEndpoint`: a registry's base URL, scheme and authority only.
+ENDPOINT = re.compile(
+    r"https?://[A-Za-z0-9.\-]+(?::[0-9]{1,5})?/?|https?://\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?/?"
+)
 DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
@@ -64,7 +69,9 @@ FORBIDDEN_FLAGS: Mapping[str, str] = {
 
 @dataclass(frozen=True)
 class VllmSettings:
-    image: str
+    image: str  # as configured: a tag is pinned by components/image_pin.py
+    image_upgrade: str
+    registry_endpoint: str
     port: int
     dtype: str
     kv_cache_dtype: str
@@ -110,6 +117,19 @@ def _format_number(value: float) -> str:
 def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
     before = len(r.problems)
     image = r.get("image", _as_str, DEFAULT_IMAGE, "an image reference")
+    try:
+        image_ref.parse(image)
+    except image_ref.ImageRefError as error:
+        r.fail("image", image, f"not an image reference: {error}. Fix: {image_ref.EXAMPLE}")
+    upgrade = r.get("imageUpgrade", _as_str, "", "a label such as 2026-12-03")
+    endpoint = r.get("registryEndpoint", _as_str, "", "a URL such as https://mirror.example.com")
+    if endpoint and not ENDPOINT.fullmatch(endpoint):
+        r.fail(
+            "registryEndpoint",
+            endpoint,
+            "not a registry base URL. Fix: scheme, host and optional port only, e.g. "
+            "https://mirror.example.com or http://127.0.0.1:5000 (the lookup adds /v2/...)",
+        )
     port = r.get("port", _as_int, VLLM_DEFAULT_PORT, "a port number")
     if not 1024 <= port <= 65535:
         r.fail(
@@ -168,6 +188,8 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
         return None
     return VllmSettings(
         image=image,
+        image_upgrade=upgrade,
+        registry_endpoint=endpoint.rstrip("/"),
         port=port,
         dtype=dtype,
         kv_cache_dtype=kv,

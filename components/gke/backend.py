@@ -23,7 +23,7 @@ from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, ManagedZone
 from components.gke import k8s_manifests
-from components.gke.cluster import GkeTpuCluster, GkeTpuClusterArgs
+from components.gke.cluster import ClusterCheck, GkeTpuCluster, GkeTpuClusterArgs
 from components.gke.k8s_workload import GkeWorkload, GkeWorkloadArgs
 from components.monitoring import StackMonitoring, StackMonitoringArgs, uptime_source_ranges
 from components.outputs import BackendOutputs
@@ -32,9 +32,17 @@ from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.vllm_metrics import queries_for
 
 
-def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOutputs:
-    """Register the GKE backend's components and return its part of the outputs."""
-    cluster = GkeTpuCluster("gke", GkeTpuClusterArgs(config=config))
+def build_gke(
+    config: StackConfig,
+    managed_zone: ManagedZone | None,
+    image: pulumi.Input[str],
+    checked: ClusterCheck,
+) -> BackendOutputs:
+    """Register the GKE backend's components and return its part of the outputs.
+
+    `image` is the pinned `NAME@sha256:...` (components/image_pin.py) every replica runs;
+    `checked` is `components.gke.cluster.preflight`'s answer, looked up before anything."""
+    cluster = GkeTpuCluster("gke", GkeTpuClusterArgs(config=config, checked=checked))
     # The reserved address never changes, so the record is written once and stays right.
     name = (
         EndpointName("endpoint-name", config, managed_zone, cluster.address)
@@ -58,6 +66,7 @@ def build_gke(config: StackConfig, managed_zone: ManagedZone | None) -> BackendO
         "vllm",
         GkeWorkloadArgs(
             config=config,
+            image=image,
             kubeconfig=cluster.kubeconfig,
             service_account_email=cluster.service_account_email,
             address=cluster.address,

@@ -2,14 +2,15 @@
 
 An init container restores the cache before the server starts and a sidecar saves it once the
 server is ready, again every `cache.saveInterval` and on the pod's SIGTERM, with the same node
-tool and the same prefix (key) as the VM path; a Role lets
-the pods read their own status (the pulled image's digest, scripts/remote/pod_image.py). Pure
-functions beside components/gke/k8s_manifests.py, whose pod they extend (`PodExtras`).
+tool and the same prefix (key) as the VM path. The generation is the pinned image's digest
+(components/image_pin.py), which the containers are given: nothing waits for the kubelet to
+publish the pulled image's ID. Pure functions beside components/gke/k8s_manifests.py, whose pod
+they extend (`PodExtras`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import pulumi
 
 from components import remote_scripts
 from components.config import StackConfig
@@ -17,9 +18,6 @@ from components.gke.k8s_manifests import (
     SCRIPTS_DIR,
     VLLM_CACHE_DIR,
     PodExtras,
-    _meta,
-    ksa_role_binding,
-    namespace_name,
 )
 
 CACHE_WORK_DIR = "/var/lib/tpu-vllm/xla-cache"
@@ -27,7 +25,6 @@ CACHE_WORK_DIR = "/var/lib/tpu-vllm/xla-cache"
 CACHE_DIR = f"{VLLM_CACHE_DIR}/xla_cache"
 RESTORE_CONTAINER = "xla-cache-restore"
 SAVE_CONTAINER = "xla-cache-save"
-POD_READER = "tpu-vllm-pod-reader"
 #: How long the sidecar's last save (on SIGTERM) may take: inside the pod's grace period
 #: (components/gke/k8s_manifests.py `deployment`, 30 s), which the kubelet ends with SIGKILL,
 #: with room for the upload's last request to finish.
@@ -42,7 +39,6 @@ def cache_script_files() -> dict[str, str]:
             name: remote_scripts.REMOTE.joinpath(name).read_text()
             for name in remote_scripts.XLA_CACHE_MODULES
         },
-        "pod_image.py": remote_scripts.REMOTE.joinpath("pod_image.py").read_text(),
         "cache_restore.sh": remote_scripts.HEADER
         + remote_scripts.REMOTE.joinpath("gke_cache_restore.sh").read_text(),
         "cache_save.sh": remote_scripts.HEADER
@@ -50,11 +46,9 @@ def cache_script_files() -> dict[str, str]:
     }
 
 
-def _downward(name: str, path: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-
-
-def compile_cache_extras(config: StackConfig, prefix: str, timeout_seconds: int) -> PodExtras:
+def compile_cache_extras(
+    config: StackConfig, image: pulumi.Input[str], prefix: str, timeout_seconds: int
+) -> PodExtras:
     """An init container that restores the cache before the server starts, and a sidecar that
     saves it once this pod's server is ready, every `cache.saveInterval` after, and when the
     pod stops: the same prefix (key) as the VM path."""
@@ -72,20 +66,17 @@ def compile_cache_extras(config: StackConfig, prefix: str, timeout_seconds: int)
     ]
     restore = {
         "name": RESTORE_CONTAINER,
-        "image": config.vllm.image,
+        "image": image,
         "command": ["bash", f"{SCRIPTS_DIR}/cache_restore.sh"],
         "env": [
             *env,
-            {"name": "SERVER_IMAGE", "value": config.vllm.image},
-            {"name": "CONTAINER_NAME", "value": RESTORE_CONTAINER},
-            _downward("POD_NAME", "metadata.name"),
-            _downward("POD_NAMESPACE", "metadata.namespace"),
+            {"name": "SERVER_IMAGE", "value": image},
         ],
         "volumeMounts": mounts,
     }
     save = {
         "name": SAVE_CONTAINER,
-        "image": config.vllm.image,
+        "image": image,
         "command": ["bash", f"{SCRIPTS_DIR}/cache_save.sh"],
         "env": [
             *env,
@@ -101,17 +92,3 @@ def compile_cache_extras(config: StackConfig, prefix: str, timeout_seconds: int)
         volumes=({"name": "xla-cache-work", "emptyDir": {}},),
         annotations={"tpu-vllm/compile-cache": prefix},
     )
-
-
-def pod_reader_role(config: StackConfig) -> dict[str, Any]:
-    """Lets the pods read their own status (the pulled image's digest); nothing else."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _meta(POD_READER, namespace_name(config.stack), config),
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
-    }
-
-
-def pod_reader_binding(config: StackConfig) -> dict[str, Any]:
-    return ksa_role_binding(config, POD_READER)

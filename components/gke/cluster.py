@@ -264,6 +264,33 @@ def lookup_channel_versions(config: StackConfig) -> Any:
 @dataclass
 class GkeTpuClusterArgs:
     config: StackConfig
+    #: What `preflight` learned from the cloud before anything was registered.
+    checked: ClusterCheck
+
+
+@dataclass(frozen=True)
+class ClusterCheck:
+    """The existing cluster's `getCluster` answer (None when the stack creates one), and
+    whether vLLM's metrics can be collected (a created cluster switches collection on)."""
+
+    found: Any
+    managed_collection: bool
+
+
+def preflight(config: StackConfig) -> ClusterCheck:
+    """The checks that need the cloud, run by `__main__.py` before anything is registered
+    (the image pin included), so a cluster that cannot serve stops the run with nothing made."""
+    assert config.gke is not None
+    found = lookup_existing_cluster(config) if not config.gke.creates_cluster else None
+    managed_collection = config.monitoring.enabled
+    if found is not None:
+        check_existing_cluster(config, found)
+        if config.monitoring.enabled and managed_collection_off(found):
+            warn_managed_collection(config)
+            managed_collection = False
+    else:
+        check_channel_version(config, lookup_channel_versions(config))
+    return ClusterCheck(found, managed_collection)
 
 
 class GkeTpuCluster(pulumi.ComponentResource):
@@ -281,17 +308,9 @@ class GkeTpuCluster(pulumi.ComponentResource):
         config = args.config
         assert config.gke is not None
         settings = config.gke
-        # Checks that need the cloud run before anything is registered.
-        found = lookup_existing_cluster(config) if not settings.creates_cluster else None
+        found = args.checked.found
         #: Whether vLLM's metrics can be collected (a created cluster switches it on).
-        self.managed_collection = config.monitoring.enabled
-        if found is not None:
-            check_existing_cluster(config, found)
-            if config.monitoring.enabled and managed_collection_off(found):
-                warn_managed_collection(config)
-                self.managed_collection = False
-        else:
-            check_channel_version(config, lookup_channel_versions(config))
+        self.managed_collection = args.checked.managed_collection
         super().__init__("tpu-vllm:index:GkeTpuCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.system_pool: gcp.container.NodePool | None = None

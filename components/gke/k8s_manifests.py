@@ -266,6 +266,7 @@ class PodExtras:
 def deployment(
     config: StackConfig,
     *,
+    image: pulumi.Input[str],
     api_key_version: pulumi.Input[str],
     scripts_digest: str,
     extras: PodExtras | None = None,
@@ -297,7 +298,7 @@ def deployment(
     command, args = server_command(config)
     container = {
         "name": CONTAINER,
-        "image": config.vllm.image,
+        "image": image,
         "command": command,
         "args": args,
         "env": [

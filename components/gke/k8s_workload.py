@@ -54,6 +54,8 @@ AWAIT_MARGIN_SECONDS = 300
 @dataclass
 class GkeWorkloadArgs:
     config: StackConfig
+    #: `NAME@sha256:...`, the pinned image every replica runs (components/image_pin.py).
+    image: pulumi.Input[str]
     kubeconfig: pulumi.Input[str]
     service_account_email: pulumi.Input[str]
     #: The reserved address: its IP names the endpoint, its NAME goes on the Service.
@@ -126,20 +128,11 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         extras = None
         files = m.script_files()
-        # The restore's pod_image.py reads the pod's own status with this Role and takes a 403
-        # as final (a cold start): the pods must not start before the grant exists.
-        pod_reader: list[pulumi.Resource] = []
         if args.cache_prefix:
             extras = cache_manifests.compile_cache_extras(
-                config, args.cache_prefix, args.cache_restore_timeout_seconds
+                config, args.image, args.cache_prefix, args.cache_restore_timeout_seconds
             )
             files.update(cache_manifests.cache_script_files())
-            pod_reader = self._grant(
-                f"{name}-pod-reader",
-                cache_manifests.pod_reader_role(config),
-                cache_manifests.pod_reader_binding(config),
-                in_ns,
-            )
         scripts = m.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
             f"{name}-scripts", metadata=_k8s(scripts["metadata"]), data=scripts["data"], opts=in_ns
@@ -174,7 +167,6 @@ class GkeWorkload(pulumi.ComponentResource):
             self.scripts,
             self.server_secrets,
             self.compute_class,
-            *pod_reader,
             *args.after,
         ]
         owner = pod_owner.pods_owner(config)
@@ -191,6 +183,7 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         deployment = m.deployment(
             config,
+            image=args.image,
             api_key_version=key_version,
             scripts_digest=m.digest(sorted(files.items())),
             extras=extras,

@@ -30,11 +30,15 @@ from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs
 from components.vm.vllm import VllmServer, VllmServerArgs
 
 
-def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOutputs:
-    """Register the VM backend's components and return its part of the outputs."""
+def build_vm(
+    config: StackConfig, managed_zone: ManagedZone | None, image: pulumi.Input[str]
+) -> BackendOutputs:
+    """Register the VM backend's components and return its part of the outputs.
+
+    `image` is the pinned `NAME@sha256:...` (components/image_pin.py) the node serves."""
     ssh = SshIdentity("ssh")
     metadata = ssh.metadata(publish_host_key=not config.access.allow_unverified_host_key)
-    tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, metadata=metadata))
+    tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, image=image, metadata=metadata))
     host_key = NodeHostKey(
         "node-host-key",
         node_name=tpu.node,
@@ -66,6 +70,7 @@ def build_vm(config: StackConfig, managed_zone: ManagedZone | None) -> BackendOu
             config=config,
             connection=connection,
             host=tpu.external_ip,
+            image=image,
             after=[secrets.fetch],
             cache=cache,
             telemetry_grants=tpu.telemetry_grants,

@@ -13,6 +13,9 @@ refusal is classified), the drain and delete (components/vm/queued_resource_dele
 module holds the provider class, whose module path every `__provider` pickle names; states
 written before components/vm/ existed name components/queued_resource.py, kept as an alias.
 
+An image upgrade (the pinned `image` input changes, components/image_pin.py) is replaced the
+same create-first way as a renewal, so the old build serves until the new one has answered.
+
 Renewal ahead of the end (`renewal.lead`, components/renewal.py): when the state shows the TPU
 ACTIVE with less than the lead left, `diff` asks for a replacement that is not
 delete-before-replace, so Pulumi creates the next queued resource first, moves every dependant
@@ -151,6 +154,21 @@ class QueuedResourceProvider(dyn.ResourceProvider):
             replaces.append("state")
         if replaces:
             return dyn.DiffResult(changes=True, replaces=replaces, delete_before_replace=True)
+        served, image = olds.get("image"), news.get("image")
+        if image and served != image:
+            # A new pinned image (`vllm.imageUpgrade`, or the first up that pins a stack made
+            # before the pin existed): renewal's create-first replacement, so this node serves
+            # until the successor has answered with the new build. It goes before the in-place
+            # keys: storing them first would restart the new build on this node (the start
+            # command changes with the image). So an image change made together with a change
+            # of zones, drain or timing deletes this node with the stored ones; make those in
+            # an `up` of their own (docs/operations.md, "Upgrade the image").
+            report(
+                f"{name}: the image changes ({served or 'a tag, unpinned'} -> {image}): a "
+                "successor node starts with it while this one serves; the name moves once the "
+                "successor has answered, then this node is drained and deleted"
+            )
+            return dyn.DiffResult(changes=True, replaces=["image"], delete_before_replace=False)
         stored = [k for k in IN_PLACE_KEYS if _norm(olds.get(k)) != _norm(news.get(k))]
         lead = news.get("renewal_lead_seconds")
         termination = olds.get("termination_time")

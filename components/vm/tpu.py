@@ -40,9 +40,13 @@ def queued_resource_props(
     service_account_email: pulumi.Input[str],
     network_tag: str,
     metadata: Mapping[str, pulumi.Input[str]],
+    image: pulumi.Input[str] | None,
     timing: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The dynamic resource's inputs. Tests build the same props to drive the provider."""
+    """The dynamic resource's inputs. Tests build the same props to drive the provider.
+
+    `image` is the pinned image the node will serve: a new one replaces the node create-first
+    (components/vm/queued_resource.py `diff`)."""
     tpu = config.tpu
     return {
         "project": config.project,
@@ -64,12 +68,15 @@ def queued_resource_props(
         # drain); like `timing`, a change to them never replaces the TPU.
         "renewal_lead_seconds": config.renewal.lead_seconds,
         "drain_seconds": config.renewal.drain_seconds,
+        "image": image,
     }
 
 
 @dataclass
 class FlexStartTpuArgs:
     config: StackConfig
+    #: `NAME@sha256:...` the node serves (components/image_pin.py); a new one means a new node.
+    image: pulumi.Input[str]
     #: Node metadata (SSH public key, guest attributes). Never secrets: metadata is readable
     #: from the VM and by anyone with compute.instances.get.
     metadata: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
@@ -109,6 +116,7 @@ class FlexStartTpu(pulumi.ComponentResource):
                 service_account_email=self.service_account.email,
                 network_tag=self.network_tag,
                 metadata=args.metadata,
+                image=args.image,
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[self.org_policy_gate]),
         )

@@ -62,6 +62,8 @@ class VllmServerArgs:
     config: StackConfig
     connection: command.remote.ConnectionArgs
     host: pulumi.Input[str | None]
+    #: `NAME@sha256:...`, the pinned image the container runs (components/image_pin.py).
+    image: pulumi.Input[str]
     #: Commands that must finish first (the secret fetch); a change in them restarts the server.
     after: Sequence[command.remote.Command] = field(default_factory=list)
     #: The compile-cache bucket and grant; the start waits for the grant so its restore works.
@@ -90,7 +92,9 @@ class VllmServer(pulumi.ComponentResource):
         self.start = command.remote.Command(
             f"{name}-start",
             connection=args.connection,
-            create=remote_scripts.start_server_script(config, CONTAINER),
+            create=pulumi.Output.from_input(args.image).apply(
+                lambda image: remote_scripts.start_server_script(config.serving(image), CONTAINER)
+            ),
             # New secrets (a rotated API key) need a new container to take effect.
             triggers=[c.create for c in args.after],
             logging=command.remote.Logging.STDOUT_AND_STDERR,

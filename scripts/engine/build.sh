@@ -47,6 +47,13 @@ main() {
   COMMAND_RELEASE=v1.2.1
   COMMAND_VERSION=v0.0.0-20260303235922-7f3eb6f3b77c
 
+  # The OCI registry the image-pinning tests resolve against, and the client that pushes their test
+  # image (tests/registry.py): wrapper module registry/ (go.mod, go.sum committed) with both as
+  # `tool` lines. crane's requirements raise a few of the registry's indirect ones (go.mod says
+  # which): both are built from one module graph.
+  REGISTRY_VERSION=v3.1.2 # github.com/distribution/distribution/v3/cmd/registry
+  CRANE_VERSION=v0.22.1   # github.com/google/go-containerregistry/cmd/crane
+
   # --- The release builds' flags (pulumi/pulumi .goreleaser.yml and scripts/go-wrapper.sh:
   # CGO_ENABLED=0, -trimpath, tags osusergo and grpcnotrace, ldflags "-w -s -X ...Version=") plus
   # -buildvcs=false and a read-only module graph: the same inputs give the same bytes. ---
@@ -84,13 +91,13 @@ main() {
   ROOT="${TPU_VLLM_ENGINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tpu-vllm/engine}"
   inputs_hash() {
     {
-      cat "$HERE/cli/go.mod" "$HERE/cli/go.sum"
+      cat "$HERE/cli/go.mod" "$HERE/cli/go.sum" "$HERE/registry/go.mod" "$HERE/registry/go.sum"
       printf '%s\n' "${GO_BUILD_FLAGS[*]}" "$CLI_LDFLAGS" "CGO_ENABLED=$CGO_ENABLED"
       printf '%s\n' "$LANGUAGE_HOST_MODULE" "$COMMAND_MODULE@$COMMAND_VERSION"
       go env GOVERSION GOOS GOARCH
     } | sha256sum | cut -c1-12
   }
-  KEY="pulumi-$PULUMI_VERSION-command-$COMMAND_RELEASE-$(inputs_hash)"
+  KEY="pulumi-$PULUMI_VERSION-command-$COMMAND_RELEASE-registry-$REGISTRY_VERSION-$(inputs_hash)"
   DEST="$ROOT/$KEY"
   TOOLS_FILE="$DEST/tools.tsv"
 
@@ -158,6 +165,16 @@ main() {
   trap 'rm -rf "$WORK"' EXIT
   record pulumi "$PULUMI_VERSION" built
   log "pulumi $PULUMI_VERSION: built in $((SECONDS - started)) s"
+
+  log "registry $REGISTRY_VERSION and crane $CRANE_VERSION: compiling"
+  for tool in github.com/distribution/distribution/v3/cmd/registry \
+    github.com/google/go-containerregistry/cmd/crane; do
+    (cd "$HERE/registry" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "-w -s" \
+      -o "$WORK/bin/$(basename "$tool")" "$tool")
+  done
+  record registry "$REGISTRY_VERSION" built
+  record crane "$CRANE_VERSION" built
+  log "registry and crane: built ($((SECONDS - started)) s since the start)"
 
   # The language host's scripts, from the sdk/v3 module the CLI was built with (go.sum-checked).
   sdk_dir="$(cd "$HERE/cli" && go mod download -json "github.com/pulumi/pulumi/sdk/v3@$PULUMI_VERSION" |

@@ -7,19 +7,18 @@ It is copied to local disk rather than read from `gs://` (docs/compile-cache.md)
 Layout under the prefix `gs://BUCKET/xla-cache/KEY/` (components/compile_cache.py):
   GENERATION/...            the cache files, GENERATION = `img-` + the image digest's first 16 hex
   GENERATION/MANIFEST.json  {"files": {path: {"size", "sha256", "md5"}}}, written after the files
-  LATEST                    the generation the newest start saved, so the fetch can start before
-                            the pull has told us the digest
+  LATEST                    the generation the newest save wrote (a fetch without --image
+                            takes it)
 
 Commands (each logs to stderr, never fails the start: problems mean a cold start):
-  fetch   --prefix P --work W --timeout S [--in-pod]
-                                             LATEST's generation into W/staging (runs during
-                                             the image pull)
+  fetch   --prefix P --work W --timeout S [--image NAME@sha256:D] [--in-pod]
+                                             the pinned image's generation (else LATEST's) into
+                                             W/staging (runs during the image pull)
   install --prefix P --work W --dir D --image I --timeout S [--in-pod]
-                                             digest -> generation; verify; copy into D, each
-                                             file with its saved mtime; write W/result.json
-                                             (the readiness result's `cache`). --in-pod: the
-                                             image names its digest (the pod status) or there
-                                             is none; a pod has no docker to ask
+                                             pinned digest -> generation; verify; copy into D,
+                                             each file with its saved mtime; write
+                                             W/result.json (the readiness result's `cache`).
+                                             I must be NAME@sha256:... (components/image_pin.py)
   --in-pod (both): the token fetch also retries 403 and 404 (a GKE metadata server starting)
   off     --work W                           the cache is disabled: say so in W/result.json
   save    --work W [--timeout S] [--keep-latest] [--no-touch]
@@ -89,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         each.add_argument("--in-pod", action="store_true")
     install.add_argument("--dir", required=True)
     install.add_argument("--image", required=True)
+    fetch.add_argument("--image", default="")
     for each in (save_, watch_):
         each.add_argument("--timeout", type=float, default=base.DEFAULT_SAVE_TIMEOUT)
     save_.add_argument("--keep-latest", action="store_true")

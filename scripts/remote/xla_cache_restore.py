@@ -1,5 +1,9 @@
-"""The restore: fetch the newest generation during the pull, then install the image's own
+"""The restore: fetch the pinned image's generation during the pull, then install it
 (scripts/remote/xla_cache.py `fetch`, `install`, `off`).
+
+The image is always `NAME@sha256:...` (components/image_pin.py pins the stack's tag), so its
+digest, and with it the generation, is known before the pull: nothing here asks docker or the
+kubelet which image came down. Without `--image` the fetch takes LATEST's generation instead.
 
 A generation without a manifest is an interrupted save and is not restored; files that do not
 match the manifest (corrupt, partial) are dropped and logged (the next save that has them
@@ -10,10 +14,8 @@ Any problem means a cold start, never a failed one: each command logs it and exi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import time
 from typing import Any
 
@@ -30,10 +32,6 @@ from xla_cache_base import (
 )
 from xla_cache_gcloud import transport
 
-#: JAX's eviction setting (jax/_src/config.py `jax_compilation_cache_max_size`, read from this
-#: variable; default -1 = no eviction, and then JAX neither writes nor reads `-atime` stamps).
-JAX_MAX_SIZE_ENV = "JAX_COMPILATION_CACHE_MAX_SIZE"
-
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     """Download the newest generation (LATEST) while the image is still being pulled."""
@@ -44,7 +42,12 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     deadline = Deadline(args.timeout, started)
     store = transport()
     try:
-        raw = store.read(args.prefix + LATEST, deadline)
+        pinned = pinned_digest(args.image) if getattr(args, "image", "") else ""
+        raw = (
+            generation_name(pinned).encode()
+            if pinned
+            else store.read(args.prefix + LATEST, deadline)
+        )
         if raw is None:
             record["error"] = "no cache saved under this key yet"
             log(f"no generation under {args.prefix} yet (first start with this key)")
@@ -52,10 +55,13 @@ def cmd_fetch(args: argparse.Namespace) -> int:
             candidate = raw.decode(errors="replace").strip()
             record["candidate"] = candidate
             log(f"fetching {args.prefix}{candidate}/ via {store.name}")
-            store.download(
-                f"{args.prefix}{candidate}/", os.path.join(p["staging"], candidate), deadline
-            )
-            record["fetched"] = True
+            staging = os.path.join(p["staging"], candidate)
+            store.download(f"{args.prefix}{candidate}/", staging, deadline)
+            if os.path.isdir(staging) and os.listdir(staging):
+                record["fetched"] = True
+            else:  # nothing under the pinned digest's generation: this image's first start
+                record["error"] = f"no cache for this image under {args.prefix} yet"
+                log(f"no generation {candidate} under {args.prefix} yet")
     except Exception as error:  # noqa: BLE001 - any failure means a cold start, never a failure
         record["error"] = str(error)
         log(f"fetch failed ({error}); the start goes on")
@@ -65,50 +71,15 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-class Image:
-    """What the restore needs to know about the image about to run."""
-
-    def __init__(self, digest: str, env: dict[str, str]) -> None:
-        self.digest = digest  # "" when unknown
-        self.env = env  # its environment (ENV), where JAX reads its settings from
-
-
-def inspect_image(image: str, in_pod: bool) -> Image:
-    """The image's registry digest (`repo@sha256:...`, else its local id) and environment.
-
-    On a VM: `sudo docker image inspect` (RepoDigests, Config.Env). In a pod there is no docker
-    (never call it there): the init container runs in the server's image, so its own
-    environment is the image's, and the digest is the one the kubelet published in the pod's
-    status (`imageID`, scripts/remote/pod_image.py), passed as `--image`, or none at all.
-    """
-    if in_pod:
-        return Image(image if "@sha256:" in image else "", dict(os.environ))
-    done = subprocess.run(
-        ["sudo", "docker", "image", "inspect", image],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    if done.returncode != 0:
-        return Image(image if "@sha256:" in image else "", {})
-    try:
-        data = json.loads(done.stdout)[0]
-    except (ValueError, IndexError, KeyError, TypeError):
-        data = {}
-    env = dict(
-        str(e).split("=", 1) for e in (data.get("Config") or {}).get("Env") or [] if "=" in str(e)
-    )
-    if "@sha256:" in image:
-        return Image(image, env)
-    digests = [str(d) for d in data.get("RepoDigests") or []]
-    return Image(sorted(digests)[0] if digests else str(data.get("Id") or ""), env)
-
-
-def eviction_configured(env: dict[str, str]) -> bool:
-    """JAX evicts (and keeps `-atime` stamps) only when its max size is not -1, the default
-    (jax/_src/compilation_cache.py `get_file_cache` -> LRUCache `eviction_enabled`)."""
-    return env.get(JAX_MAX_SIZE_ENV, "-1").strip() not in ("", "-1")
+def pinned_digest(image: str) -> str:
+    """`sha256:HEX` of a pinned `NAME@sha256:HEX`; ValueError for anything else."""
+    _, at, digest = image.rpartition("@")
+    hexdigest = digest.partition(":")[2]
+    if not at or not digest.startswith("sha256:") or len(hexdigest) != 64:
+        raise ValueError(f"{image!r} is not pinned (NAME@sha256:<64 hex>)")
+    if any(c not in "0123456789abcdef" for c in hexdigest):
+        raise ValueError(f"{image!r} is not pinned (NAME@sha256:<64 hex>)")
+    return digest
 
 
 def verify(staging: str) -> tuple[dict[str, int], int, str]:
@@ -137,17 +108,18 @@ def verify(staging: str) -> tuple[dict[str, int], int, str]:
     return good, dropped, ""
 
 
-def install(
-    staging: str, good: dict[str, int], target: str, stamps: bool = False
-) -> tuple[int, int]:
+def install(staging: str, good: dict[str, int], target: str) -> tuple[int, int]:
     """Copy verified entries into the cache directory; (files, bytes) now in place.
 
     Each file keeps the mtime it was saved with (the download set it): the next save's
     `gcloud storage rsync` compares size and mtime, and would otherwise send every restored
     file again (googlecloudsdk/command_lib/storage/rsync_command_util.py).
-    With `stamps` (JAX eviction on), each `KEY-cache` also gets a `KEY-atime` stamp (8 bytes,
-    little-endian ns): JAX's eviction reads one for every entry and fails on a missing one
-    (jax/_src/lru_cache.py). Without eviction JAX never reads or writes them.
+    Each `KEY-cache` also gets a `KEY-atime` stamp (8 bytes, little-endian ns) unless it has
+    one: JAX's eviction (`JAX_COMPILATION_CACHE_MAX_SIZE` set, in the image's environment or
+    the container's) reads one for every entry and fails on a missing one
+    (jax/_src/lru_cache.py); without eviction JAX never reads them. Stamping always keeps the
+    restore free of the image (its environment is known only after the pull), and the save
+    skips stamps (xla_cache_base `SKIP_SUFFIXES`).
     """
     files = size = 0
     stamp = time.time_ns().to_bytes(8, "little")
@@ -165,7 +137,7 @@ def install(
             os.utime(dest + ".restore.tmp", ns=(kept.st_atime_ns, kept.st_mtime_ns))
             os.replace(dest + ".restore.tmp", dest)
         atime = dest[: -len("-cache")] + "-atime"
-        if stamps and rel.endswith("-cache") and not os.path.exists(atime):
+        if rel.endswith("-cache") and not os.path.exists(atime):
             with open(atime + ".restore.tmp", "wb") as handle:
                 handle.write(stamp)
             os.replace(atime + ".restore.tmp", atime)
@@ -190,10 +162,10 @@ def unwritable(target: str) -> str:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    """After the pull: keep the fetched generation only if it matches the image; install it.
+    """Keep the fetched generation only if it is the pinned image's; install it.
 
     The restore's time (its bound and the result's `seconds`) is the fetch's own time plus this
-    step's, not the image pull the fetch ran alongside: a slow pull neither eats the restore's
+    step's, not the image pull they run alongside: a slow pull neither eats the restore's
     budget nor shows up as restore overhead.
     """
     p = paths(args.work)
@@ -209,18 +181,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     # What the save uploads, and where, is this start's only: a previous start's state on the
     # same VM (another key or image) must not survive a failure below to misdirect the save.
     write_json(p["state"], {})
-    in_pod = bool(args.in_pod)
     try:
-        image = inspect_image(args.image, in_pod)
-        digest = image.digest
-        if not digest and in_pod:
-            raise RuntimeError(
-                f"no image digest for {args.image}: the pod status named none (the kubelet "
-                "publishes imageID asynchronously; pod-image's log says how long it waited); "
-                "a pod has no docker to ask"
-            )
-        if not digest:
-            raise RuntimeError(f"cannot resolve the digest of {args.image}")
+        digest = pinned_digest(args.image)
         generation = generation_name(digest)
         url = f"{args.prefix}{generation}/"
         result["generation"] = url
@@ -236,7 +198,7 @@ def cmd_install(args: argparse.Namespace) -> int:
         if candidate != generation or not fetched.get("fetched"):
             if candidate and candidate != generation:
                 log(
-                    f"the newest generation ({candidate}) was made with another image; "
+                    f"the fetched generation ({candidate}) was made with another image; "
                     f"not using it. Looking for {generation} ({digest})"
                 )
             if store_has_generation(url, deadline):
@@ -254,7 +216,7 @@ def cmd_install(args: argparse.Namespace) -> int:
                 result["reason"] = unwritable(target)
             else:
                 os.makedirs(target, exist_ok=True)
-                files, size = install(staging, good, target, eviction_configured(image.env))
+                files, size = install(staging, good, target)
                 result.update(restored=True, files=files, bytes=size)
                 if dropped:
                     result["reason"] = f"{dropped} corrupt or missing entries dropped"

@@ -1334,12 +1334,15 @@ class Container:
 
 def image_inspect(ref: str) -> JSONDict:
     name = normalize_image(ref)
+    # Pulled by digest (`NAME@sha256:...`, what a pinned stack runs), an image has that digest
+    # and no tag (moby: `docker pull` by digest tags nothing); by tag, the registry's digest.
     repo = name.rsplit(":", 1)[0] if "@" not in name else name.split("@", 1)[0]
     digest = "sha256:" + hashlib.sha256(("digest:" + name).encode()).hexdigest()
+    pinned = "@" in name
     return {
         "Id": image_id(ref),
-        "RepoTags": [name],
-        "RepoDigests": [f"{repo}@{digest}"],
+        "RepoTags": [] if pinned else [name],
+        "RepoDigests": [name] if pinned else [f"{repo}@{digest}"],
         "Parent": "",
         "Comment": "buildkit.dockerfile.v0",
         "Created": "2026-08-01T06:12:44.517112345Z",

@@ -1,0 +1,168 @@
+"""The stack's image pin: `vllm.image` resolved to one digest, kept in the stack's state.
+
+Why a resource: a tag (`vllm/vllm-tpu:nightly`) names different bytes from one day to the next,
+so a renewal, a successor node or a rescheduled GKE replica would each run whatever the tag
+names when it starts (a cold compile cache, mixed builds behind one address). The pin resolves
+the tag once, when the stack first creates its server, and every node runs `NAME@sha256:DIGEST`.
+
+How the pin holds (a Python dynamic provider, like the VM's queued resource):
+- `check` runs at every preview and up, before any step. It keeps the digest of the previous
+  inputs when `vllm.image` and `vllm.imageUpgrade` are unchanged, and only then asks the
+  registry (components/registry.py); a lookup that fails is a check failure that names the
+  key, the value and the fix. `pulumi up --refresh` (scripts/renew.py) therefore keeps it.
+- `read` returns the stored state: `pulumi refresh` keeps it.
+- An upgrade is a new `vllm.imageUpgrade` label (docs/operations.md, "Upgrade the image"): the
+  check resolves the tag again and the preview shows the old and the new digest, since the
+  provider host declares no preview support and the engine previews an update's outputs as its
+  inputs (pulumi/pulumi pkg/resource/plugin/provider_plugin.go, Create/Update with
+  `req.Preview`: "return the inputs as the state").
+- A reference given as `NAME@sha256:...` is its own pin: no lookup.
+
+`__main__.py` registers the pin before anything else and makes every other resource depend on
+it (`hold_everything_for`), so a lookup that fails leaves nothing created, no TPU requested.
+The provider is pickled into the state by module path (pulumi/dynamic/dynamic.py): keep this
+module where it is.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pulumi
+import pulumi.dynamic as dyn
+
+from components import image_ref, registry
+
+KEY = "tpu-vllm:vllm.image"
+UPGRADE_KEY = "tpu-vllm:vllm.imageUpgrade"
+ENDPOINT_KEY = "tpu-vllm:vllm.registryEndpoint"
+
+
+def lookup_problem(reference: str, endpoint: str, error: Exception) -> str:
+    """`KEY = VALUE: what happened. Fix: ...` for a lookup that failed."""
+    if isinstance(error, image_ref.ImageRefError):
+        return (
+            f"{KEY} = {reference!r}: {error}. Fix: an image reference such as {image_ref.EXAMPLE}"
+        )
+    kind = getattr(error, "kind", "")
+    fixes = {
+        "not_found": (
+            "check the repository and tag (`docker manifest inspect "
+            f"{reference}` shows what the registry has), or give a digest you know exists"
+        ),
+        "refused": (
+            "make the repository public or use one the registry lets anyone pull; a private "
+            "registry needs a mirror that serves it without credentials "
+            f"({ENDPOINT_KEY})"
+        ),
+        "unreachable": (
+            "check this machine's network and proxy settings, or point "
+            f"{ENDPOINT_KEY} at a mirror you can reach; nodes pull from the same registry"
+        ),
+    }
+    fix = fixes.get(kind, "try again later, or give the image as NAME@sha256:DIGEST")
+    via = f" (asked {endpoint}, {ENDPOINT_KEY})" if endpoint else ""
+    return f"{KEY} = {reference!r}: {error}{via}. Fix: {fix}"
+
+
+def report(message: str) -> None:
+    """A progress line on stderr, which the engine shows (components/vm/tpu_api.py `report`)."""
+    print(f"tpu-vllm: {message}", file=sys.stderr, flush=True)
+
+
+class ImagePinProvider(dyn.ResourceProvider):
+    """check resolves (only when it must); create/update store; read keeps what is stored."""
+
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        reference = str(news.get("reference") or "")
+        endpoint = str(news.get("endpoint") or "")
+        try:
+            ref = image_ref.parse(reference)
+        except image_ref.ImageRefError as error:
+            problem = lookup_problem(reference, endpoint, error)
+            return dyn.CheckResult(news, [dyn.CheckFailure("reference", problem)])
+        same = olds.get("reference") == reference and olds.get("upgrade") == news.get("upgrade")
+        kept = olds.get("digest")
+        if same and isinstance(kept, str) and image_ref.SHA256.fullmatch(kept):
+            digest = kept
+        else:
+            try:
+                digest = registry.resolve(ref, endpoint or None)
+            except registry.RegistryError as error:
+                problem = lookup_problem(reference, endpoint, error)
+                return dyn.CheckResult(news, [dyn.CheckFailure("reference", problem)])
+            if not ref.digest:
+                where = endpoint or ref.api_base
+                report(f"{reference} is {digest} at {where}; the stack now serves that digest")
+        return dyn.CheckResult({**news, "digest": digest, "image": ref.pinned(digest)}, [])
+
+    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        outs = _outs(props)
+        return dyn.CreateResult(id_=str(outs["image"]), outs=outs)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        keys = ("reference", "upgrade", "endpoint", "digest")
+        return dyn.DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
+        return dyn.UpdateResult(outs=_outs(news))
+
+    def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
+        # The pin is this state, not anything outside it: a refresh changes nothing.
+        return dyn.ReadResult(id_=id_, outs=props)
+
+
+def _outs(props: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in props.items() if k != "__provider"}
+
+
+class ImagePin(dyn.Resource):
+    """`image` is `NAME@sha256:...`, what every node and replica runs; `digest` its digest."""
+
+    image: pulumi.Output[str]
+    digest: pulumi.Output[str]
+    reference: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        reference: str,
+        upgrade: str,
+        endpoint: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        ref = image_ref.parse(reference)  # config validated it: this cannot fail here
+        super().__init__(
+            ImagePinProvider(),
+            name,
+            {
+                "reference": reference,
+                "upgrade": upgrade,
+                "endpoint": endpoint,
+                # Filled by `check`; a digest reference is its own.
+                "digest": ref.digest,
+                "image": ref.pinned(ref.digest) if ref.digest else None,
+            },
+            opts,
+        )
+
+
+def hold_everything_for(pin: pulumi.Resource) -> None:
+    """Every resource registered after this waits for `pin`, so a failed lookup creates none.
+
+    A stack transformation (pulumi/runtime/stack.py `register_stack_transformation`) runs in
+    the SDK for each resource the program registers, under the real engine and under mocks
+    alike; adding `depends_on` changes no URN.
+    """
+
+    def wait_for_pin(
+        args: pulumi.ResourceTransformationArgs,
+    ) -> pulumi.ResourceTransformationResult | None:
+        if args.resource is pin:
+            return None
+        opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(depends_on=[pin]))
+        return pulumi.ResourceTransformationResult(args.props, opts)
+
+    pulumi.runtime.register_stack_transformation(wait_for_pin)
