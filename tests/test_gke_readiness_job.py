@@ -32,6 +32,7 @@ MODEL = "google/gemma-4-31B-it"
 SERVER_KEY = "key-the-pods-started-with"
 POD_TOKEN = "PODTOKENSENTINEL-readiness-job"
 SHELL = ["busybox", "sh"] if shutil.which("busybox") else ["bash"]
+READY = f"ready: /health 200, /v1/models lists {MODEL}, and the model answered"
 #: A Deployment whose generation 1 is rolled out, both replicas Ready: nothing to wait for.
 ROLLED_OUT = [Rollout(1, 1, 2, 2, 2, 2)]
 
@@ -123,8 +124,18 @@ def test_the_right_key_passes(
 ) -> None:
     done = run_job(program, server, tmp_path, key=SERVER_KEY, api=api)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"ready: /health 200 and /v1/models lists {MODEL}" in done.stdout
-    assert server.paths()[-2:] == ["/health", "/v1/models"]
+    assert READY in done.stdout
+    assert server.paths()[-4:] == [
+        "/health",
+        "/v1/models",
+        "/v1/chat/completions",
+        "/v1/chat/completions",
+    ]
+    chat, tool = (r.body for r in server.calls("/v1/chat/completions")[-2:])
+    # The VM's own questions (scripts/remote/wait_ready.py), asked through the Service.
+    assert chat["messages"] == [{"role": "user", "content": "Say hi in five words."}]
+    assert tool["tool_choice"] == "auto" and tool["tools"][0]["function"]["name"] == "get_weather"
+    assert "the model called get_weather with a city" in done.stdout
 
 
 def test_without_a_key_file_variable_the_job_fails_at_once_naming_it(
@@ -251,14 +262,14 @@ def test_an_update_is_not_ready_while_an_old_pod_answers(
     # Every state was read, in order, and vLLM was asked nothing before the last one.
     assert [state for state, _ in asked_before] == [0, 1, 2, 3]
     assert all(asked == 0 for _, asked in asked_before), asked_before
-    assert server.paths()[-2:] == ["/health", "/v1/models"]
+    assert server.paths()[-4:-2] == ["/health", "/v1/models"]
     out = done.stdout
     steps = [
         "waiting for the Deployment controller to observe generation 2 (observed: 1)",
         "0 of 2 replicas of generation 2 created (Recreate starts them once the old pods",
         "2 replicas of generation 2, none Ready yet",
         "rollout: generation 2 rolled out, 1 of 2 replicas Ready",
-        f"ready: /health 200 and /v1/models lists {MODEL}",
+        READY,
     ]
     assert [out.index(step) for step in steps] == sorted(out.index(step) for step in steps)
     # It read the Deployment as curl, so the API server indented its JSON.
@@ -321,3 +332,56 @@ def test_the_job_sends_the_pods_token_only_as_a_header(
     assert "HTTP 401 for deployment vllm" in done.stderr
     assert POD_TOKEN not in done.stdout + done.stderr
     assert server.paths() == []
+
+
+WORDS = "answer 'Say hi in five words.' with words (empty content, or markup)"
+NO_CALL = "call get_weather (no tool call of it)"
+NO_CITY = "call get_weather with JSON arguments holding a city"
+BAD_ANSWERS = {
+    "empty-content": ("empty_content", True, WORDS),
+    "garbage": ("reply", "<pad><pad><pad>", WORDS),
+    "text-not-a-call": ("malformed_tool_call", "no_tool_calls", NO_CALL),
+    "another-function": ("malformed_tool_call", "wrong_name", NO_CALL),
+    "non-json-arguments": ("malformed_tool_call", "non_json", NO_CITY),
+    "no-city": ("malformed_tool_call", "missing_argument", NO_CITY),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ANSWERS))
+def test_a_server_that_cannot_answer_fails_the_job_with_its_answer(
+    program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path, case: str
+) -> None:
+    """Issue 28 item 8: the Job asks what the VM asks; an empty, garbled or missing answer fails
+    `pulumi up` with the status and the body's start, and never shows the key."""
+    knob, value, said = BAD_ANSWERS[case]
+    before = getattr(server, knob)
+    setattr(server, knob, value)
+    try:
+        done = run_job(program, server, tmp_path, key=SERVER_KEY, api=api)
+    finally:
+        setattr(server, knob, before)
+    assert done.returncode == 1, done.stdout
+    assert f"FAILED: the model did not {said}: HTTP 200" in done.stderr, done.stderr
+    assert '"choices"' in done.stderr  # the body's first 500 bytes
+    assert READY not in done.stdout
+    assert SERVER_KEY not in done.stdout + done.stderr
+
+
+def test_an_answer_that_does_not_come_in_time_fails_the_job(
+    program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path
+) -> None:
+    server.delay = 3.0
+    try:
+        done = run_job(program, server, tmp_path, key=SERVER_KEY, api=api,
+                       changes={"ANSWER_SECONDS": "1"})  # fmt: skip
+    finally:
+        server.delay = 0.0
+    assert done.returncode == 1
+    assert "FAILED: the model did not answer 'Say hi in five words.': HTTP 000" in done.stderr
+
+
+def test_without_a_tool_call_parser_only_the_chat_is_asked(program: ProgramRun) -> None:
+    plain = run_program(STACK, {"tpu-vllm:vllm.toolCallParser": None})
+    env = job_env(plain)
+    assert env["TOOL_BODY"] == "" and '"Say hi in five words."' in env["CHAT_BODY"]
+    assert job_env(program)["TOOL_BODY"]  # the stack file's gemma4 parser: both are asked

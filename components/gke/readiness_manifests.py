@@ -25,6 +25,7 @@ its API key's Workload Identity mount. Pure functions, beside components/gke/k8s
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pulumi
@@ -45,6 +46,7 @@ from components.gke.k8s_manifests import (
     namespace_name,
     secrets_volume,
 )
+from scripts.remote import wait_ready
 
 READINESS_JOB = "vllm-ready"
 #: A small image with curl for the readiness Job (Alpine; /bin/sh is busybox ash).
@@ -78,6 +80,20 @@ def rollout_reader_role(config: StackConfig) -> dict[str, Any]:
 
 def rollout_reader_binding(config: StackConfig) -> dict[str, Any]:
     return ksa_role_binding(config, ROLLOUT_READER)
+
+
+def question_env(config: StackConfig) -> list[dict[str, str]]:
+    """The VM's two readiness questions (scripts/remote/wait_ready.py `question_bodies`), as
+    the Job's env: the chat always, the tool call only when the server has a tool-call parser
+    (`TOOL_BODY` empty otherwise), and how long each answer may take. No secret: the key is
+    read from its file by the script."""
+    chat, tools = wait_ready.question_bodies(config.model.id)
+    tool = json.dumps(tools, separators=(",", ":")) if config.vllm.tool_call_parser else ""
+    return [
+        {"name": "CHAT_BODY", "value": json.dumps(chat, separators=(",", ":"))},
+        {"name": "TOOL_BODY", "value": tool},
+        {"name": "ANSWER_SECONDS", "value": str(remote_scripts.READINESS_ANSWER_SECONDS)},
+    ]
 
 
 def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str, Any]:
@@ -120,6 +136,7 @@ def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str,
                                 {"name": "TARGET_HOST", "value": f"{SERVICE}.{ns}.svc"},
                                 {"name": "TARGET_PORT", "value": str(config.vllm.port)},
                                 {"name": "MODEL", "value": config.model.id},
+                                *question_env(config),
                                 {"name": "DEPLOYMENT", "value": DEPLOYMENT},
                                 {"name": "DEADLINE_SECONDS", "value": str(deadline)},
                                 {

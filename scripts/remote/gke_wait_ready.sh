@@ -12,8 +12,9 @@
 #    oldPodsRunning), so after this step only pods of this generation answer.
 #    The progress condition (progressDeadlineSeconds, 600 s by default) is not a failure here,
 #    as it is for kubectl: a flex-start capacity wait outlasts it; DEADLINE_SECONDS bounds it.
-# 2. It mirrors the VM's wait_ready.py checks: /health answers 200, then /v1/models (with the API
-#    key) lists the model.
+# 2. It mirrors the VM's wait_ready.py checks: /health answers 200, /v1/models (with the API
+#    key) lists the model, then the model answers the same two questions through the Service
+#    (`ask_model` below; CHAT_BODY and TOOL_BODY from the Job's env).
 # The API key and the service-account token go from their mounted files down a pipe into curl's
 # header (`-H @-`): never an argument, a variable or a log line. Values come from the Job's env.
 # A refused /v1/models (HTTP 401/403: vLLM's answer to a key it was not started with) is never
@@ -24,6 +25,7 @@ url="http://${TARGET_HOST}:${TARGET_PORT}"
 deadline=${DEADLINE_SECONDS}
 poll=${POLL_SECONDS:-10}
 auth_grace=${AUTH_GRACE_SECONDS:-60}
+answer_seconds=${ANSWER_SECONDS:-120}
 refused_since=""
 # Scratch files: the Job's container's own /tmp (TMPDIR, as mktemp reads it, when set: the tests
 # run several Jobs' scripts on one machine at once).
@@ -135,6 +137,54 @@ rollout_done() {
   fi
   return 1
 }
+# ask NAME BODY: POST BODY to /v1/chat/completions through the Service, the key down a pipe as
+# for /v1/models; the answer in $scratch/NAME.json; prints the HTTP code (000: none in time).
+ask() {
+  { printf 'Authorization: Bearer '; cat "$key_file"; } \
+    | curl --silent --max-time "$answer_seconds" --header @- \
+      --header 'Content-Type: application/json' \
+      --data-binary "$2" \
+      --output "$scratch/$1.json" \
+      --write-out '%{http_code}' \
+      "${url}/v1/chat/completions" || true
+}
+# no_answer WHAT CODE NAME: fail the Job, quoting the status and the body's first 500 bytes.
+no_answer() {
+  body=$(head -c 500 "$scratch/$3.json" 2>/dev/null || true)
+  case "${2:-000}" in
+    000) status="HTTP 000 (no answer within ${answer_seconds}s)" ;;
+    *) status="HTTP $2" ;;
+  esac
+  say "FAILED: the model did not ${1}: ${status}: ${body}. See: kubectl -n ${POD_NAMESPACE} logs deploy/${deployment}" >&2
+  exit 1
+}
+# ask_model: the VM's two questions (scripts/remote/wait_ready.py `ask_model`, the bodies from
+# `question_bodies`): a chat whose `content` holds a word and no special-token markup (a broken
+# build answers garbage: tpu-inference #3406), then, with a tool-call parser, a call of
+# get_weather whose JSON arguments carry a non-empty city (vLLM's gemma4 parser hands back `{}`
+# for a call it could not parse). busybox has no JSON parser: the checks read vLLM's JSON with
+# grep, tolerant of the space after ':' (Starlette writes none, json.dumps one).
+ask_model() {
+  code=$(ask chat "$CHAT_BODY")
+  [ "$code" = 200 ] || no_answer "answer 'Say hi in five words.'" "$code" chat
+  if ! grep -Eq '"content": ?"[^"]*[A-Za-z][A-Za-z]' "$scratch/chat.json" \
+    || grep -Eq '<pad>|<unused[0-9]+>|<\|[^>]*>|<[a-z_]*_of_turn>|<bos>|<eos>' "$scratch/chat.json"; then
+    no_answer "answer 'Say hi in five words.' with words (empty content, or markup)" "$code" chat
+  fi
+  say "the model answered the chat"
+  if [ -z "$TOOL_BODY" ]; then
+    say "tool call not asked: the server has no --tool-call-parser"
+  else
+    code=$(ask tool "$TOOL_BODY")
+    [ "$code" = 200 ] || no_answer "call get_weather" "$code" tool
+    grep -Eq '"name": ?"get_weather"' "$scratch/tool.json" \
+      || no_answer "call get_weather (no tool call of it)" "$code" tool
+    grep -Eq '"arguments": ?"\{ *\\"city\\": ?\\"[^\\"]' "$scratch/tool.json" \
+      || no_answer "call get_weather with JSON arguments holding a city" "$code" tool
+    say "the model called get_weather with a city"
+  fi
+  say "ready: /health 200, /v1/models lists ${MODEL}, and the model answered"
+}
 say "waiting for the rollout of deployment/${deployment}, then for a Ready replica of ${MODEL} behind ${url} (a new flex-start node is found first)"
 while :; do
   now=$(date +%s)
@@ -162,7 +212,8 @@ while :; do
       200)
         refused_since=""
         if grep -qF "\"${MODEL}\"" "$scratch/models.json"; then
-          say "ready: /health 200 and /v1/models lists ${MODEL}"
+          say "/health 200 and /v1/models lists ${MODEL}; asking the model"
+          ask_model
           exit 0
         fi
         note "/v1/models answered without ${MODEL}"

@@ -368,6 +368,18 @@ def tool_problem(status: int, raw: str, message: dict[str, Any]) -> str | None:
     return None
 
 
+def question_bodies(model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The chat and the tool-call request bodies, the same on the VM and in GKE's readiness
+    Job (components/gke/readiness_manifests.py renders them into its env)."""
+    common = {"model": model, "temperature": 0,
+              "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+    chat = {**common, "messages": [{"role": "user", "content": CHAT_PROMPT}],
+            "max_tokens": CHAT_MAX_TOKENS}  # fmt: skip
+    tools = {**common, "messages": [{"role": "user", "content": TOOL_PROMPT}], "tools": TOOLS,
+             "tool_choice": "auto", "max_tokens": TOOL_MAX_TOKENS}  # fmt: skip
+    return chat, tools
+
+
 def ask_model(
     start: float,
     base: str,
@@ -385,10 +397,7 @@ def ask_model(
     token budget cuts short leaves `content` empty."""
     with open(API_KEY_FILE, encoding="utf-8") as handle:
         key = handle.read().strip()
-    common = {"model": model, "temperature": 0,
-              "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
-    chat = {**common, "messages": [{"role": "user", "content": CHAT_PROMPT}],
-            "max_tokens": CHAT_MAX_TOKENS}  # fmt: skip
+    chat, tools = question_bodies(model)
     status, raw, choice, message = ask(
         start, base, key, chat, seconds=seconds, beat=beat, tail=tail
     )
@@ -401,8 +410,6 @@ def ask_model(
     if not tool_call:
         say(start, "tool call not asked: the server has no --tool-call-parser")
         return answered
-    tools = {**common, "messages": [{"role": "user", "content": TOOL_PROMPT}], "tools": TOOLS,
-             "tool_choice": "auto", "max_tokens": TOOL_MAX_TOKENS}  # fmt: skip
     status, raw, _, message = ask(start, base, key, tools, seconds=seconds, beat=beat, tail=tail)
     problem = tool_problem(status, raw, message)
     if problem:
