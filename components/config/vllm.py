@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,10 +24,6 @@ from components.messages import show
 
 # vLLM's default port: the flag is rendered only when the stack asks for another one.
 VLLM_DEFAULT_PORT = 8000
-#: `vllm.registryEndpoint`: a registry's base URL, scheme and authority only.
-ENDPOINT = re.compile(
-    r"https?://[A-Za-z0-9.\-]+(?::[0-9]{1,5})?/?|https?://\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?/?"
-)
 DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
 DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
@@ -110,6 +106,19 @@ class VllmSettings:
         return args
 
 
+def _is_base_url(text: str) -> bool:
+    """`vllm.registryEndpoint`: http(s), a host (and port), no path, query or fragment."""
+    try:
+        url = urllib.parse.urlsplit(text)
+        url.port  # noqa: B018 - parsing it is the check (ValueError when out of range)
+    except ValueError:
+        return False
+    plain = not (url.query or url.fragment or url.username or url.password)
+    return (
+        url.scheme in ("http", "https") and bool(url.hostname) and url.path in ("", "/") and plain
+    )
+
+
 def _format_number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and value > 1 else repr(float(value))
 
@@ -123,7 +132,7 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
         r.fail("image", image, f"not an image reference: {error}. Fix: {image_ref.EXAMPLE}")
     upgrade = r.get("imageUpgrade", _as_str, "", "a label such as 2026-12-03")
     endpoint = r.get("registryEndpoint", _as_str, "", "a URL such as https://mirror.example.com")
-    if endpoint and not ENDPOINT.fullmatch(endpoint):
+    if endpoint and not _is_base_url(endpoint):
         r.fail(
             "registryEndpoint",
             endpoint,
