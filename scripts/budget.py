@@ -173,7 +173,10 @@ class GkeBudget:
     #: Whether `pulumi up` waits for the Service's load balancer (it does not: skipAwait).
     load_balancer_awaited: bool
     capacity_wait_s: float
+    #: One replica's start (`vllm.readinessTimeout`, the startup probe's allowance).
     readiness_s: float
+    #: The model's answers to the readiness Job, after the rollout: one bound per question.
+    answers_s: float
     #: The readiness Job's own scheduling and image pull, beyond its deadline.
     job_margin_s: float
     #: Node recycling: how long before a node's run ends its replacement is sought
@@ -189,19 +192,30 @@ class GkeBudget:
         return self.hourly_usd / self.replicas * self.lead_s / 3600
 
     @property
+    def rollout_s(self) -> float:
+        """The readiness Job's wait for the rollout: a first TPU node (capacity wait), then each
+        replica's start in turn, as a rolling update replaces them one at a time."""
+        return self.capacity_wait_s + self.replicas * self.readiness_s
+
+    @property
     def worst_case_s(self) -> float:
         """The cluster; then the system node pool and, beside it, the wait for the CRDs (both
         need only the cluster, and the Deployment needs both: the pool, and the ComputeClass
-        after the wait); then the readiness Job: a first TPU node (capacity wait) and the
-        server's start (readiness timeout), plus the Job's margin: its await timeout. The load
-        balancer is not awaited: GKE builds it during that wait."""
+        after the wait); then the readiness Job: the rollout, the model's answers, and the
+        Job's margin: its await timeout. The load balancer is not awaited: GKE builds it
+        during that wait."""
         return (
             self.cluster_s
             + max(self.node_pool_s, self.crd_wait_s)
-            + self.capacity_wait_s
-            + self.readiness_s
+            + self.rollout_s
+            + self.answers_s
             + self.job_margin_s
         )
+
+    @property
+    def spare_usd(self) -> float:
+        """The most an image upgrade's spare node bills: one node for the whole rollout."""
+        return self.hourly_usd / self.replicas * self.rollout_s / 3600
 
 
 def _one(run: ProgramRun, type_: str, name: str) -> dict[str, Any]:
@@ -242,7 +256,10 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
     [server] = job["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in server["env"]}
     deadline = float(env["DEADLINE_SECONDS"])
-    capacity_wait = float(deadline - _readiness_seconds(run))
+    replicas = int(deployment["spec"]["replicas"])
+    capacity_wait = float(deadline - replicas * _readiness_seconds(run))
+    # One bound per question the Job asks: the chat, and the tool call when it has a body.
+    answers = float(env["ANSWER_SECONDS"]) * (2 if env.get("TOOL_BODY") else 1)
     max_run = rule.get("maxRunDurationSeconds")
     max_run_usd = run.outputs.get("max_run_cost_usd")
     creates_cluster = any(r.type == "gcp:container/cluster:Cluster" for r in run.resources)
@@ -255,7 +272,7 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
         stack=stack,
         chip=str(run.outputs["chip"]),
         provisioning=provisioning,
-        replicas=int(deployment["spec"]["replicas"]),
+        replicas=replicas,
         hourly_usd=float(run.outputs["hourly_cost_usd"]),
         max_run_hours=max_run / 3600 if max_run else None,
         max_run_usd=float(max_run_usd) if max_run_usd is not None else None,
@@ -266,6 +283,7 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
         load_balancer_awaited=_awaited(_one(run, "kubernetes:core/v1:Service", "vllm-service")),
         capacity_wait_s=capacity_wait,
         readiness_s=_readiness_seconds(run),
+        answers_s=answers,
         job_margin_s=float(k8s_workload.AWAIT_MARGIN_SECONDS),
         lead_s=float(lead),
         scrape_s=_pod_monitoring_interval(run),
@@ -437,9 +455,22 @@ def _gke_table(stacks: list[str]) -> str:
             ["awaited" if b.load_balancer_awaited else "not awaited" for b in budgets],
         ),
         ("a first TPU node (`tpu.capacityWait`)", [duration(b.capacity_wait_s) for b in budgets]),
-        ("readiness (`vllm.readinessTimeout`)", [duration(b.readiness_s) for b in budgets]),
+        (
+            "readiness (`vllm.readinessTimeout`) for each replica in turn, as an update replaces "
+            "them one at a time",
+            [f"{b.replicas} x {duration(b.readiness_s)}" for b in budgets],
+        ),
+        (
+            "the model's answers to the readiness Job (a chat, a tool call), at most",
+            [duration(b.answers_s) for b in budgets],
+        ),
         ("readiness Job: scheduling, image pull", [duration(b.job_margin_s) for b in budgets]),
         ("**worst case `pulumi up` blocks**", [f"**{duration(b.worst_case_s)}**" for b in budgets]),
+        (
+            "an image upgrade's spare TPU node (`maxSurge: 1`), billed beside the replicas for "
+            "the rollout, at most",
+            [f"{_usd(b.spare_usd)} ({duration(b.rollout_s)})" for b in budgets],
+        ),
         _metrics_row(budgets),
     ]
     return _columns([b.stack for b in budgets], rows)

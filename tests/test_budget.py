@@ -74,9 +74,10 @@ def test_duration_text(seconds: float, text: str) -> None:
 def test_gke_stack_has_its_own_table_with_replicas_and_its_worst_case() -> None:
     """GKE: price x replicas; cluster, then its system node pool beside the wait for the CRDs
     (the longer of the two: both need only the cluster, the Deployment needs both), then the
-    readiness Job's first node and start, plus its margin (the load balancer is not awaited:
-    `pulumi.com/skipAwait`); and what node recycling's
-    overlap can cost: the replacement runs beside the node for at most `renewal.lead`."""
+    readiness Job's first node and each replica's start in turn (a rolling update replaces them
+    one at a time), the model's two answers, plus its margin (the load balancer is not awaited:
+    `pulumi.com/skipAwait`); what node recycling's overlap can cost: the replacement runs
+    beside the node for at most `renewal.lead`; and an upgrade's spare node, for the rollout."""
     b = budget.gke_budget("v6e4-gke")
     one = catalog.CHIPS["v6e-4"].hourly_usd("flex-start")
     assert b.replicas == 2 and b.zones == 2
@@ -85,12 +86,15 @@ def test_gke_stack_has_its_own_table_with_replicas_and_its_worst_case() -> None:
     assert (b.cluster_s, b.node_pool_s, b.load_balancer_awaited) == (2400, 1800, False)
     assert b.crd_wait_s == crd_wait.CRD_WAIT_TIMEOUT_SECONDS == 3600
     assert (b.capacity_wait_s, b.readiness_s, b.job_margin_s) == (1800, 3600, 300)
-    assert b.worst_case_s == pytest.approx(2400 + max(1800, 3600) + 1800 + 3600 + 300)
+    assert b.answers_s == 2 * 120
+    assert b.worst_case_s == pytest.approx(2400 + max(1800, 3600) + 1800 + 2 * 3600 + 240 + 300)
+    assert b.spare_usd == pytest.approx(one * (1800 + 2 * 3600) / 3600)
     assert b.lead_s == 3600 and b.overlap_usd == pytest.approx(one)  # 1 h of one slice
     table = budget.render_table(["v5e1", "v6e4-gke"])
     assert "| `v6e4-gke` |" in table and "$10.80 (2 x $5.40)" in table
     assert "1 h per node and run, at most $5.40 each" in table
-    assert "**3 h 15 min**" in table
+    assert "**4 h 19 min**" in table
+    assert "| 2 x 1 h |" in table and "$13.50 (2 h 30 min)" in table
     lead = budget.gke_budget("v6e4-gke", {"tpu-vllm:renewal.lead": "30m"})
     assert lead.overlap_usd == pytest.approx(one / 2)
     spot = {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
@@ -100,9 +104,9 @@ def test_gke_stack_has_its_own_table_with_replicas_and_its_worst_case() -> None:
 def test_gke_with_an_existing_cluster_does_not_wait_for_one() -> None:
     """Nor for a node pool: the TPU pools are the ComputeClass's, made when pods ask; nor for
     the load balancer, which is not awaited. It may wait for the CRDs (an existing cluster may
-    be new too), then capacity wait + readiness + the Job's margin."""
+    be new too), then capacity wait + readiness per replica + the answers + the Job's margin."""
     changes = {"tpu-vllm:gke.cluster": "projects/p-1234/locations/us-east5/clusters/shared"}
     b = budget.gke_budget("v6e4-gke", changes)
     assert b.cluster_s == 0
     assert b.node_pool_s == 0
-    assert b.worst_case_s == pytest.approx(3600 + 1800 + 3600 + 300)
+    assert b.worst_case_s == pytest.approx(3600 + 1800 + 2 * 3600 + 240 + 300)

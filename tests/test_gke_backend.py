@@ -163,12 +163,17 @@ def test_spot_and_on_demand_variants(provisioning: str, spot: bool | None) -> No
     assert rule["tpu"] == {"type": "tpu-v6e-slice", "count": 4, "topology": "2x2"}
 
 
-def test_deployment_runs_replicas_with_recreate_and_skips_the_all_replicas_await(
+def test_deployment_rolls_one_replica_at_a_time_and_skips_the_all_replicas_await(
     run: ProgramRun,
 ) -> None:
+    """Issue 28 item 3: a new template (an image upgrade) adds one pod on a spare node and
+    removes an old one only once a new one is Ready (maxUnavailable 0), never all at once."""
     deployment = run.one(DEPLOYMENT).inputs
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     assert deployment["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
     assert deployment["metadata"]["namespace"] == NS
     assert server_pod(run)["serviceAccountName"] == "vllm"
@@ -249,7 +254,7 @@ def test_a_starting_replica_stays_out_of_the_load_balancer_until_it_serves(
     """The Service sends traffic only to Ready pods (no `publishNotReadyAddresses`), a pod is
     Ready only once every container is, and the server's readiness probe passes only when
     vLLM's HTTP server answers /health, which it starts after the engine is up (DESIGN.md);
-    the startup probe holds readiness back for the whole start."""
+    the startup probe, which asks the model, holds readiness back for the whole start."""
     service = run.one("kubernetes:core/v1:Service").inputs["spec"]
     assert not service.get("publishNotReadyAddresses")
     container = server_container(run)
@@ -258,7 +263,7 @@ def test_a_starting_replica_stays_out_of_the_load_balancer_until_it_serves(
     assert probe["httpGet"]["port"] == container["ports"][0]["containerPort"]
     assert service["ports"][0]["targetPort"] == container["ports"][0]["name"]
     assert "initialDelaySeconds" not in probe  # the startup probe gates it instead
-    assert container["startupProbe"]["httpGet"] == probe["httpGet"]
+    assert "--port" in container["startupProbe"]["exec"]["command"]
 
 
 def test_v5e1_on_gke_uses_the_v5e_machine_type_and_labels() -> None:
@@ -310,8 +315,17 @@ def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
 def test_probes_allow_the_readiness_timeout_then_watch_health(run: ProgramRun) -> None:
     container = server_container(run)
     startup = container["startupProbe"]
-    assert startup["httpGet"]["path"] == "/health"
-    assert startup["httpGet"]["port"] == 8000
+    command = startup["exec"]["command"]
+    # The VM's checks, from the scripts ConfigMap the container mounts at /tpu-vllm.
+    assert command[:3] == ["python3", "/tpu-vllm/wait_ready.py", "probe"]
+    scripts = run.named("vllm-scripts").inputs["data"]
+    assert scripts["wait_ready.py"] == (ROOT / "scripts/remote/wait_ready.py").read_text()
+    flags = dict(itertools.pairwise(command[3:]))
+    assert flags["--port"] == "8000" and flags["--model"] == "google/gemma-4-31B-it"
+    assert flags["--api-key-file"] == "/etc/tpu-vllm/secrets/vllm_api_key"  # a path, no key
+    assert command[-1] == "--tool-call"  # the stack's gemma4 tool-call parser
+    # /health and /v1/models (10 s each), two answers of 120 s, and Python's start.
+    assert startup["timeoutSeconds"] == 2 * 10 + 2 * 120 + 10
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 60 * 60  # readinessTimeout
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == "/health"
@@ -324,9 +338,11 @@ def test_up_waits_for_one_replica_to_answer_v1_models(run: ProgramRun) -> None:
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["TARGET_HOST"] == f"vllm.{NS}.svc"
     assert env["MODEL"] == "google/gemma-4-31B-it"
-    # capacityWait 30m (default) + readinessTimeout 60m
-    assert int(env["DEADLINE_SECONDS"]) == 90 * 60
-    assert job["spec"]["activeDeadlineSeconds"] > int(env["DEADLINE_SECONDS"])
+    # capacityWait 30m (default), then readinessTimeout 60m for each of the 2 replicas in turn
+    # (a rolling update replaces them one at a time)
+    assert int(env["DEADLINE_SECONDS"]) == 30 * 60 + 2 * 60 * 60
+    # Then the two answers (120 s each), within the Job's own deadline.
+    assert job["spec"]["activeDeadlineSeconds"] >= int(env["DEADLINE_SECONDS"]) + 2 * 120
     script = run.named("vllm-scripts").inputs["data"]["wait_ready.sh"]
     assert script.startswith("set -euo pipefail\n")
     assert "/v1/models" in script and "--header @-" in script

@@ -45,23 +45,25 @@ def refusal(changes: dict[str, Any], **maxima: float) -> str:
 @pytest.mark.parametrize(
     ("maxima", "named"),
     [
-        ({"cpu": 200, "memory": 100000}, ["`cpu` maximum 200 < 540 vCPUs", "--max-cpu 540"]),
-        ({"cpu": 100000, "memory": 800}, ["`memory` maximum 800 < 2160 GB", "--max-memory 2160"]),
+        ({"cpu": 200, "memory": 100000}, ["`cpu` maximum 200 < 720 vCPUs", "--max-cpu 720"]),
+        ({"cpu": 100000, "memory": 800}, ["`memory` maximum 800 < 2880 GB", "--max-memory 2880"]),
         (
-            {"cpu": 100000, "memory": 100000, "tpu-v6e-slice": 8},
-            ["`tpu-v6e-slice` maximum 8 < 12 TPU chips", "--autoprovisioning-config-file"],
+            {"cpu": 100000, "memory": 100000, "tpu-v6e-slice": 12},
+            ["`tpu-v6e-slice` maximum 12 < 16 TPU chips", "--autoprovisioning-config-file"],
         ),
     ],
     ids=["cpu", "memory", "tpu"],
 )
-def test_limits_too_small_for_the_replicas_and_one_recycling_node_refuse(
+def test_limits_too_small_for_the_replicas_a_spare_and_a_recycling_node_refuse(
     maxima: dict[str, float], named: list[str]
 ) -> None:
-    """2 flex-start v6e-4 replicas: 2 nodes, and 1 more while recycling replaces one = 3 x
+    """2 flex-start v6e-4 replicas: 2 nodes, 1 more for an update's spare replica (maxSurge 1),
+    and 1 more while recycling replaces one (a recycle may fall inside a rollout) = 4 x
     (180 vCPUs, 720 GB, 4 chips)."""
     message = refusal({}, **maxima)
     assert "tpu-vllm:gke.cluster" in message and "tpu-vllm:gke.replicas" in message
-    assert "node auto-provisioning" in message and "3 ct6e-standard-4t nodes" in message
+    assert "node auto-provisioning" in message and "4 ct6e-standard-4t nodes" in message
+    assert "+ 1 that an update starts beside them" in message
     assert "Fix: raise the limits" in message
     assert "gcloud container clusters update shared --location us-east5" in message
     for text in named:
@@ -69,13 +71,13 @@ def test_limits_too_small_for_the_replicas_and_one_recycling_node_refuse(
 
 
 def test_enough_room_passes_and_registers_the_class() -> None:
-    need = 3
+    need = 4
     run = run_program(
         STACK,
         SHARED,
         call=existing_cluster(
             clusterAutoscalings=autoprovisioning(
-                cpu=need * V6E4.vcpus, memory=need * V6E4.memory_gb, **{"tpu-v6e-slice": 12}
+                cpu=need * V6E4.vcpus, memory=need * V6E4.memory_gb, **{"tpu-v6e-slice": 16}
             )
         ),
     )
@@ -84,9 +86,10 @@ def test_enough_room_passes_and_registers_the_class() -> None:
 
 
 def test_without_flex_start_there_is_no_recycling_node_to_count() -> None:
-    """Spot nodes end without a replacement sought ahead: 2 nodes fit 2 x 180 vCPUs."""
+    """Spot nodes end without a replacement sought ahead: 2 replicas and an update's spare
+    fit 3 x 180 vCPUs."""
     spot = {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
-    maxima = {"cpu": 2 * V6E4.vcpus, "memory": 2 * V6E4.memory_gb}
+    maxima = {"cpu": 3 * V6E4.vcpus, "memory": 3 * V6E4.memory_gb}
     run = run_program(
         STACK,
         {**SHARED, **spot},
@@ -94,7 +97,7 @@ def test_without_flex_start_there_is_no_recycling_node_to_count() -> None:
     )
     assert run.error is None
     more = refusal({**spot, "tpu-vllm:gke.replicas": 3}, **maxima)
-    assert "3 ct6e-standard-4t nodes (3 for tpu-vllm:gke.replicas)" in more
+    assert "4 ct6e-standard-4t nodes (3 for tpu-vllm:gke.replicas + 1 that an update" in more
     assert "recycling" not in more
 
 
@@ -112,7 +115,7 @@ def test_v5e_counts_either_name_of_its_tpu_resource_type() -> None:
     }
     roomy = {"cpu": 100000, "memory": 100000}
     for name in ("tpu-v5-lite-podslice", "tpu-v5e-slice"):
-        assert "maximum 2 < 3 TPU chips" in refusal(v5e, **roomy, **{name: 2})
+        assert "maximum 3 < 4 TPU chips" in refusal(v5e, **roomy, **{name: 3})
 
 
 def test_auto_provisioning_off_is_not_judged_by_its_limits() -> None:

@@ -6,8 +6,8 @@ ConfigMap the pod mounts, the Job's env); only the addresses, the key and token 
 timings are pointed at the test. The pod's shell is busybox ash (curlimages/curl is Alpine): the
 script runs under `busybox sh` when the machine has busybox, else under bash. The fakes are
 `tests/fakes/openai_server.py` (vLLM's 401 for a key it was not started with, `/health`) and
-`tests/fakes/kube_deployments.py` (the Deployment as the API server and the Recreate controller
-show it).
+`tests/fakes/kube_deployments.py` (the Deployment as the API server and the deployment
+controller's rolling update show it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.kube_deployments import FakeDeploymentApi, Rollout, recreate_update
+from tests.fakes.kube_deployments import FakeDeploymentApi, Rollout, rolling_update
 from tests.fakes.openai_server import FakeOpenAI
 from tests.pulumi_program import ProgramRun, run_program
 
@@ -236,17 +236,17 @@ def test_a_refusal_that_ends_within_the_grace_is_waited_out(
 # --- the update window: the Job passes only once its generation is rolled out -----------------
 
 
-def test_an_update_is_not_ready_while_an_old_pod_answers(
+def test_an_update_is_ready_only_once_every_old_pod_is_replaced(
     program: ProgramRun, server: FakeOpenAI, tmp_path: Path
 ) -> None:
-    """Right after a Recreate update, the old pods terminate and, with no Ready endpoint,
-    kube-proxy still sends the Service's traffic to them (kubernetes `pkg/proxy/topology.go`,
-    `CategorizeEndpoints`): here the fake vLLM, the old pod, answers /health and /v1/models
-    with the model the whole time, as a new pod will. The Job must ask it nothing until the
-    Deployment shows its generation rolled out (`kubectl rollout status`'s checks, kubectl
-    `pkg/polymorphichelpers/rollout_status.go`), then one new replica Ready."""
+    """Issue 28 item 3: during a rolling update the old pods keep serving through the Service
+    (here the fake vLLM, an old pod, answers the whole time), one new pod at a time replaces
+    them, each Ready only after its startup probe asked the model. The Job must ask nothing
+    until the Deployment shows its generation rolled out (`kubectl rollout status`'s checks,
+    kubectl `pkg/polymorphichelpers/rollout_status.go`): the last old pod gone, which with
+    maxUnavailable 0 means every new replica answered. Then it asks through the Service."""
     asked_before: list[tuple[int, int]] = []  # (state served, vLLM requests so far)
-    states = recreate_update(replicas=2)
+    states = rolling_update(replicas=2)
     api = FakeDeploymentApi(
         NS,
         "vllm",
@@ -260,15 +260,15 @@ def test_an_update_is_not_ready_while_an_old_pod_answers(
         api.stop()
     assert done.returncode == 0, done.stdout + done.stderr
     # Every state was read, in order, and vLLM was asked nothing before the last one.
-    assert [state for state, _ in asked_before] == [0, 1, 2, 3]
+    assert [state for state, _ in asked_before] == list(range(len(states)))
     assert all(asked == 0 for _, asked in asked_before), asked_before
     assert server.paths()[-4:-2] == ["/health", "/v1/models"]
     out = done.stdout
     steps = [
         "waiting for the Deployment controller to observe generation 2 (observed: 1)",
-        "0 of 2 replicas of generation 2 created (Recreate starts them once the old pods",
-        "2 replicas of generation 2, none Ready yet",
-        "rollout: generation 2 rolled out, 1 of 2 replicas Ready",
+        "1 of 2 replicas of generation 2 created, one at a time; the old ones serve",
+        "2 replicas of generation 2, 1 old ones still serving until the last new one",
+        "rollout: generation 2 rolled out, 2 of 2 replicas Ready",
         READY,
     ]
     assert [out.index(step) for step in steps] == sorted(out.index(step) for step in steps)
@@ -277,19 +277,37 @@ def test_an_update_is_not_ready_while_an_old_pod_answers(
     assert POD_TOKEN not in done.stdout + done.stderr  # the token never reaches the log
 
 
-def test_a_rollout_that_never_completes_times_out_and_says_so(
+def test_a_create_is_ready_on_its_first_replica(
     program: ProgramRun, server: FakeOpenAI, tmp_path: Path
 ) -> None:
-    """The old pods never stop (or no new pod is created): the Job fails at its deadline,
-    naming the rollout and how far it got, and never took an old pod's answer for ready."""
-    stuck = [Rollout(2, 2, 2)]  # observed, old ReplicaSet scaled to 0, no new pod
+    """A create has no old pods: the controller starts all N at once (`NewRSNewReplicas`:
+    nothing to surge past), and the Job passes on the first Ready one; flex-start nodes come
+    when they come."""
+    states = [Rollout(1, 0, 2), Rollout(1, 1, 2, 2, 2, 0), Rollout(1, 1, 2, 2, 2, 1)]
+    with FakeDeploymentApi(NS, "vllm", POD_TOKEN, states) as api:
+        done = run_job(program, server, tmp_path, key=SERVER_KEY, api=api)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "none Ready yet" in done.stdout
+    assert "rollout: generation 1 rolled out, 1 of 2 replicas Ready" in done.stdout
+    assert READY in done.stdout
+
+
+def test_a_new_build_that_never_answers_times_out_and_leaves_the_old_serving(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The new pod's startup probe never passes (its model does not answer): it stays unready,
+    the controller keeps both old replicas (maxUnavailable 0). The Job fails at its deadline,
+    naming the rollout and how far it got, says the old replicas keep serving, and never took
+    an old pod's answer for the new build's."""
+    stuck = [Rollout(2, 2, 2, 3, 1, 2)]  # one new pod, not Ready, beside two Ready old ones
     with FakeDeploymentApi(NS, "vllm", POD_TOKEN, stuck) as api:
         done = run_job(
             program, server, tmp_path, key=SERVER_KEY, api=api, changes={"DEADLINE_SECONDS": "3"}
         )
     assert done.returncode != 0, done.stdout
     assert "deployment/vllm did not roll out generation 2 within 3s" in done.stderr
-    assert "0 of 2 replicas of generation 2 created" in done.stderr
+    assert "1 of 2 replicas of generation 2 created" in done.stderr
+    assert "Old replicas, if any, keep serving" in done.stderr
     assert f"kubectl -n {NS} rollout status deploy/vllm" in done.stderr
     assert "ready:" not in done.stdout
     assert server.paths() == []

@@ -14,8 +14,9 @@ pod's Workload Identity; no Kubernetes Secret holds them) in their own directory
 is probed over HTTP.
 
 Shapes follow GoogleCloudPlatform/accelerated-platforms `online-inference-tpu/vllm`
-(`base/deployment.yaml`: `strategy: Recreate`, a `/health` readiness probe, `/dev/shm` as a
-memory emptyDir; `v*-*/patch-resources.yaml`: `google.com/tpu` requests and limits;
+(`base/deployment.yaml`: a `/health` readiness probe, `/dev/shm` as a memory emptyDir; its
+`strategy: Recreate` is not followed: an image upgrade must not take the endpoint down, see
+`deployment`; `v*-*/patch-resources.yaml`: `google.com/tpu` requests and limits;
 `v*-*/patch-nodeselector.yaml`: the ComputeClass alone, here the stack's own), and the GKE docs
 for the Secret Manager add-on (`provider: gke`, driver `secrets-store-gke.csi.k8s.io`).
 """
@@ -67,8 +68,19 @@ SECRETS_DIR = "/etc/tpu-vllm/secrets"
 VLLM_CACHE_DIR = "/root/.cache/vllm"
 SHM_DIR = "/dev/shm"  # noqa: S108 - the VM path's HF_HOME, in memory
 PROBE_PERIOD_SECONDS = 10
-#: `pulumi.com/skipAwait`: pulumi-kubernetes would otherwise wait for *every* replica of a
-#: Recreate Deployment (its Available condition), i.e. for N flex-start nodes at once.
+#: The startup probe's own bounds on /health and /v1/models (scripts/remote/wait_ready.py
+#: PROBE_HTTP_SECONDS, each), beside one bound per question.
+PROBE_HTTP_SECONDS = 10
+#: A new pod template replaces one replica at a time, on one spare node: the old replica goes
+#: only once a new one is Ready, i.e. has answered (`startup_probe`). Node recycling does not go
+#: through this (the PodDisruptionBudget governs drains).
+MAX_SURGE = 1
+ROLLING_UPDATE = {
+    "type": "RollingUpdate",
+    "rollingUpdate": {"maxSurge": MAX_SURGE, "maxUnavailable": 0},
+}
+#: `pulumi.com/skipAwait`: pulumi-kubernetes would otherwise wait for *every* replica of the
+#: Deployment (its Available condition), i.e. for N flex-start nodes at once on a create.
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 
 
@@ -138,6 +150,8 @@ def script_files() -> dict[str, str]:
         "entrypoint.sh": remote_scripts.REMOTE.joinpath("vllm_entrypoint.sh").read_text(),
         "wait_ready.sh": remote_scripts.HEADER
         + remote_scripts.REMOTE.joinpath("gke_wait_ready.sh").read_text(),
+        # The VM's readiness checks; the server container's startup probe runs its `probe`.
+        "wait_ready.py": remote_scripts.REMOTE.joinpath("wait_ready.py").read_text(),
     }
 
 
@@ -224,17 +238,48 @@ def server_command(config: StackConfig) -> tuple[list[str], list[str]]:
     return [ENTRYPOINT], ["vllm", "serve", config.model.id, *config.vllm.serve_args()]
 
 
+def startup_probe_command(config: StackConfig) -> list[str]:
+    """The VM's readiness checks, once, in the server container (scripts/remote/wait_ready.py
+    `probe`): /health, /v1/models with the key read from its mounted file (the path is in argv,
+    never the key), the chat, and the tool call when the server has a tool-call parser."""
+    command = [
+        "python3",
+        f"{SCRIPTS_DIR}/wait_ready.py",
+        "probe",
+        "--port",
+        str(config.vllm.port),
+        "--model",
+        config.model.id,
+        "--api-key-file",
+        f"{SECRETS_DIR}/{remote_scripts.API_KEY_FILE}",
+        "--answer-timeout",
+        str(remote_scripts.READINESS_ANSWER_SECONDS),
+    ]
+    return [*command, "--tool-call"] if config.vllm.tool_call_parser else command
+
+
+def startup_probe_timeout_seconds(config: StackConfig) -> int:
+    """One probe's bound: /health and /v1/models, then each question's answer, and a margin
+    for Python's start. The kubelet fails an exec probe that outlasts it."""
+    questions = 2 if config.vllm.tool_call_parser else 1
+    return 2 * PROBE_HTTP_SECONDS + questions * remote_scripts.READINESS_ANSWER_SECONDS + 10
+
+
 def probes(config: StackConfig) -> dict[str, Any]:
-    """/health probes. The startup probe allows `vllm.readinessTimeout` from container start
+    """The startup probe asks the model; readiness and liveness watch /health.
+
+    A pod is Ready only once its startup probe has passed (the kubelet runs no readiness probe
+    before), so a replica takes traffic, and a rolling update removes an old one, only after
+    the model answered. The startup probe allows `vllm.readinessTimeout` from container start
     (weights, XLA compile); the server answers nothing before it is up (DESIGN.md)."""
     health = {"path": "/health", "port": config.vllm.port, "scheme": "HTTP"}
     timeout = config.vllm.readiness_timeout_seconds
     startup_failures = max(1, math.ceil(timeout / PROBE_PERIOD_SECONDS))
     return {
         "startupProbe": {
-            "httpGet": health,
+            "exec": {"command": startup_probe_command(config)},
             "periodSeconds": PROBE_PERIOD_SECONDS,
-            "timeoutSeconds": 5,
+            "timeoutSeconds": startup_probe_timeout_seconds(config),
             "failureThreshold": startup_failures,
         },
         "readinessProbe": {
@@ -272,26 +317,26 @@ def deployment(
     extras: PodExtras | None = None,
     owner_references: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """N replicas of the server, one TPU node each, replaced all at once on an update.
+    """N replicas of the server, one TPU node each; a new pod template rolls in one replica at a
+    time, the old build serving until the new one has answered.
 
     `owner_references`: what the Deployment hangs from (components/gke/pod_owner.py), so that
     `pulumi destroy` waits for its pods.
 
-    Why `Recreate` and not a rolling update, now that the stack's ComputeClass could give a
-    surge pod a node of its own:
-    - Node recycling does not go through the strategy. A drained node's pod is evicted and its
-      ReplicaSet makes a new one; the PodDisruptionBudget (`pod_disruption_budget`) is what
-      keeps a replica serving then. The strategy only decides how a *new pod template* (a
-      config change, a rotated API key) replaces the old pods.
-    - The readiness Job is `pulumi up`'s gate: it waits until the Deployment has rolled out
-      (no old replica left, components/gke/readiness_manifests.py), then for one new replica.
-      A rolling update removes its last old pod only once every new replica is Ready, so the
-      Job would wait for N new flex-start nodes; `Recreate` lets it pass on the first.
-    - A surge (`maxUnavailable: 0`, `maxSurge: 1`) needs one spare flex-start slice per
-      update, with its capacity wait and bill; `maxSurge: 0, maxUnavailable: 1` reuses nodes
-      but serves with one replica fewer (with one replica, with none).
-    So an update takes the endpoint down for a capacity wait (none when the nodes are still
-    there) and a start; docs/gke.md ("Updates") says so.
+    The strategy (ROLLING_UPDATE: `maxSurge: 1`, `maxUnavailable: 0`) decides how a *new pod
+    template* (a new image digest, a changed flag, a rotated API key) replaces the old pods.
+    The deployment controller (kubernetes `pkg/controller/deployment/rolling.go`) first adds one
+    pod of the new template; it scales the old ReplicaSet down only while more pods than
+    `replicas` are available, i.e. once a new pod is Ready, and a pod is Ready only after its
+    startup probe has asked the model (`probes`). So the endpoint never serves with fewer
+    Ready replicas than before, and a build that cannot answer never replaces one that can: its
+    pod stays unready and the old replicas keep serving. The price is one spare TPU node per
+    update (capacity wait and bill; docs/gke.md "Updates"); `maxSurge: 0, maxUnavailable: 1`
+    would serve with one replica fewer (with one replica, with none).
+
+    Node recycling does not go through the strategy: a drained node's pod is evicted and its
+    ReplicaSet makes a new one; the PodDisruptionBudget (`pod_disruption_budget`) keeps a
+    replica serving then.
     """
     extras = extras or PodExtras()
     chips = str(config.tpu.chip.chips)
@@ -367,7 +412,7 @@ def deployment(
         ),
         "spec": {
             "replicas": config.replicas,
-            "strategy": {"type": "Recreate"},
+            "strategy": ROLLING_UPDATE,
             "selector": {"matchLabels": selector(config)},
             "template": {
                 "metadata": {"labels": selector(config), "annotations": annotations},

@@ -1,18 +1,19 @@
 """GkeWorkload: the Kubernetes objects of the GKE backend, applied with a Provider built from
 the cluster, and the wait that makes `pulumi up` end only once a replica serves.
 
-Readiness, deliberately: pulumi-kubernetes would wait on the Deployment until it is Available,
-and a `Recreate` Deployment is Available only when *every* replica is (its maxUnavailable is 0),
-which with flex-start means N TPU nodes found at once. So the Deployment is applied with
-`pulumi.com/skipAwait`, and so is the Service (its own await also demands that no endpoint be
-not-ready, which a starting replica is), and a Job (`readiness_manifests.readiness_job`) is
-what `pulumi up` waits on: pulumi-kubernetes awaits a Job until it completes, and this one
-completes once the Deployment has rolled out the generation the Job was created for (so no pod
-of the old template can answer, through kube-proxy's fallback to terminating endpoints) and one
-replica answers /health and /v1/models through the Service.
-Its await timeout is `tpu.capacityWait + vllm.readinessTimeout` plus a margin; the pods' startup
-probe allows `vllm.readinessTimeout` from container start. The Job runs in the cluster, so the
-API key never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
+Readiness, deliberately: pulumi-kubernetes would wait on the Deployment until it is Available
+in full, every replica Ready (maxUnavailable is 0), which on a create with flex-start means N
+TPU nodes found at once. So the Deployment is applied with `pulumi.com/skipAwait`, and so is
+the Service (its own await also demands that no endpoint be not-ready, which a starting replica
+is), and a Job (`readiness_manifests.readiness_job`) is what `pulumi up` waits on:
+pulumi-kubernetes awaits a Job until it completes, and this one completes once the Deployment
+has rolled out the generation the Job was created for (on an update every old replica
+replaced, one at a time, by a new one whose startup probe asked the model; on a create one
+replica Ready) and a replica answers /health, /v1/models and the model's questions through the
+Service. Its await timeout is the Job's longest run (`readiness_manifests.job_seconds`: a first
+node, each replica's start in turn, the answers) plus a margin; each pod's startup probe allows
+`vllm.readinessTimeout` from container start. The Job runs in the cluster, so the API key
+never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
 
 The TPU nodes come from the stack's own ComputeClass (components/gke/compute_class.py), which GKE
 uses to create node pools and to recycle flex-start nodes ahead of their end; a
@@ -244,7 +245,7 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
         job = readiness_manifests.readiness_job(config, revision)
-        wait = f"{readiness_manifests.readiness_deadline_seconds(config) + AWAIT_MARGIN_SECONDS}s"
+        wait = f"{readiness_manifests.job_seconds(config) + AWAIT_MARGIN_SECONDS}s"
         self.ready = k8s.batch.v1.Job(
             f"{name}-ready",
             metadata=_k8s(job["metadata"]),

@@ -12,10 +12,11 @@ beyond the readiness Job's timeout, so an existing cluster's limits (`getCluster
 What is counted, per TPU node: the machine type's vCPUs against `cpu`, its memory (GB) against
 `memory` (catalog.GKE_MACHINE_SHAPES), and its chips against the TPU's own resource type when the
 limits list one (catalog.GKE_NAP_TPU_RESOURCE_TYPES). How many nodes: `gke.replicas`, one each;
-with flex-start one more, because node recycling starts a node's replacement up to
-`renewal.lead` before the node's run ends, so both exist at once (the PodDisruptionBudget moves
-replicas one at a time, so one replacement at a time suffices). A rollout adds none: the
-Deployment's strategy is `Recreate`, which replaces pods on the nodes there are. Not counted,
+one more for a rolling update's spare replica (maxSurge 1: a new pod template, an image upgrade,
+starts a pod beside the old ones before any goes); with flex-start one more, because node
+recycling starts a node's replacement up to `renewal.lead` before the node's run ends, so both
+exist at once (the PodDisruptionBudget moves replicas one at a time, so one replacement at a
+time suffices), and a recycle may fall inside a rollout. Not counted,
 because `getCluster` does not say what they use: the cluster's other nodes (its system pool,
 other workloads); the error says they count too.
 """
@@ -28,6 +29,7 @@ from typing import Any
 
 from components import catalog
 from components.config import StackConfig
+from components.gke.k8s_manifests import MAX_SURGE
 
 KEY = "tpu-vllm:gke.cluster"
 REPLICAS_KEY = "tpu-vllm:gke.replicas"
@@ -44,10 +46,11 @@ class Demand:
 
 
 def tpu_nodes_needed(config: StackConfig) -> int:
-    """The replicas' nodes, plus the one node recycling runs beside them with flex-start."""
+    """The replicas' nodes, a rollout's spare, and the node recycling runs beside them with
+    flex-start."""
     assert config.gke is not None
     recycling = config.tpu.provisioning == "flex-start"
-    return config.gke.replicas + (1 if recycling else 0)
+    return config.gke.replicas + MAX_SURGE + (1 if recycling else 0)
 
 
 def _limits(found: Any) -> dict[str, float] | None:
@@ -93,11 +96,10 @@ def limit_problems(config: StackConfig, found: Any, where: str) -> list[str]:
     gke = config.tpu.chip.gke
     assert gke is not None
     nodes = tpu_nodes_needed(config)
-    why = f"{config.gke.replicas} for {REPLICAS_KEY}" + (
-        " + 1 that node recycling starts beside a node before its flex-start run ends"
-        if nodes > config.gke.replicas
-        else ""
-    )
+    surge = f" + {MAX_SURGE} that an update starts beside them"
+    recycle = " + 1 that node recycling starts beside a node before its flex-start run ends"
+    extra = recycle if nodes > config.gke.replicas + MAX_SURGE else ""
+    why = f"{config.gke.replicas} for {REPLICAS_KEY}{surge}{extra}"
     short = ", ".join(
         f"`{d.resource_type}` maximum {d.maximum:g} < {d.amount} {d.unit}" for d in over
     )

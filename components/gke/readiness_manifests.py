@@ -4,20 +4,22 @@ pulumi-kubernetes waits for a Job to complete, so this Job is the GKE backend's 
 (components/gke/k8s_workload.py says why the Deployment and the Service are not awaited). Its
 script, scripts/remote/gke_wait_ready.sh, passes in two steps:
 
-1. The Deployment has rolled out the generation the Job was created for. On an update, a
-   Service with no Ready endpoint still sends traffic to endpoints that are terminating but
-   serving (kube-proxy's fallback: kubernetes/kubernetes `pkg/proxy/topology.go`,
-   `CategorizeEndpoints`), so right after a `Recreate` update an old pod answers /v1/models as
-   a new one will. The script reads the Deployment (`metadata.generation` at its first read)
-   and waits, as `kubectl rollout status` does (kubernetes/kubectl
-   `pkg/polymorphichelpers/rollout_status.go`, `DeploymentStatusViewer.Status`), for
-   `status.observedGeneration` to reach it and `status.updatedReplicas` to reach
-   `spec.replicas` with no old replica left, then for one Ready replica (not all: flex-start
-   nodes come when they come). With `Recreate` the controller creates the new ReplicaSet's pods
-   only once no old pod runs (kubernetes/kubernetes `pkg/controller/deployment/recreate.go`,
-   `oldPodsRunning`: any pod not Succeeded or Failed counts), so from then on only new pods
-   can answer.
-2. One replica answers /health and /v1/models (with the API key) through the Service.
+1. The Deployment has rolled out the generation the Job was created for, as `kubectl rollout
+   status` decides it (kubernetes/kubectl `pkg/polymorphichelpers/rollout_status.go`,
+   `DeploymentStatusViewer.Status`): `status.observedGeneration` has reached the generation
+   (`metadata.generation` at the Job's first read), `status.updatedReplicas` has reached
+   `spec.replicas`, and no old replica is left; then one replica is Ready (not all: on a create
+   the flex-start nodes come when they come). The Deployment rolls one replica at a time
+   (components/gke/k8s_manifests.py `deployment`, maxSurge 1, maxUnavailable 0): the controller
+   scales the old ReplicaSet down only as new pods become available (kubernetes
+   `pkg/controller/deployment/rolling.go`), and a pod is Ready only once its startup probe has
+   asked the model. So on an update "no old replica left" means every new replica answered,
+   and until then the old ones serve through the Service. From then on only new pods answer.
+2. One replica answers /health, /v1/models (with the API key) and the model's two questions
+   through the Service.
+
+How long that may take (`readiness_deadline_seconds`): a first node, then each replica's start
+one after the other, as an update goes.
 
 The Role grants `get` on the one Deployment, bound to the pods' KSA, which the Job runs as for
 its API key's Workload Identity mount. Pure functions, beside components/gke/k8s_manifests.py.
@@ -55,9 +57,24 @@ ROLLOUT_READER = "tpu-vllm-rollout-reader"
 
 
 def readiness_deadline_seconds(config: StackConfig) -> int:
-    """How long `pulumi up` waits for a Ready replica: a flex-start node must be found
-    (`tpu.capacityWait`), then the server must start (`vllm.readinessTimeout`)."""
-    return config.tpu.capacity_wait_seconds + config.vllm.readiness_timeout_seconds
+    """How long the Job waits for the rollout and a Ready replica: a first flex-start node
+    (`tpu.capacityWait`, the update's spare node or a create's first), then each replica's
+    start (`vllm.readinessTimeout`) in turn, as a rolling update replaces them one at a time,
+    each new pod on the node its old one freed. A create passes on its first Ready replica."""
+    return (
+        config.tpu.capacity_wait_seconds + config.replicas * config.vllm.readiness_timeout_seconds
+    )
+
+
+def answers_seconds(config: StackConfig) -> int:
+    """The model's answers to the Job after the deadline's wait: one bound per question."""
+    questions = 2 if config.vllm.tool_call_parser else 1
+    return questions * remote_scripts.READINESS_ANSWER_SECONDS
+
+
+def job_seconds(config: StackConfig) -> int:
+    """The most the Job's script runs: the deadline, then the answers."""
+    return readiness_deadline_seconds(config) + answers_seconds(config)
 
 
 def rollout_reader_role(config: StackConfig) -> dict[str, Any]:
@@ -97,8 +114,8 @@ def question_env(config: StackConfig) -> list[dict[str, str]]:
 
 
 def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str, Any]:
-    """Completes once the Deployment has rolled out and one replica answers /health and
-    /v1/models through the Service.
+    """Completes once the Deployment has rolled out and one replica answers /health,
+    /v1/models and the model's questions through the Service.
 
     `revision` names the server's pod template: a new one replaces the Job, which runs again.
     """
@@ -116,7 +133,7 @@ def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str,
         ),
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": deadline + 60,
+            "activeDeadlineSeconds": job_seconds(config) + 60,
             "template": {
                 "metadata": {
                     "labels": {**labels(config), "app.kubernetes.io/component": "readiness"},

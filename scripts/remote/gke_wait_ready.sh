@@ -5,11 +5,15 @@
 #    metadata.generation at the first read), as `kubectl rollout status` decides it
 #    (kubernetes/kubectl pkg/polymorphichelpers/rollout_status.go): status.observedGeneration has
 #    reached it, status.updatedReplicas has reached spec.replicas, no old replica is left; then
-#    one replica of it is Ready (not all: flex-start nodes come when they come). Until then an
-#    old pod may still answer through the Service: kube-proxy sends traffic to terminating but
-#    serving endpoints when none is ready (kubernetes/kubernetes pkg/proxy/topology.go). With
-#    Recreate, new pods exist only once no old pod runs (pkg/controller/deployment/recreate.go
-#    oldPodsRunning), so after this step only pods of this generation answer.
+#    one replica is Ready (not all, on a create: flex-start nodes come when they come). The
+#    Deployment is a rolling update with maxSurge 1 and maxUnavailable 0: the controller scales
+#    the old ReplicaSet down only as new pods become available (pkg/controller/deployment/
+#    rolling.go), and a pod is Ready only once its startup probe asked the model, so on an
+#    update the last old replica goes only once every new one has answered; until then the old
+#    ones serve through the Service. After this step only pods of this generation answer:
+#    a terminating pod leaves the Service's ready endpoints at once, and kube-proxy falls back
+#    to terminating endpoints only when none is ready (kubernetes/kubernetes
+#    pkg/proxy/topology.go).
 #    The progress condition (progressDeadlineSeconds, 600 s by default) is not a failure here,
 #    as it is for kubectl: a flex-start capacity wait outlasts it; DEADLINE_SECONDS bounds it.
 # 2. It mirrors the VM's wait_ready.py checks: /health answers 200, /v1/models (with the API
@@ -126,9 +130,9 @@ rollout_done() {
   if [ "$observed" -lt "$want" ]; then
     note "rollout: waiting for the Deployment controller to observe generation ${want} (observed: ${observed})"
   elif [ "$updated" -lt "$spec" ]; then
-    note "rollout: ${updated} of ${spec} replicas of generation ${want} created (Recreate starts them once the old pods have stopped)"
+    note "rollout: ${updated} of ${spec} replicas of generation ${want} created, one at a time; the old ones serve until each new one has answered"
   elif [ "$replicas" -gt "$updated" ]; then
-    note "rollout: $((replicas - updated)) old replicas pending termination"
+    note "rollout: ${updated} replicas of generation ${want}, $((replicas - updated)) old ones still serving until the last new one has answered"
   elif [ "$ready" -lt 1 ]; then
     note "rollout: ${updated} replicas of generation ${want}, none Ready yet (a new flex-start node is found first)"
   else
@@ -190,7 +194,7 @@ while :; do
   now=$(date +%s)
   if [ "$((now - start))" -ge "$deadline" ]; then
     if [ -z "$rolled_out" ]; then
-      say "deployment/${deployment} did not roll out generation ${want:-?} within ${deadline}s (last: ${last:-no answer}). See: kubectl -n ${POD_NAMESPACE} rollout status deploy/${deployment}; kubectl -n ${POD_NAMESPACE} get pods,events" >&2
+      say "deployment/${deployment} did not roll out generation ${want:-?} within ${deadline}s (last: ${last:-no answer}). Old replicas, if any, keep serving; a new pod whose model does not answer stays unready (its startup probe says why) and keeps its TPU node. See: kubectl -n ${POD_NAMESPACE} rollout status deploy/${deployment}; kubectl -n ${POD_NAMESPACE} get pods,events; docs/gke.md \"Updates\" to go back" >&2
     else
       say "no replica answered /v1/models within ${deadline}s (last: ${last:-no answer}). See: kubectl -n ${POD_NAMESPACE} get pods,events; kubectl -n ${POD_NAMESPACE} logs deploy/${deployment}" >&2
     fi

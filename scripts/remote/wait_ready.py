@@ -23,6 +23,11 @@ phase passed last and the container's last log line.
 The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds, first_answer_seconds (from
 `Application startup complete.` to the first good answer), hbm and cache (the compile-cache
 restore's result that scripts/remote/xla_cache.py wrote to FILE).
+
+`python3 wait_ready.py probe --port PORT --model MODEL --api-key-file FILE [--tool-call]
+[--answer-timeout SECONDS]` is the same checks once, for GKE's startup probe (the kubelet runs
+it in the server container: components/gke/k8s_manifests.py `startup_probe`): exit 0 once
+/health, /v1/models and both answers are good, else exit 1 with one line saying why.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 READY = "Application startup complete."  # uvicorn/lifespan/on.py, see PHASES below
@@ -305,13 +312,18 @@ def ask(
     if status == 0:
         why = CURL_EXITS.get(proc.returncode or 0, f"curl exit status {proc.returncode}")
         return 0, f"nothing answered ({why})", {}, {}
+    return (status, answer, *first_choice(answer))
+
+
+def first_choice(answer: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(first choice, its message) of a chat completion; empty where the body has none."""
     try:
         choice = json.loads(answer)["choices"][0]
     except (ValueError, KeyError, IndexError, TypeError):
         choice = {}
     choice = choice if isinstance(choice, dict) else {}
     message = choice.get("message")
-    return status, answer, choice, message if isinstance(message, dict) else {}
+    return choice, message if isinstance(message, dict) else {}
 
 
 def _status_problem(status: int, raw: str) -> str | None:
@@ -488,7 +500,98 @@ def read_cache_result(path: str) -> dict[str, object]:
     return {**result, "reason": "", **found}
 
 
+#: The probe's bound on /health and /v1/models, each (the answers have --answer-timeout).
+PROBE_HTTP_SECONDS = 10.0
+
+
+def probe_http(
+    url: str, *, key: str = "", body: dict[str, Any] | None = None, seconds: float
+) -> tuple[int, str]:
+    """(HTTP status, body); status 0 when nothing answered, the reason as the body. urllib, not
+    curl: the probe runs in the server's image, which has the Python that runs vLLM (vllm-project
+    tpu-inference `docker/Dockerfile`: `python:3.12-slim-bookworm`); the key stays in this
+    process, a header, never an argument. No proxy from the environment: the server is local."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, headers=headers)  # noqa: S310 - http://127.0.0.1 only
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=seconds) as response:
+            return int(response.status), response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        return 0, f"nothing answered ({reason})"
+
+
+def probe(port: int, model: str, key_file: str, *, tool_call: bool, seconds: float) -> str | None:
+    """Why the local server is not ready (None once the model has answered both questions).
+
+    GKE's startup probe: the kubelet calls a pod Ready only after this passed once, so a
+    rolling update removes an old replica only once a new one has answered, and a build that
+    starts but cannot answer never takes traffic. Same checks as the VM's, in the same order."""
+    base = f"http://127.0.0.1:{port}"
+    status, raw = probe_http(f"{base}/health", seconds=PROBE_HTTP_SECONDS)
+    if status != 200:
+        return f"/health: {raw if status == 0 else f'HTTP {status}'} (still starting?)"
+    with open(key_file, encoding="utf-8") as handle:
+        key = handle.read().strip()
+    status, raw = probe_http(f"{base}/v1/models", key=key, seconds=PROBE_HTTP_SECONDS)
+    if status in (401, 403):
+        return (
+            f"/v1/models answered HTTP {status}: the API key is the likely cause (the server "
+            f"holds another key than {key_file})"
+        )
+    if status != 200:
+        return f"/v1/models: {raw if status == 0 else f'HTTP {status}'}"
+    try:
+        served = [m.get("id") for m in json.loads(raw).get("data", [])]
+    except (ValueError, AttributeError):
+        served = []
+    if model not in served:
+        return f"/v1/models answered {served} and does not list {model}"
+    chat, tools = question_bodies(model)
+    url = f"{base}/v1/chat/completions"
+    status, raw = probe_http(url, key=key, body=chat, seconds=seconds)
+    problem = chat_problem(status, raw, *first_choice(raw))
+    if problem:
+        return f"the model did not answer {CHAT_PROMPT!r}: {problem}: {raw[:BODY_CHARS]}"
+    if tool_call:
+        status, raw = probe_http(url, key=key, body=tools, seconds=seconds)
+        problem = tool_problem(status, raw, first_choice(raw)[1])
+        if problem:
+            return f"the model did not call {TOOL_NAME}: {problem}: {raw[:BODY_CHARS]}"
+    return None
+
+
+def probe_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="wait_ready.py probe")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--api-key-file", required=True)
+    parser.add_argument("--tool-call", action="store_true")
+    parser.add_argument("--answer-timeout", type=float, default=ANSWER_TIMEOUT_SECONDS)
+    args = parser.parse_args(argv)
+    problem = probe(
+        args.port,
+        args.model,
+        args.api_key_file,
+        tool_call=args.tool_call,
+        seconds=args.answer_timeout,
+    )
+    # The kubelet keeps this line as the probe's output: the pod's events show it.
+    called = f" and called {TOOL_NAME}" if args.tool_call else ""
+    print(f"not ready: {problem}" if problem else f"ready: the model answered{called}")
+    return 1 if problem else 0
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["probe"]:
+        sys.exit(probe_main(sys.argv[2:]))
     parser = argparse.ArgumentParser()
     parser.add_argument("--container", required=True)
     parser.add_argument("--model", required=True)

@@ -13,11 +13,16 @@ it copies from the real API server and controllers:
   spaces), compact otherwise.
 - 401 without `Authorization: Bearer TOKEN`; 403 and 404 as `metav1.Status` objects, with the
   message apimachinery's `NewForbidden` and `NewNotFound` write.
-- `recreate_update(...)`: the states a `Recreate` update of N replicas goes through, as the
-  deployment controller writes them (kubernetes `pkg/controller/deployment/recreate.go`
-  `rolloutRecreate`, `sync.go` `calculateStatus`): the new generation not yet observed; the old
-  ReplicaSet scaled to 0 while its pods terminate (terminating pods are not counted); the new
-  ReplicaSet's pods created only once no old pod runs (`oldPodsRunning`), Pending; then Ready.
+- `rolling_update(...)`: the states a rolling update of N replicas with `maxSurge: 1`,
+  `maxUnavailable: 0` goes through, as the deployment controller writes them (kubernetes
+  `pkg/controller/deployment/rolling.go` `rolloutRolling`: `reconcileNewReplicaSet` scales the
+  new ReplicaSet up to `replicas + maxSurge` pods in all (`deploymentutil.NewRSNewReplicas`),
+  `scaleDownOldReplicaSetsForRollingUpdate` scales an old one down only while more than
+  `replicas - maxUnavailable` pods are available; `sync.go` `calculateStatus` sums the
+  ReplicaSets' status counts, and a ReplicaSet's status counts no terminating pod). So: the new
+  generation not yet observed; one new pod beside the N old ones, not Ready (a node, a start,
+  the startup probe); Ready, so one old pod goes and the next new one is created; and so on,
+  until the last old pod goes once the N-th new one is Ready.
 """
 
 from __future__ import annotations
@@ -44,19 +49,18 @@ class Rollout:
     ready: int = 0
 
 
-def recreate_update(replicas: int, generation: int = 2) -> list[Rollout]:
-    """An update to `generation` of a Recreate Deployment whose old pods all served."""
+def rolling_update(replicas: int, generation: int = 2) -> list[Rollout]:
+    """An update to `generation` of the stack's Deployment (maxSurge 1, maxUnavailable 0) whose
+    old pods all served, each new pod Ready only once its startup probe passed."""
     old = generation - 1
-    return [
-        # The spec changed; the controller's status still describes the old generation.
-        Rollout(generation, old, replicas, replicas, replicas, replicas),
-        # Observed: the old ReplicaSet scaled to 0, its pods terminating (and still answering).
-        Rollout(generation, generation, replicas),
-        # No old pod runs: the new ReplicaSet's pods are created, Pending (capacity, start).
-        Rollout(generation, generation, replicas, replicas, replicas, 0),
-        # One new pod Ready.
-        Rollout(generation, generation, replicas, replicas, replicas, 1),
-    ]
+    states = [Rollout(generation, old, replicas, replicas, replicas, replicas)]
+    for new in range(1, replicas + 1):
+        olds = replicas - new + 1
+        # The new ReplicaSet has `new` pods (the newest starting), beside `olds` old ones.
+        states.append(Rollout(generation, generation, replicas, olds + new, new, olds + new - 1))
+        # The newest is Ready: an old pod is scaled down (it terminates, no longer counted).
+        states.append(Rollout(generation, generation, replicas, replicas, new, replicas))
+    return states
 
 
 def deployment_object(namespace: str, name: str, state: Rollout) -> dict[str, Any]:
@@ -66,7 +70,7 @@ def deployment_object(namespace: str, name: str, state: Rollout) -> dict[str, An
         "updatedReplicas": state.updated,
         "readyReplicas": state.ready,
         "availableReplicas": state.ready,
-        "unavailableReplicas": state.spec_replicas - state.ready,
+        "unavailableReplicas": max(0, max(state.replicas, state.spec_replicas) - state.ready),
     }
     return {
         "kind": "Deployment",
@@ -93,7 +97,10 @@ def deployment_object(namespace: str, name: str, state: Rollout) -> dict[str, An
             "replicas": state.spec_replicas,
             "selector": {"matchLabels": {"app.kubernetes.io/component": "server"}},
             "template": {"metadata": {"labels": {"app.kubernetes.io/component": "server"}}},
-            "strategy": {"type": "Recreate"},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
             "revisionHistoryLimit": 10,
             "progressDeadlineSeconds": 600,
         },

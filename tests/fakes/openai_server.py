@@ -34,7 +34,9 @@ Knobs (attributes, change them at any time): ``api_key``, ``model``, ``reply`` (
 answer), ``malformed_tool_call`` (one of ``MALFORMED_VARIANTS`` or None), ``empty_content``
 (content ``null``), ``reasoning`` (text for the reasoning fields, or None), ``delay`` (seconds
 to wait before answering any request), ``auto_tool_choice`` (False mimics a server started
-without ``--enable-auto-tool-choice``), ``auth_error_shape``, ``health_status``. ``requests``
+without ``--enable-auto-tool-choice``), ``auth_error_shape``, ``health_status``,
+``internal_error`` (chat completions answer vLLM's HTTP 500 ``ErrorResponse``, as its serving
+layer does for a ``GenerationError``). ``requests``
 records every request; ``paths()`` lists their paths.
 """
 
@@ -99,6 +101,7 @@ class FakeOpenAI(LoopbackHttpServer):
         self.auto_tool_choice = True
         self.auth_error_shape: AuthErrorShape = "vllm"
         self.health_status = 200
+        self.internal_error = False
         #: Prompt and generation tokens served (what /metrics' counters say).
         self.tokens = (0.0, 0.0)
         self.requests: list[RecordedRequest] = []
@@ -235,6 +238,8 @@ class FakeOpenAI(LoopbackHttpServer):
         error = self._check_common(body)
         if error is not None:
             return error
+        if self.internal_error:
+            return self._error(500, "InternalServerError", "Internal server error")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return self._error(400, "BadRequestError", "messages must be a non-empty list")
