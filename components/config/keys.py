@@ -41,7 +41,10 @@ KEYS: Mapping[str, Mapping[str, str]] = {
         "reasoningParser": "--reasoning-parser",
         "limitMmPerPrompt": "--limit-mm-per-prompt, an object such as {image: 4, audio: 1}",
         "extraArgs": "other vllm serve flags, verbatim",
-        "readinessTimeout": "how long to wait for 'Application startup complete.'",
+        "readinessTimeout": (
+            "how long a start may take: to 'Application startup complete.' (VM), to the "
+            "model's answer (GKE)"
+        ),
     },
     "access": {
         "allowedCidrs": "who may reach the serving port",
