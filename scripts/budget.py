@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 
 from components.config import parse_duration  # noqa: E402
 from components.gke import cluster as gke  # noqa: E402
-from components.gke import k8s_workload  # noqa: E402
+from components.gke import k8s_workload, readiness_manifests  # noqa: E402
 from components.ssh_dial import dial_budget_seconds  # noqa: E402
 from components.vm.queued_resource_spec import Timing  # noqa: E402
 from scripts.plan import PLACEHOLDER_PROJECT, after_apply  # noqa: E402
@@ -175,6 +175,9 @@ class GkeBudget:
     capacity_wait_s: float
     #: One replica's start (`vllm.readinessTimeout`, the startup probe's allowance).
     readiness_s: float
+    #: The rest of one replica's turn in a rolling update: the old pod's termination grace, the
+    #: new image's pull, the compile cache's restore (components/gke/readiness_manifests.py).
+    turn_extra_s: float
     #: The model's answers to the readiness Job, after the rollout: one bound per question.
     answers_s: float
     #: The readiness Job's own scheduling and image pull, beyond its deadline.
@@ -192,10 +195,15 @@ class GkeBudget:
         return self.hourly_usd / self.replicas * self.lead_s / 3600
 
     @property
+    def turns_s(self) -> float:
+        """Every replica's turn, one after the other, as a rolling update replaces them."""
+        return self.replicas * (self.turn_extra_s + self.readiness_s)
+
+    @property
     def rollout_s(self) -> float:
         """The readiness Job's wait for the rollout: a first TPU node (capacity wait), then each
-        replica's start in turn, as a rolling update replaces them one at a time."""
-        return self.capacity_wait_s + self.replicas * self.readiness_s
+        replica's turn."""
+        return self.capacity_wait_s + self.turns_s
 
     @property
     def worst_case_s(self) -> float:
@@ -214,8 +222,10 @@ class GkeBudget:
 
     @property
     def spare_usd(self) -> float:
-        """The most an image upgrade's spare node bills: one node for the whole rollout."""
-        return self.hourly_usd / self.replicas * self.rollout_s / 3600
+        """What a rollout's spare node bills at most while the rollout goes well: one node from
+        its start (a capacity wait bills nothing) through every replica's turn. A new build that
+        never answers keeps it until the user acts (docs/gke.md, "Updates")."""
+        return self.hourly_usd / self.replicas * self.turns_s / 3600
 
 
 def _one(run: ProgramRun, type_: str, name: str) -> dict[str, Any]:
@@ -257,7 +267,19 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
     env = {e["name"]: e.get("value") for e in server["env"]}
     deadline = float(env["DEADLINE_SECONDS"])
     replicas = int(deployment["spec"]["replicas"])
-    capacity_wait = float(deadline - replicas * _readiness_seconds(run))
+    pod = deployment["spec"]["template"]["spec"]
+    restore = [
+        float(e["value"])
+        for c in pod.get("initContainers", [])
+        for e in c.get("env", [])
+        if e["name"] == "CACHE_TIMEOUT"
+    ]
+    turn_extra = (
+        float(pod["terminationGracePeriodSeconds"])
+        + float(readiness_manifests.IMAGE_PULL_SECONDS)
+        + sum(restore)
+    )
+    capacity_wait = float(deadline - replicas * (turn_extra + _readiness_seconds(run)))
     # One bound per question the Job asks: the chat, and the tool call when it has a body.
     answers = float(env["ANSWER_SECONDS"]) * (2 if env.get("TOOL_BODY") else 1)
     max_run = rule.get("maxRunDurationSeconds")
@@ -283,6 +305,7 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
         load_balancer_awaited=_awaited(_one(run, "kubernetes:core/v1:Service", "vllm-service")),
         capacity_wait_s=capacity_wait,
         readiness_s=_readiness_seconds(run),
+        turn_extra_s=turn_extra,
         answers_s=answers,
         job_margin_s=float(k8s_workload.AWAIT_MARGIN_SECONDS),
         lead_s=float(lead),
@@ -456,9 +479,12 @@ def _gke_table(stacks: list[str]) -> str:
         ),
         ("a first TPU node (`tpu.capacityWait`)", [duration(b.capacity_wait_s) for b in budgets]),
         (
-            "readiness (`vllm.readinessTimeout`) for each replica in turn, as an update replaces "
-            "them one at a time",
-            [f"{b.replicas} x {duration(b.readiness_s)}" for b in budgets],
+            "each replica in turn, as an update replaces them one at a time: the old pod's stop, "
+            "the image pull, the cache restore, then readiness (`vllm.readinessTimeout`)",
+            [
+                f"{b.replicas} x ({duration(b.turn_extra_s)} + {duration(b.readiness_s)})"
+                for b in budgets
+            ],
         ),
         (
             "the model's answers to the readiness Job (a chat, a tool call), at most",
@@ -467,9 +493,9 @@ def _gke_table(stacks: list[str]) -> str:
         ("readiness Job: scheduling, image pull", [duration(b.job_margin_s) for b in budgets]),
         ("**worst case `pulumi up` blocks**", [f"**{duration(b.worst_case_s)}**" for b in budgets]),
         (
-            "an image upgrade's spare TPU node (`maxSurge: 1`), billed beside the replicas for "
-            "the rollout, at most",
-            [f"{_usd(b.spare_usd)} ({duration(b.rollout_s)})" for b in budgets],
+            "a rollout's spare TPU node (`maxSurge: 1`: an image upgrade or any pod template "
+            "change), billed beside the replicas while the rollout goes well, at most",
+            [f"{_usd(b.spare_usd)} ({duration(b.turns_s)})" for b in budgets],
         ),
         _metrics_row(budgets),
     ]

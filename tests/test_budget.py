@@ -87,14 +87,18 @@ def test_gke_stack_has_its_own_table_with_replicas_and_its_worst_case() -> None:
     assert b.crd_wait_s == crd_wait.CRD_WAIT_TIMEOUT_SECONDS == 3600
     assert (b.capacity_wait_s, b.readiness_s, b.job_margin_s) == (1800, 3600, 300)
     assert b.answers_s == 2 * 120
-    assert b.worst_case_s == pytest.approx(2400 + max(1800, 3600) + 1800 + 2 * 3600 + 240 + 300)
-    assert b.spare_usd == pytest.approx(one * (1800 + 2 * 3600) / 3600)
+    # Each replica's turn beyond its start: 40 s termination grace, 10 min pull, 5 min restore.
+    assert b.turn_extra_s == 40 + 600 + 300
+    turns = 2 * (940 + 3600)
+    assert b.worst_case_s == pytest.approx(2400 + max(1800, 3600) + 1800 + turns + 240 + 300)
+    # The spare node bills from its start, not while GKE looks for it.
+    assert b.spare_usd == pytest.approx(one * turns / 3600)
     assert b.lead_s == 3600 and b.overlap_usd == pytest.approx(one)  # 1 h of one slice
     table = budget.render_table(["v5e1", "v6e4-gke"])
     assert "| `v6e4-gke` |" in table and "$10.80 (2 x $5.40)" in table
     assert "1 h per node and run, at most $5.40 each" in table
-    assert "**4 h 19 min**" in table
-    assert "| 2 x 1 h |" in table and "$13.50 (2 h 30 min)" in table
+    assert "**4 h 50 min 20 s**" in table
+    assert "| 2 x (15 min 40 s + 1 h) |" in table and "$13.62 (2 h 31 min 20 s)" in table
     lead = budget.gke_budget("v6e4-gke", {"tpu-vllm:renewal.lead": "30m"})
     assert lead.overlap_usd == pytest.approx(one / 2)
     spot = {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
@@ -109,4 +113,4 @@ def test_gke_with_an_existing_cluster_does_not_wait_for_one() -> None:
     b = budget.gke_budget("v6e4-gke", changes)
     assert b.cluster_s == 0
     assert b.node_pool_s == 0
-    assert b.worst_case_s == pytest.approx(3600 + 1800 + 2 * 3600 + 240 + 300)
+    assert b.worst_case_s == pytest.approx(3600 + 1800 + 2 * (940 + 3600) + 240 + 300)

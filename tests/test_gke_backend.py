@@ -338,9 +338,10 @@ def test_up_waits_for_one_replica_to_answer_v1_models(run: ProgramRun) -> None:
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["TARGET_HOST"] == f"vllm.{NS}.svc"
     assert env["MODEL"] == "google/gemma-4-31B-it"
-    # capacityWait 30m (default), then readinessTimeout 60m for each of the 2 replicas in turn
-    # (a rolling update replaces them one at a time)
-    assert int(env["DEADLINE_SECONDS"]) == 30 * 60 + 2 * 60 * 60
+    # capacityWait 30m (default), then each of the 2 replicas' turns (a rolling update replaces
+    # them one at a time): the old pod's 40 s grace, a 10 min image pull, the 5 min cache
+    # restore, readinessTimeout 60m.
+    assert int(env["DEADLINE_SECONDS"]) == 30 * 60 + 2 * (40 + 600 + 300 + 60 * 60)
     # Then the two answers (120 s each), within the Job's own deadline.
     assert job["spec"]["activeDeadlineSeconds"] >= int(env["DEADLINE_SECONDS"]) + 2 * 120
     script = run.named("vllm-scripts").inputs["data"]["wait_ready.sh"]
@@ -663,3 +664,28 @@ def test_cache_off_means_no_cache_containers() -> None:
     assert [c["name"] for c in server_pod(run)["containers"]] == ["vllm"]
     assert run.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") == []
     assert run.outputs["compile_cache"] == ""
+
+
+def test_a_stopping_replica_keeps_answering_while_the_service_drops_it(run: ProgramRun) -> None:
+    """vLLM stops its HTTP server at once on SIGTERM (vllm `entrypoints/launcher.py`), while the
+    endpoint controller and kube-proxy are still removing the pod: a preStop sleep holds the
+    SIGTERM back, and the grace leaves vLLM its shutdown after it."""
+    container = server_container(run)
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "10"]
+    assert server_pod(run)["terminationGracePeriodSeconds"] == 10 + 30
+
+
+def test_each_pod_template_mounts_the_scripts_it_was_made_with(run: ProgramRun) -> None:
+    """The kubelet refreshes a mounted ConfigMap in place: an edited one would hand the old
+    replicas, serving during a rolling update, the new scripts. So the ConfigMap is named after
+    its content, and the server pods and the readiness Job mount that name."""
+    scripts = run.named("vllm-scripts").inputs
+    name = scripts["metadata"]["name"]
+    assert name.startswith("tpu-vllm-scripts-")
+    volumes = {v["name"]: v for v in server_pod(run)["volumes"]}
+    assert volumes["scripts"]["configMap"]["name"] == name
+    job = run.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in job["volumes"]}["scripts"]["configMap"]["name"] == name
+    # Other scripts (no compile cache: its tool is not mounted), another name.
+    other = run_program(STACK, {"tpu-vllm:cache.enabled": False})
+    assert other.named("vllm-scripts").inputs["metadata"]["name"] != name

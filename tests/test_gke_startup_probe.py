@@ -13,8 +13,10 @@ Python (the server image's is `python:3.12-slim-bookworm`'s: vllm-project/tpu-in
 from __future__ import annotations
 
 import itertools
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,17 +61,20 @@ def run_probe(
     *,
     key: str = KEY,
     answer_timeout: str | None = None,
+    key_file_present: bool = True,
+    port: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """The Deployment's probe command, its files and port pointed at the test."""
     script = tmp_path / "wait_ready.py"
     script.write_text(program.named("vllm-scripts").inputs["data"]["wait_ready.py"])
     key_file = tmp_path / "vllm_api_key"
-    key_file.write_text(key + "\n")
+    if key_file_present:
+        key_file.write_text(key + "\n")
     command = list(startup_probe(program)["exec"]["command"])  # type: ignore[index]
     assert command[:2] == ["python3", "/tpu-vllm/wait_ready.py"]
     flags = dict(itertools.pairwise(command))
     replace = {
-        "--port": server.url.rsplit(":", 1)[1],
+        "--port": port or server.url.rsplit(":", 1)[1],
         "--api-key-file": str(key_file),
         **({"--answer-timeout": answer_timeout} if answer_timeout else {}),
     }
@@ -110,8 +115,56 @@ def test_a_starting_server_fails_fast_and_asks_nothing_else(
     done = run_probe(program, server, tmp_path)
     assert done.returncode == 1
     assert time.monotonic() - began < 10
-    assert done.stdout.strip() == "not ready: /health: HTTP 503 (still starting?)"
+    assert done.stdout.strip() == (
+        "not ready: /health: HTTP 503: vLLM's answer once its engine has died"
+    )
     assert server.paths() == ["/health"]
+
+
+def test_a_server_not_listening_yet_is_said_to_be_starting(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """vLLM listens only once it has loaded and compiled: until then nothing answers."""
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = str(closed.getsockname()[1])
+        done = run_probe(program, server, tmp_path, port=port)
+    assert done.returncode == 1
+    assert done.stdout.startswith("not ready: /health: nothing answered (")
+    assert done.stdout.rstrip().endswith("the server is not up yet")
+
+
+def test_a_body_cut_short_is_a_failure_not_a_traceback(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """An answer whose body ends before its Content-Length (a server dying mid-answer) raises
+    http.client.IncompleteRead in urllib: the probe must still say what happened."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def answer_short() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
+
+        threading.Thread(target=answer_short, daemon=True).start()
+        done = run_probe(program, server, tmp_path, port=str(port))
+    assert done.returncode == 1, done.stdout
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.startswith("not ready: /health: nothing answered (IncompleteRead")
+
+
+def test_a_missing_key_file_is_named(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    done = run_probe(program, server, tmp_path, key_file_present=False)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "not ready: cannot read the API key file" in done.stdout
+    assert "No such file or directory" in done.stdout
 
 
 def test_a_refused_key_fails_naming_the_key_but_not_showing_it(
@@ -171,6 +224,7 @@ def test_an_answer_that_does_not_come_in_time_fails(
     done = run_probe(program, server, tmp_path, answer_timeout="1")
     assert done.returncode == 1
     assert done.stdout.startswith(f"not ready: {WORDS}: nothing answered"), done.stdout
+    assert done.stdout.count("nothing answered") == 1  # the reason once, not again as the body
 
 
 def test_without_a_tool_call_parser_only_the_chat_is_asked(

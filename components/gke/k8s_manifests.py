@@ -36,6 +36,7 @@ from components import catalog, jax_cache_env, remote_scripts
 from components.config import StackConfig
 from components.gke import compute_class
 from components.naming import resource_id
+from scripts.remote import wait_ready
 
 APP = "tpu-vllm"
 #: The Kubernetes service account the pods run as, bound to the stack's GSA.
@@ -43,6 +44,7 @@ KSA = "vllm"
 DEPLOYMENT = "vllm"
 SERVICE = "vllm"
 DISRUPTION_BUDGET = "vllm"
+#: The scripts' ConfigMap, named after its content (`scripts_config_map_name`).
 SCRIPTS_CONFIG_MAP = "tpu-vllm-scripts"
 SERVER_SECRETS = "vllm-secrets"
 PROBE_SECRETS = "vllm-api-key"
@@ -68,9 +70,14 @@ SECRETS_DIR = "/etc/tpu-vllm/secrets"
 VLLM_CACHE_DIR = "/root/.cache/vllm"
 SHM_DIR = "/dev/shm"  # noqa: S108 - the VM path's HF_HOME, in memory
 PROBE_PERIOD_SECONDS = 10
-#: The startup probe's own bounds on /health and /v1/models (scripts/remote/wait_ready.py
-#: PROBE_HTTP_SECONDS, each), beside one bound per question.
-PROBE_HTTP_SECONDS = 10
+#: Seconds a stopping server keeps answering before it is sent SIGTERM: the endpoint controller
+#: and every kube-proxy take a moment to drop a deleted pod from the Service, and vLLM stops its
+#: HTTP server at once on SIGTERM (vllm-project/vllm `vllm/entrypoints/launcher.py`,
+#: `serve_http`'s signal handler), so without it requests routed meanwhile are refused.
+DRAIN_SECONDS = 10
+#: The grace the kubelet gives a stopping pod: the drain, then vLLM's shutdown (and the cache
+#: sidecar's last save, which starts at SIGTERM with no drain).
+TERMINATION_GRACE_SECONDS = DRAIN_SECONDS + 30
 #: A new pod template replaces one replica at a time, on one spare node: the old replica goes
 #: only once a new one is Ready, i.e. has answered (`startup_probe`). Node recycling does not go
 #: through this (the PodDisruptionBudget governs drains).
@@ -155,11 +162,25 @@ def script_files() -> dict[str, str]:
     }
 
 
+def scripts_digest(files: Mapping[str, str]) -> str:
+    return digest(sorted(files.items()))
+
+
+def scripts_config_map_name(files_digest: str) -> str:
+    """A new name for new scripts. The kubelet refreshes a mounted ConfigMap in place, so one
+    ConfigMap edited by an update would hand the *old* replicas, still serving during a rolling
+    update, the new scripts (and a restarted old container would run them). Named after its
+    content, each pod template mounts the scripts it was made with; Pulumi creates the new one
+    before the rollout and deletes the old one only at the end of the `up`."""
+    return f"{SCRIPTS_CONFIG_MAP}-{files_digest[:10]}"
+
+
 def scripts_config_map(config: StackConfig, files: Mapping[str, str]) -> dict[str, Any]:
+    name = scripts_config_map_name(scripts_digest(files))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(SCRIPTS_CONFIG_MAP, namespace_name(config.stack), config),
+        "metadata": _meta(name, namespace_name(config.stack), config),
         "data": dict(files),
     }
 
@@ -262,7 +283,8 @@ def startup_probe_timeout_seconds(config: StackConfig) -> int:
     """One probe's bound: /health and /v1/models, then each question's answer, and a margin
     for Python's start. The kubelet fails an exec probe that outlasts it."""
     questions = 2 if config.vllm.tool_call_parser else 1
-    return 2 * PROBE_HTTP_SECONDS + questions * remote_scripts.READINESS_ANSWER_SECONDS + 10
+    http = wait_ready.PROBE_HTTP_SECONDS
+    return int(2 * http + questions * remote_scripts.READINESS_ANSWER_SECONDS + 10)
 
 
 def probes(config: StackConfig) -> dict[str, Any]:
@@ -270,8 +292,13 @@ def probes(config: StackConfig) -> dict[str, Any]:
 
     A pod is Ready only once its startup probe has passed (the kubelet runs no readiness probe
     before), so a replica takes traffic, and a rolling update removes an old one, only after
-    the model answered. The startup probe allows `vllm.readinessTimeout` from container start
-    (weights, XLA compile); the server answers nothing before it is up (DESIGN.md)."""
+    the model answered. The kubelet restarts the container after `failureThreshold`
+    consecutive failed probes (kubernetes `pkg/kubelet/prober/worker.go`): while the server
+    loads, each fails at once (nothing listens; the server answers nothing before it is up,
+    DESIGN.md), so that is `vllm.readinessTimeout` from container start. It counts probes, not
+    seconds: a server whose model hangs fails each probe only at its answer bounds, so such a
+    container is restarted later, up to `failureThreshold x timeoutSeconds`; it is never
+    Ready meanwhile, and the readiness Job's deadline bounds `pulumi up` (docs/gke.md)."""
     health = {"path": "/health", "port": config.vllm.port, "scheme": "HTTP"}
     timeout = config.vllm.readiness_timeout_seconds
     startup_failures = max(1, math.ceil(timeout / PROBE_PERIOD_SECONDS))
@@ -313,7 +340,7 @@ def deployment(
     *,
     image: pulumi.Input[str],
     api_key_version: pulumi.Input[str],
-    scripts_digest: str,
+    files_digest: str,
     extras: PodExtras | None = None,
     owner_references: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
@@ -366,6 +393,8 @@ def deployment(
             "limits": {catalog.GKE_TPU_RESOURCE: chips},
         },
         **probes(config),
+        # Keep answering while the Service drops this pod (DRAIN_SECONDS), then stop.
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(DRAIN_SECONDS)]}}},
         "volumeMounts": [
             {"name": "dshm", "mountPath": SHM_DIR},
             {"name": "vllm-cache", "mountPath": VLLM_CACHE_DIR},
@@ -376,14 +405,14 @@ def deployment(
     annotations: dict[str, Any] = {
         # A rotated API key is a new version: a new pod template mounts it.
         "tpu-vllm/api-key-version": api_key_version,
-        "tpu-vllm/scripts": scripts_digest,
+        "tpu-vllm/scripts": files_digest,
         **extras.annotations,
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": KSA,
         "nodeSelector": node_selector(config),
         "tolerations": [TPU_TOLERATION, compute_class.toleration(config)],
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "containers": [container, *extras.sidecars],
         "volumes": [
             # Seed 000's `-v /dev/shm:/dev/shm --shm-size 10gb`, and HF_HOME, in memory.
@@ -393,7 +422,10 @@ def deployment(
             secrets_volume("secrets", SERVER_SECRETS),
             {
                 "name": "scripts",
-                "configMap": {"name": SCRIPTS_CONFIG_MAP, "defaultMode": 0o555},
+                "configMap": {
+                    "name": scripts_config_map_name(files_digest),
+                    "defaultMode": 0o555,
+                },
             },
             *extras.volumes,
         ],

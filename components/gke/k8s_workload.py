@@ -186,7 +186,7 @@ class GkeWorkload(pulumi.ComponentResource):
             config,
             image=args.image,
             api_key_version=key_version,
-            scripts_digest=m.digest(sorted(files.items())),
+            files_digest=m.scripts_digest(files),
             extras=extras,
             owner_references=[
                 pod_owner.owner_reference(
@@ -244,8 +244,11 @@ class GkeWorkload(pulumi.ComponentResource):
             in_ns,
         )
         revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
-        job = readiness_manifests.readiness_job(config, revision)
-        wait = f"{readiness_manifests.job_seconds(config) + AWAIT_MARGIN_SECONDS}s"
+        restore = args.cache_restore_timeout_seconds if args.cache_prefix else 0
+        job = readiness_manifests.readiness_job(
+            config, revision, m.scripts_config_map_name(m.scripts_digest(files)), restore
+        )
+        wait = f"{readiness_manifests.job_seconds(config, restore) + AWAIT_MARGIN_SECONDS}s"
         self.ready = k8s.batch.v1.Job(
             f"{name}-ready",
             metadata=_k8s(job["metadata"]),

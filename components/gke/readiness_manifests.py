@@ -18,8 +18,9 @@ script, scripts/remote/gke_wait_ready.sh, passes in two steps:
 2. One replica answers /health, /v1/models (with the API key) and the model's two questions
    through the Service.
 
-How long that may take (`readiness_deadline_seconds`): a first node, then each replica's start
-one after the other, as an update goes.
+How long that may take (`readiness_deadline_seconds`): a first node, then each replica's turn
+(the old pod's stop, the new one's image pull, cache restore and start) one after the other, as
+an update goes.
 
 The Role grants `get` on the one Deployment, bound to the pods' KSA, which the Job runs as for
 its API key's Workload Identity mount. Pure functions, beside components/gke/k8s_manifests.py.
@@ -34,11 +35,11 @@ import pulumi
 
 from components import remote_scripts
 from components.config import StackConfig
+from components.gke import k8s_manifests
 from components.gke.k8s_manifests import (
     DEPLOYMENT,
     KSA,
     PROBE_SECRETS,
-    SCRIPTS_CONFIG_MAP,
     SCRIPTS_DIR,
     SECRETS_DIR,
     SERVICE,
@@ -56,14 +57,31 @@ PROBE_IMAGE = "curlimages/curl:8.11.1"
 ROLLOUT_READER = "tpu-vllm-rollout-reader"
 
 
-def readiness_deadline_seconds(config: StackConfig) -> int:
+#: What a replica needs beyond its own start, as an update replaces it: the old pod's
+#: termination grace (drain and shutdown), the new image's pull on the node it frees (that node
+#: holds only the old digest) and the compile cache's restore in the init container.
+IMAGE_PULL_SECONDS = 600
+
+
+def replica_turn_seconds(config: StackConfig, cache_restore_seconds: int) -> int:
+    """One replica's turn in a rolling update: the old pod stops, the new one pulls, restores
+    the cache (`cache.restoreTimeout`; 0 without the cache) and starts (`vllm.readinessTimeout`
+    from container start, which the startup probe allows)."""
+    return (
+        k8s_manifests.TERMINATION_GRACE_SECONDS
+        + IMAGE_PULL_SECONDS
+        + cache_restore_seconds
+        + config.vllm.readiness_timeout_seconds
+    )
+
+
+def readiness_deadline_seconds(config: StackConfig, cache_restore_seconds: int) -> int:
     """How long the Job waits for the rollout and a Ready replica: a first flex-start node
     (`tpu.capacityWait`, the update's spare node or a create's first), then each replica's
-    start (`vllm.readinessTimeout`) in turn, as a rolling update replaces them one at a time,
-    each new pod on the node its old one freed. A create passes on its first Ready replica."""
-    return (
-        config.tpu.capacity_wait_seconds + config.replicas * config.vllm.readiness_timeout_seconds
-    )
+    turn, one at a time as a rolling update replaces them, each new pod on the node its old
+    one freed. A create passes on its first Ready replica."""
+    turn = replica_turn_seconds(config, cache_restore_seconds)
+    return config.tpu.capacity_wait_seconds + config.replicas * turn
 
 
 def answers_seconds(config: StackConfig) -> int:
@@ -72,9 +90,9 @@ def answers_seconds(config: StackConfig) -> int:
     return questions * remote_scripts.READINESS_ANSWER_SECONDS
 
 
-def job_seconds(config: StackConfig) -> int:
+def job_seconds(config: StackConfig, cache_restore_seconds: int) -> int:
     """The most the Job's script runs: the deadline, then the answers."""
-    return readiness_deadline_seconds(config) + answers_seconds(config)
+    return readiness_deadline_seconds(config, cache_restore_seconds) + answers_seconds(config)
 
 
 def rollout_reader_role(config: StackConfig) -> dict[str, Any]:
@@ -113,14 +131,19 @@ def question_env(config: StackConfig) -> list[dict[str, str]]:
     ]
 
 
-def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str, Any]:
+def readiness_job(
+    config: StackConfig,
+    revision: pulumi.Input[str],
+    scripts_config_map: str,
+    cache_restore_seconds: int,
+) -> dict[str, Any]:
     """Completes once the Deployment has rolled out and one replica answers /health,
     /v1/models and the model's questions through the Service.
 
     `revision` names the server's pod template: a new one replaces the Job, which runs again.
     """
     ns = namespace_name(config.stack)
-    deadline = readiness_deadline_seconds(config)
+    deadline = readiness_deadline_seconds(config, cache_restore_seconds)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -133,7 +156,7 @@ def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str,
         ),
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": job_seconds(config) + 60,
+            "activeDeadlineSeconds": job_seconds(config, cache_restore_seconds) + 60,
             "template": {
                 "metadata": {
                     "labels": {**labels(config), "app.kubernetes.io/component": "readiness"},
@@ -173,7 +196,7 @@ def readiness_job(config: StackConfig, revision: pulumi.Input[str]) -> dict[str,
                     ],
                     "volumes": [
                         secrets_volume("api-key", PROBE_SECRETS),
-                        {"name": "scripts", "configMap": {"name": SCRIPTS_CONFIG_MAP}},
+                        {"name": "scripts", "configMap": {"name": scripts_config_map}},
                     ],
                 },
             },

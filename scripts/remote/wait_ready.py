@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
+import http.client
 import json
 import os
 import queue
@@ -522,9 +523,13 @@ def probe_http(
         with opener.open(request, timeout=seconds) as response:
             return int(response.status), response.read().decode(errors="replace")
     except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
+        try:
+            return error.code, error.read().decode(errors="replace")
+        except (http.client.HTTPException, OSError):
+            return error.code, ""
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+        # HTTPException: a body cut short (IncompleteRead) or a garbled status line.
+        reason = getattr(error, "reason", None) or f"{type(error).__name__}: {error}"
         return 0, f"nothing answered ({reason})"
 
 
@@ -536,10 +541,19 @@ def probe(port: int, model: str, key_file: str, *, tool_call: bool, seconds: flo
     starts but cannot answer never takes traffic. Same checks as the VM's, in the same order."""
     base = f"http://127.0.0.1:{port}"
     status, raw = probe_http(f"{base}/health", seconds=PROBE_HTTP_SECONDS)
+    if status == 0:
+        # vLLM listens only once it has loaded and compiled: the normal state of a start.
+        return f"/health: {raw}: the server is not up yet"
     if status != 200:
-        return f"/health: {raw if status == 0 else f'HTTP {status}'} (still starting?)"
-    with open(key_file, encoding="utf-8") as handle:
-        key = handle.read().strip()
+        # vLLM answers 503 once its engine has died (EngineDeadError: vllm-project/vllm
+        # `vllm/entrypoints/serve/instrumentator/health.py`).
+        dead = ": vLLM's answer once its engine has died" if status == 503 else ""
+        return f"/health: HTTP {status}{dead}"
+    try:
+        with open(key_file, encoding="utf-8") as handle:
+            key = handle.read().strip()
+    except OSError as error:
+        return f"cannot read the API key file {key_file}: {error.strerror}"
     status, raw = probe_http(f"{base}/v1/models", key=key, seconds=PROBE_HTTP_SECONDS)
     if status in (401, 403):
         return (
@@ -559,13 +573,18 @@ def probe(port: int, model: str, key_file: str, *, tool_call: bool, seconds: flo
     status, raw = probe_http(url, key=key, body=chat, seconds=seconds)
     problem = chat_problem(status, raw, *first_choice(raw))
     if problem:
-        return f"the model did not answer {CHAT_PROMPT!r}: {problem}: {raw[:BODY_CHARS]}"
+        return f"the model did not answer {CHAT_PROMPT!r}: {_quoted(problem, status, raw)}"
     if tool_call:
         status, raw = probe_http(url, key=key, body=tools, seconds=seconds)
         problem = tool_problem(status, raw, first_choice(raw)[1])
         if problem:
-            return f"the model did not call {TOOL_NAME}: {problem}: {raw[:BODY_CHARS]}"
+            return f"the model did not call {TOOL_NAME}: {_quoted(problem, status, raw)}"
     return None
+
+
+def _quoted(problem: str, status: int, raw: str) -> str:
+    """The problem, then the body's start; with no answer the problem already is the reason."""
+    return problem if status == 0 else f"{problem}: {raw[:BODY_CHARS]}"
 
 
 def probe_main(argv: list[str]) -> int:
