@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ from components.gke.crd_wait import COMPUTE_CLASS_CRD as CC
 from components.gke.crd_wait import POD_MONITORING_CRD as PM
 from components.gke.crd_wait import SECRET_PROVIDER_CLASS_CRD as SPC
 from components.gke.crd_wait import ServedCrdsProvider
+from components.gke.kube_api import tls_context
 from tests.fakes.kube_api import (
     FakeCrd,
     FakeKubeApi,
@@ -35,6 +38,7 @@ from tests.fakes.kube_api import (
     secret_provider_class_crd,
     write_auth_plugin,
 )
+from tests.fakes.loopback import HOST
 from tests.provider_host import provider_blob, run_provider
 from tests.pulumi_program import ProgramRun, run_program
 from tests.test_gke_backend import existing_cluster
@@ -363,3 +367,122 @@ def test_in_a_fresh_provider_host_the_token_reaches_only_the_api(
     assert ("was not served within" in done.stderr) is not served
     assert TOKEN not in done.stdout + done.stderr
     assert {r.authorization for r in api.requests} == {f"Bearer {TOKEN}"}
+
+
+# --- TLS: Python 3.13's strict verification against an older cluster's certificates ---------
+
+
+_DEFAULT_CONTEXT = ssl.create_default_context
+
+
+def _context_as_python_313(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+    """`ssl.create_default_context` as Python 3.13 and later build it: the same context plus
+    `VERIFY_X509_STRICT` and `VERIFY_X509_PARTIAL_CHAIN` in its verify flags (CPython
+    `Lib/ssl.py` `create_default_context`; "Changed in version 3.13" in the `ssl` docs)."""
+    context = _DEFAULT_CONTEXT(*args, **kwargs)
+    context.verify_flags |= ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
+
+
+@pytest.fixture
+def python_313_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ssl, "create_default_context", _context_as_python_313)
+
+
+@pytest.fixture
+def old_cluster(tmp_path: Path, plugin_dir: Path) -> Iterator[FakeKubeApi]:
+    """An API whose CA has no Subject Key Identifier and whose certificate has no Authority
+    Key Identifier, as older GKE clusters' (urllib3 #3614, kubernetes-client/python #2394)."""
+    directory = tmp_path / "old"
+    directory.mkdir()
+    with FakeKubeApi(directory, TOKEN, key_identifiers=False) as fake:
+        fake.crds[CC] = FakeCrd(compute_class_crd())
+        fake.crds[SPC] = FakeCrd(secret_provider_class_crd())
+        fake.crds[PM] = FakeCrd(pod_monitoring_crd())
+        yield fake
+
+
+def test_strict_verification_refuses_the_old_clusters_certificate(
+    old_cluster: FakeKubeApi, python_313_tls: None
+) -> None:
+    """The premise, on the Python that runs the tests: a context built as 3.13 builds it
+    refuses the certificate without an Authority Key Identifier. On 3.11/3.12 the flag is not
+    a default, so the fixture sets it the way 3.13 does; on 3.13+ it changes nothing."""
+    context = ssl.create_default_context(cadata=old_cluster.ca_pem)
+    with (
+        socket.create_connection((HOST, old_cluster.port), timeout=10) as raw,
+        pytest.raises(ssl.SSLCertVerificationError, match="Authority Key Identifier"),
+    ):
+        context.wrap_socket(raw, server_hostname=HOST).close()
+
+
+def test_an_old_clusters_certificate_without_key_identifiers_is_accepted(
+    program: ProgramRun, old_cluster: FakeKubeApi, python_313_tls: None
+) -> None:
+    """Python 3.11+ is allowed (README), so the wait must pass on 3.13 against an older GKE
+    cluster: only `VERIFY_X509_STRICT` is cleared (components/gke/kube_api.py `tls_context`)."""
+    result = ServedCrdsProvider().create(props(program, old_cluster))
+    assert result.outs is not None and result.outs["served"][CC] == "v1"
+    context = tls_context(old_cluster.ca_pem)
+    assert not context.verify_flags & ssl.VERIFY_X509_STRICT
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+
+
+def test_without_strict_mode_a_wrong_host_or_an_unknown_ca_is_still_refused(
+    program: ProgramRun, old_cluster: FakeKubeApi, tmp_path: Path, python_313_tls: None
+) -> None:
+    """The server's certificate names 127.0.0.1 only: `localhost` is the wrong name. A
+    kubeconfig with another cluster's CA (also without key identifiers, and of the same name)
+    does not verify it."""
+    wrong_host = config_for(old_cluster).replace(f"https://{HOST}:", "https://localhost:")
+    with pytest.raises(Exception, match=r"does not verify .*[Hh]ostname mismatch"):
+        ServedCrdsProvider().create(props(program, old_cluster, kubeconfig=wrong_host))
+    other = tmp_path / "other"
+    other.mkdir()
+    with FakeKubeApi(other, TOKEN, key_identifiers=False) as stranger:
+        wrong_ca = config_for(old_cluster, ca_pem=stranger.ca_pem)
+    with pytest.raises(Exception, match=r"CA does not verify \(certificate signature failure\)"):
+        ServedCrdsProvider().create(props(program, old_cluster, kubeconfig=wrong_ca))
+    assert old_cluster.requests == []  # no request, so no token, reached the wrong server
+
+
+# --- throttling: 429 Too Many Requests is "try again", after its Retry-After ----------------
+
+
+def test_a_429_holds_the_wait_for_its_retry_after_then_the_crds_are_read(
+    program: ProgramRun, api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server throttles with 429 and `Retry-After` (its max-in-flight and Priority and
+    Fairness filters); client-go waits that long and tries again (rest/request.go checkWait).
+    The wait does the same, asks nothing more in a throttled round, and is not ended by it.
+    The pauses are recorded instead of slept: what is asserted is the delay asked for."""
+    api.state.throttle, api.state.retry_after = 2, "3"
+    pauses: list[float] = []
+    monkeypatch.setattr(crd_wait, "_pause", pauses.append)
+    result = ServedCrdsProvider().create(props(program, api, timeout_seconds=60.0))
+    assert result.outs is not None
+    assert result.outs["served"] == {CC: "v1", SPC: "v1", PM: "v1"}
+    assert pauses == [3.0, 3.0]
+    assert len(api.requests) == 2 + 3  # two throttled rounds of one request, then each CRD
+
+
+def test_a_429_without_retry_after_is_tried_again_at_the_next_poll(
+    program: ProgramRun, api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.state.throttle, api.state.retry_after = 1, None
+    pauses: list[float] = []
+    monkeypatch.setattr(crd_wait, "_pause", pauses.append)
+    result = ServedCrdsProvider().create(props(program, api, timeout_seconds=60.0))
+    assert result.outs is not None and result.outs["served"][CC] == "v1"
+    assert pauses == [0.05]  # the poll interval the props set
+
+
+def test_throttling_that_never_ends_stops_at_the_bound_naming_the_429(
+    program: ProgramRun, api: FakeKubeApi
+) -> None:
+    api.state.throttle = 10**6
+    with pytest.raises(Exception, match="was not served within") as caught:
+        ServedCrdsProvider().create(props(program, api, timeout_seconds=0.5))
+    message = str(caught.value)
+    assert "429 Too Many Requests, Retry-After 1 s" in message
+    assert TOKEN not in message

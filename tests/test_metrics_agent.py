@@ -23,26 +23,55 @@ from tests.promql import prometheus_config_error
 from tests.pulumi_program import run_program
 from tests.test_compile_cache import config_for
 
+# The installer stand-in: fails its first $FAIL_INSTALLS runs printing $INSTALL_ERROR (apt's
+# words for a mirror caught mid-sync by default), then leaves the agent's units behind.
+INSTALLER = r"""#!/bin/bash
+echo "installer $*" >> "$STATE/calls"
+n=$(cat "$STATE/install-runs" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/install-runs"
+if [ "$n" -lt "${FAIL_INSTALLS:-0}" ]; then
+  repo=http://packages.cloud.google.com/apt/dists/google-cloud-ops-agent-jammy-2
+  echo "E: Failed to fetch $repo/main/binary-amd64/Packages.gz  ${INSTALL_ERROR:-Hash Sum mismatch}"
+  exit 100
+fi
+touch "$STATE/installed"
+"""
+
 FAKES = {
     # curl: downloads by copying the stand-in installer (or fails, with FAIL_CURL).
     "curl": """#!/bin/bash
 echo "curl $*" >> "$STATE/calls"
 [ -n "${FAIL_CURL:-}" ] && { echo "curl: (6) Could not resolve host" >&2; exit 6; }
 out=""; while [ $# -gt 0 ]; do [ "$1" = "--output" ] && out="$2"; shift; done
-printf '#!/bin/bash\\necho "installer $*" >> "$STATE/calls"\\ntouch "$STATE/installed"\\n' > "$out"
+cp "$STATE/installer.sh" "$out"
 """,
     "sudo": """#!/bin/bash
 echo "sudo $*" >> "$STATE/calls"
 exec "$@"
 """,
-    # systemctl: the unit exists once installed; restart reads the config (FAIL_RESTART fails).
-    "systemctl": """#!/bin/bash
+    # systemctl, as the agent's units behave (ops-agent systemd/): restarting the oneshot
+    # google-cloud-ops-agent starts the collector, whose ExecStartPre generates $OTEL from
+    # config.yaml; the generator drops the Prometheus receiver when the instance's metadata
+    # cannot be read (NO_METADATA; confgenerator/prometheus.go). FAIL_COLLECTOR: the
+    # collector does not stay up. FAIL_RESTART: the restart itself fails.
+    "systemctl": r"""#!/bin/bash
 echo "systemctl $*" >> "$STATE/calls"
 case "$1" in
   list-unit-files)
     [ -e "$STATE/installed" ] && echo "google-cloud-ops-agent.service enabled"; exit 0 ;;
-  restart) [ -n "${FAIL_RESTART:-}" ] && exit 1; touch "$STATE/active"; exit 0 ;;
-  is-active) [ -e "$STATE/active" ] ;;
+  restart)
+    [ -n "${FAIL_RESTART:-}" ] && exit 1
+    mkdir -p "$(dirname "$OTEL")"
+    echo "receivers:" > "$OTEL"
+    if [ -z "${NO_METADATA:-}" ]; then
+      echo "  prometheus/tpu_vllm_tpu_vllm:" >> "$OTEL"
+      grep -E '^ +-? *job_name:' "$CONFIG" \
+        | sed -E 's/^ *-? *//; s/^/        - /' >> "$OTEL"
+    fi
+    [ -z "${FAIL_COLLECTOR:-}" ] && touch "$STATE/collector-active"
+    exit 0 ;;
+  is-active)
+    [ "${@: -1}" = google-cloud-ops-agent-opentelemetry-collector ] \
+      && [ -e "$STATE/collector-active" ] ;;
 esac
 """,
 }
@@ -56,12 +85,25 @@ def run_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[
         path = bin_dir / name
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    (state / "installer.sh").write_text(INSTALLER)
+    otel = tmp_path / "run" / "google-cloud-ops-agent-opentelemetry-collector" / "otel.yaml"
     script = metrics_agent.metrics_agent_script(
-        config_for("v5e1"), config_dir=str(etc), installer_url="https://installer.invalid/x.sh"
+        config_for("v5e1"),
+        config_dir=str(etc),
+        installer_url="https://installer.invalid/x.sh",
+        otel_config=str(otel),
+        retry_seconds=0,
     )
     done = subprocess.run(
         ["bash", "-c", script],
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "STATE": str(state), **env},
+        env={
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "STATE": str(state),
+            "OTEL": str(otel),
+            "CONFIG": str(etc / "config.yaml"),
+            **env,
+        },
         capture_output=True,
         text=True,
         check=False,
@@ -128,6 +170,60 @@ def test_a_failure_is_a_warning_line_never_a_failed_command(
     )
 
 
+@pytest.mark.parametrize(
+    ("env", "missing"),
+    [
+        ({"FAIL_COLLECTOR": "1"}, "the metrics collector google-cloud-ops-agent-opentelemetry"),
+        ({"NO_METADATA": "1"}, "otel.yaml has no scrape job tpu-vllm-v5e1"),
+    ],
+    ids=["collector-down", "pipeline-dropped"],
+)
+def test_ok_needs_the_collector_running_with_this_stacks_job(
+    tmp_path: Path, env: dict[str, str], missing: str
+) -> None:
+    """The restarted `google-cloud-ops-agent` is a oneshot: its success proves no scraping.
+    The collector unit must be active and its generated config must hold the stack's job."""
+    done, _ = run_script(tmp_path, **env)
+    assert done.returncode == 0, done.stderr
+    outcome = metrics_agent.parse_result(done.stdout)
+    assert outcome.startswith("failed: ") and missing in outcome, outcome
+    assert "sudo journalctl -u google-cloud-ops-agent-opentelemetry-collector" in outcome
+
+
+def test_a_transient_install_failure_is_retried_as_googles_own_tests_do(tmp_path: Path) -> None:
+    """RunInstallFuncWithRetry (ops-agent integration_test/agents/agents.go) retries an
+    install whose error looks transient, such as apt's "Hash Sum mismatch"."""
+    done, state = run_script(tmp_path, FAIL_INSTALLS="2")
+    assert metrics_agent.parse_result(done.stdout) == "ok", done.stdout + done.stderr
+    assert (state / "install-runs").read_text().strip() == "3"
+    assert "try 1 of 6 failed" in done.stdout and "try 2 of 6 failed" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "runs", "why"),
+    [
+        (
+            {"FAIL_INSTALLS": "99"},
+            "6",
+            "did not install (log: ~/.tpu-vllm/ops-agent-install.log), 6 tries",
+        ),
+        (
+            {"FAIL_INSTALLS": "99", "INSTALL_ERROR": "404  Not Found"},
+            "1",
+            "did not install (log: ~/.tpu-vllm/ops-agent-install.log)",
+        ),
+    ],
+    ids=["transient-every-time", "permanent"],
+)
+def test_an_install_that_keeps_failing_is_a_warning_after_the_tries(
+    tmp_path: Path, env: dict[str, str], runs: str, why: str
+) -> None:
+    done, state = run_script(tmp_path, **env)
+    assert done.returncode == 0
+    assert metrics_agent.parse_result(done.stdout) == f"failed: the Ops Agent {why}"
+    assert (state / "install-runs").read_text().strip() == runs
+
+
 def test_a_failed_agent_warns_at_pulumi_up_and_a_good_one_does_not() -> None:
     def outputs(stdout: str):  # type: ignore[no-untyped-def]
         from tests.mock_outputs import cloud_outputs
@@ -143,7 +239,11 @@ def test_a_failed_agent_warns_at_pulumi_up_and_a_good_one_does_not() -> None:
     bad = run_program(
         "v5e1", outputs_for=outputs("TPU_VLLM_METRICS_AGENT failed: could not download x\n")
     )
-    assert any("metrics agent failed: could not download" in w for w in bad.warnings)
+    [warning] = [w for w in bad.warnings if "metrics agent failed: could not download" in w]
+    # A plain `pulumi up` re-runs nothing (the command's inputs are unchanged): the fix names
+    # the command's own URN for `--replace`.
+    urn = "urn:pulumi:v5e1::tpu-vllm::tpu-vllm:index:VllmServer$command:remote:Command::"
+    assert f"`pulumi up --replace '{urn}vllm-metrics-agent'`" in warning, warning
     good = run_program("v5e1", outputs_for=outputs("TPU_VLLM_METRICS_AGENT ok\n"))
     assert not any("metrics agent" in w for w in good.warnings)
 

@@ -779,6 +779,43 @@ def test_a_delete_refused_in_another_state_is_raised_not_waited_out(tpu_env: Fak
     assert [r.status for r in tpu_env.requests_for("DELETE")] == [409, 409]
 
 
+def test_a_delete_whose_operation_ends_with_an_error_is_reported_with_that_error(
+    tpu_env: FakeTpuApi,
+) -> None:
+    """`queuedResources.delete` answers an Operation; when it ends with an error the queued
+    resource stays ACTIVE. The delete reads the Operation and reports its error at once (after
+    one more try, as for any refusal in a deletable state), not "still ACTIVE" at the timeout
+    with no reason."""
+    provider = QueuedResourceProvider()
+    props = props_for("v5e1")
+    created = provider.create(props)
+    tpu_env.delete_refusal_in_operation = True
+    tpu_env.undeletable_states = frozenset({"ACTIVE"})
+    with pytest.raises(Exception, match="could not be deleted: FAILED_PRECONDITION") as caught:
+        _bounded(lambda: provider.delete(created.id, {**props, **outs_of(created)}))
+    message = str(caught.value)
+    assert "FAILED_PRECONDITION (in the operation): Cannot delete queued resource" in message
+    assert "(it is ACTIVE)" in message and "still ACTIVE" not in message
+    assert [r.status for r in tpu_env.requests_for("DELETE")] == [200, 200]
+    assert any("/operations/" in r.path for r in tpu_env.requests_for("GET"))
+    assert tpu_env.state(created.id) == "ACTIVE"
+
+
+def test_a_delete_refused_by_its_operation_while_provisioning_is_retried_until_allowed(
+    tpu_env: FakeTpuApi,
+) -> None:
+    """An Operation error takes the refusal path: while PROVISIONING it is retried with backoff,
+    and once the node is ACTIVE the delete goes through and it is gone."""
+    tpu_env.durations = StateDurations(0.05, 0.05, 0.05, provisioning=2.0, deleting=0.05)
+    tpu_env.delete_refusal_in_operation = True
+    props = props_for("v5e1")
+    name = _start_request_directly(tpu_env, props)
+    assert tpu_env.wait_for_state(name, "PROVISIONING", timeout=5)
+    _bounded(lambda: QueuedResourceProvider().delete(name, props))
+    assert len(tpu_env.requests_for("DELETE")) >= 2
+    assert tpu_env.state(name) is None
+
+
 def test_a_delete_refused_while_provisioning_that_reads_active_after_is_tried_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -46,7 +46,13 @@ import pulumi
 import pulumi.dynamic as dyn
 
 from components.gke import crd_schema
-from components.gke.kube_api import KubeApi, KubeApiError, Unreachable, parse_kubeconfig
+from components.gke.kube_api import (
+    KubeApi,
+    KubeApiError,
+    Throttled,
+    Unreachable,
+    parse_kubeconfig,
+)
 from components.gke.kube_api import status_message as _status_message
 
 COMPUTE_CLASS_CRD = "computeclasses.cloud.google.com"
@@ -90,6 +96,11 @@ INSTALLERS: Mapping[str, tuple[str, str]] = {
 def _report(message: str) -> None:
     """Progress for the operator: the dynamic provider host's stderr reaches the Pulumi CLI."""
     print(f"tpu-vllm: {message}", file=sys.stderr, flush=True)
+
+
+def _pause(seconds: float) -> None:
+    """Sleep between polls (one place, so a test can see how long the wait asked for)."""
+    time.sleep(seconds)
 
 
 def _delays(cap: float) -> Iterator[float]:
@@ -198,13 +209,23 @@ def wait_for_crds(props: Mapping[str, Any]) -> dict[str, Any]:
     try:
         while True:
             waiting: dict[str, str] = {}
+            throttled: Throttled | None = None
             for name, version in wanted.items():
-                if name not in served:
+                if name in served:
+                    continue
+                if throttled is not None:  # asked to slow down: ask nothing more this round
+                    waiting[name] = f"not asked: the cluster's API asked to wait ({throttled})"
+                    continue
+                try:
                     why, crd = _look(api, name, version)
-                    if why is None:
-                        served[name] = crd
-                    else:
-                        waiting[name] = why
+                except Throttled as error:
+                    # A 429 is "come back later", not a refusal: wait at least its
+                    # Retry-After, as client-go does (rest/request.go checkWait).
+                    throttled, why, crd = error, f"the cluster's API asked to wait ({error})", {}
+                if why is None:
+                    served[name] = crd
+                else:
+                    waiting[name] = why
             elapsed = time.monotonic() - start
             if not waiting:
                 break
@@ -218,7 +239,8 @@ def wait_for_crds(props: Mapping[str, Any]) -> dict[str, Any]:
                     f"{_minutes(timeout)} ({lines})"
                 )
                 next_report = time.monotonic() + every
-            time.sleep(min(next(delays), max(timeout - elapsed, 0.0)))
+            hold = (throttled.retry_after or 0.0) if throttled else 0.0
+            _pause(min(max(next(delays), hold), max(timeout - elapsed, 0.0)))
     except KubeApiError as error:
         raise Exception(f"{cluster}: the stack's CRDs cannot be read: {error}.") from None
     if COMPUTE_CLASS_CRD in served:

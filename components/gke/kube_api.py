@@ -46,6 +46,46 @@ class Unreachable(Exception):
     may do that for a while, so callers keep trying within their bound."""
 
 
+class Throttled(Exception):
+    """429 Too Many Requests: the API server's max-in-flight or Priority and Fairness filter
+    asks the client to come back later (kubernetes/kubernetes, staging/src/k8s.io/apiserver/
+    pkg/server/filters/maxinflight.go and priority-and-fairness.go `tooManyRequests`: a
+    `Retry-After` header and a plain-text body). client-go retries such an answer after the
+    header's seconds (client-go `rest/request.go` `checkWait`, `retryAfterSeconds`: integer
+    seconds only), so the callers do too, within their own bound."""
+
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        #: The answer's `Retry-After` in seconds; None when absent or not an integer.
+        self.retry_after = retry_after
+
+
+def _retry_after(value: str | None) -> float | None:
+    """`Retry-After` as client-go reads it: a whole number of seconds, else nothing."""
+    try:
+        seconds = int(value or "")
+    except ValueError:
+        return None
+    return float(seconds) if seconds >= 0 else None
+
+
+def tls_context(ca_pem: str | None) -> ssl.SSLContext:
+    """Verify the API server against the kubeconfig's CA (else the system's), with the host
+    name checked, as kubectl does, but without `VERIFY_X509_STRICT`.
+
+    Why: since Python 3.13 `ssl.create_default_context` adds `VERIFY_X509_STRICT` (and
+    `VERIFY_X509_PARTIAL_CHAIN`) to its default verify flags (CPython `Lib/ssl.py`
+    `create_default_context`; "Changed in version 3.13" in the `ssl` docs), and OpenSSL's strict
+    mode refuses a certificate with no Authority Key Identifier. Older GKE clusters' API
+    certificates have none (urllib3 #3614, against a GKE cluster; kubernetes-client/python
+    #2394), so the CRD wait failed at once on such a cluster with Python 3.13+. kubectl (Go's
+    crypto/x509) accepts them. Only that flag is cleared: `CERT_REQUIRED` (the chain to the CA)
+    and `check_hostname` stay, and so does the partial-chain flag."""
+    context = ssl.create_default_context(cadata=ca_pem) if ca_pem else ssl.create_default_context()
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
 @dataclass(frozen=True)
 class ExecPlugin:
     command: str
@@ -165,26 +205,23 @@ class KubeApi:
             return self._refresh_token()
         return self._token
 
-    def _context(self) -> ssl.SSLContext:
-        pem = self.target.ca_pem
-        return ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
-
-    def _request(self, path: str, token: str) -> tuple[int, Any]:
+    def _request(self, path: str, token: str) -> tuple[int, Any, float | None]:
+        """(status, JSON body or None, Retry-After seconds or None) of one GET."""
         request = urllib.request.Request(  # noqa: S310 - https only (parse_kubeconfig)
             self.target.server.rstrip("/") + path,
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
         )
         try:
             with urllib.request.urlopen(  # noqa: S310 - https only (parse_kubeconfig)
-                request, timeout=REQUEST_TIMEOUT_SECONDS, context=self._context()
+                request, timeout=REQUEST_TIMEOUT_SECONDS, context=tls_context(self.target.ca_pem)
             ) as answer:
-                return int(answer.status), json.loads(answer.read() or b"null")
+                return int(answer.status), json.loads(answer.read() or b"null"), None
         except urllib.error.HTTPError as error:
-            body = error.read()
+            body, wait = error.read(), _retry_after(error.headers.get("Retry-After"))
             try:
-                return int(error.code), json.loads(body or b"null")
-            except ValueError:
-                return int(error.code), None
+                return int(error.code), json.loads(body or b"null"), wait
+            except ValueError:  # the throttling filters answer plain text
+                return int(error.code), None, wait
         except (urllib.error.URLError, OSError, TimeoutError) as error:
             reason = getattr(error, "reason", error)
             if isinstance(reason, ssl.SSLCertVerificationError):
@@ -196,10 +233,14 @@ class KubeApi:
 
     def get(self, path: str) -> tuple[int, Any]:
         """(HTTP status, JSON body) of `GET path`; a 401 runs the plugin again once, as client-go
-        does when a token was revoked or expired early. 5xx and no answer raise Unreachable."""
-        status, body = self._request(path, self._bearer())
+        does when a token was revoked or expired early. 5xx and no answer raise Unreachable; 429
+        raises Throttled with the answer's Retry-After."""
+        status, body, wait = self._request(path, self._bearer())
         if status == 401:
-            status, body = self._request(path, self._refresh_token())
+            status, body, wait = self._request(path, self._refresh_token())
+        if status == 429:
+            after = "" if wait is None else f", Retry-After {wait:.0f} s"
+            raise Throttled(f"{self.target.server} answered 429 Too Many Requests{after}", wait)
         if status >= 500:
             raise Unreachable(f"{self.target.server} answered {status} for {path}")
         return status, body

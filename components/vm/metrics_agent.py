@@ -33,6 +33,12 @@ CONFIG_DIR = "/etc/google-cloud-ops-agent"
 #: integration_test/agents/agents.go, which runs it the same way with `--also-install`).
 INSTALLER_URL = "https://dl.google.com/cloudagents/add-google-cloud-ops-agent-repo.sh"
 RECEIVER = "tpu_vllm"
+#: What the collector runs on: `otel.yaml` in its RuntimeDirectory, generated from config.yaml
+#: (ops-agent systemd/google-cloud-ops-agent-opentelemetry-collector.service; %t is /run).
+OTEL_CONFIG = "/run/google-cloud-ops-agent-opentelemetry-collector/otel.yaml"
+#: Between install tries: ops-agent integration_test/agents/agents.go RunInstallFuncWithRetry's
+#: constant backoff (30 s, 5 retries).
+INSTALL_RETRY_SECONDS = 30
 
 
 def agent_config(config: StackConfig) -> dict[str, Any]:
@@ -69,14 +75,22 @@ def agent_config(config: StackConfig) -> dict[str, Any]:
 
 
 def metrics_agent_script(
-    config: StackConfig, config_dir: str = CONFIG_DIR, installer_url: str = INSTALLER_URL
+    config: StackConfig,
+    config_dir: str = CONFIG_DIR,
+    installer_url: str = INSTALLER_URL,
+    *,
+    otel_config: str = OTEL_CONFIG,
+    retry_seconds: int = INSTALL_RETRY_SECONDS,
 ) -> str:
-    """The node-side script (`config_dir`, `installer_url`: where the tests point it)."""
+    """The node-side script (`config_dir`, `installer_url`, `otel_config`, `retry_seconds`:
+    where and how fast the tests run it)."""
     return remote_scripts.HEADER + remote_scripts._fill(
         remote_scripts._template("ops_agent.sh"),
         {
             "CONFIG_DIR": shlex.quote(config_dir),
             "INSTALLER_URL": shlex.quote(installer_url),
+            "OTEL_CONFIG": shlex.quote(otel_config),
+            "RETRY_SECONDS": str(retry_seconds),
             "CONFIG_YAML": yaml.safe_dump(agent_config(config), sort_keys=False).rstrip("\n"),
             "PORT": str(config.vllm.port),
             "INTERVAL": str(config.monitoring.scrape_interval_seconds),

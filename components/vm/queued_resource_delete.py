@@ -6,6 +6,8 @@ Part of the queued-resource provider (components/vm/queued_resource.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from components import renewal
 from components.vm.queued_resource_spec import (
@@ -93,63 +95,114 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
     CREATING. The refusal and the state read after it are two requests: a node refused while
     PROVISIONING may read ACTIVE by then, when the delete would be accepted. So a refusal whose
     read-back is any other state is tried again at once, and raised only if that try is
-    refused with such a state read back too."""
+    refused with such a state read back too.
+
+    A refusal may also come later: `queuedResources.delete` answers a long-running Operation
+    (the TPU v2alpha1 discovery document: "response": {"$ref": "Operation"}), which ends with
+    `error` (a google.rpc.Status) when the delete failed. That error takes the same path as one
+    the request itself got, instead of waiting out the whole timeout for a node that stays."""
     start = time.monotonic()
     deadline = start + timing.delete_timeout_seconds
     delay = timing.poll_seconds
     tried_again = False  # the last refusal's read-back was a deletable state
     while True:
+        refusal: ApiError | None
         try:
-            api.delete_queued_resource(name)
-            break
+            operation = api.delete_queued_resource(name)
         except ApiError as error:
-            if error.http_status == 404:
-                report(f"{name} is already gone")
+            refusal = error
+        else:
+            refusal = _wait_gone(api, name, operation, timing=timing, since=start, until=deadline)
+            if refusal is None:
                 return
-            state = _state_or_gone(api, name)
-            if state == "GONE":
-                report(f"{name} is already gone")
-                return
-            if state == "DELETING":
-                break  # someone else's delete is under way: wait for it
-            if state not in UNDELETABLE_STATES and not tried_again:
-                tried_again = True
-                report(f"{name}: delete refused ({error}), but it is {state} now: trying again")
-                continue
-            if state not in UNDELETABLE_STATES:
-                raise Exception(
-                    f"{name} could not be deleted: {error} (it is {state}). It may still bill. "
-                    "Fix: delete it with `gcloud alpha compute tpus queued-resources delete "
-                    "... --force`, or run `pulumi destroy` again."
-                ) from None
-            tried_again = False
-            if time.monotonic() + delay > deadline:
-                raise Exception(
-                    f"{name} could not be deleted within {timing.delete_timeout_seconds:.0f} s: "
-                    f"{error}; it is still {state}. A queued resource cannot be deleted while it "
-                    "is PROVISIONING (seed 000 §1.2) and it bills meanwhile. Fix: run "
-                    "`pulumi destroy` (or `pulumi up`) again in a few minutes."
-                ) from None
-            report(f"{name} is {state}, not deletable yet ({error}); retrying in {delay:.0f} s")
-            time.sleep(delay)
-            delay = min(delay * 2, 120.0)
+        if refusal.http_status == 404:
+            report(f"{name} is already gone")
+            return
+        state = _state_or_gone(api, name)
+        if state == "GONE":
+            report(f"{name} is already gone")
+            return
+        # Someone else's delete is under way: wait for it (if it fails, try ours again).
+        if state == "DELETING" and (
+            _wait_gone(api, name, None, timing=timing, since=start, until=deadline) is None
+        ):
+            return
+        if state not in UNDELETABLE_STATES and not tried_again:
+            tried_again = True
+            report(f"{name}: delete refused ({refusal}), but it is {state} now: trying again")
+            continue
+        if state not in UNDELETABLE_STATES:
+            raise Exception(
+                f"{name} could not be deleted: {refusal} (it is {state}). It may still bill. "
+                "Fix: delete it with `gcloud alpha compute tpus queued-resources delete "
+                "... --force`, or run `pulumi destroy` again."
+            ) from None
+        tried_again = False
+        if time.monotonic() + delay > deadline:
+            raise Exception(
+                f"{name} could not be deleted within {timing.delete_timeout_seconds:.0f} s: "
+                f"{refusal}; it is still {state}. A queued resource cannot be deleted while it "
+                "is PROVISIONING (seed 000 §1.2) and it bills meanwhile. Fix: run "
+                "`pulumi destroy` (or `pulumi up`) again in a few minutes."
+            ) from None
+        report(f"{name} is {state}, not deletable yet ({refusal}); retrying in {delay:.0f} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 120.0)
+
+
+def _wait_gone(
+    api: TpuApi,
+    name: str,
+    operation: Any,
+    *,
+    timing: Timing,
+    since: float,
+    until: float,
+) -> ApiError | None:
+    """Wait until the queued resource is gone (None), reading its state and, while it has not
+    ended, the delete's Operation (`operations.get` on its name); an Operation that ends with
+    an `error` is returned as the refusal it is. Past the deadline, raise."""
     last = ""
     delays = poll_delays(timing.poll_seconds)
     while True:
+        operation = _follow(operation)
+        if isinstance(operation, Mapping) and operation.get("error"):
+            return ApiError.from_status(operation["error"])
         state = _state_or_gone(api, name)
         if state == "GONE":
-            report(f"{name} deleted after {time.monotonic() - start:.0f} s")
-            return
+            report(f"{name} deleted after {time.monotonic() - since:.0f} s")
+            return None
         if state != last:
             report(f"{name}: {state} (deleting)")
             last = state
-        if time.monotonic() > deadline:
+        if time.monotonic() > until:
             raise Exception(
                 f"{name} is still {state} {timing.delete_timeout_seconds:.0f} s after the "
                 "delete request. Fix: check it with `gcloud alpha compute tpus queued-resources "
                 "list` and run `pulumi destroy` again."
             )
         time.sleep(next(delays))
+        if isinstance(operation, Mapping) and not operation.get("done"):
+            operation = _read_operation(api, operation)
+
+
+def _follow(operation: Any) -> Mapping[str, Any] | None:
+    """The Operation still worth reading: None once it ended well or has no name."""
+    if not isinstance(operation, Mapping) or not operation.get("name"):
+        return None
+    if operation.get("done") and not operation.get("error"):
+        return None
+    return operation
+
+
+def _read_operation(api: TpuApi, operation: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Operation read again; None (follow only the state) if it can no longer be read."""
+    try:
+        return api.get_operation(str(operation["name"]))
+    except ApiError as error:
+        if error.http_status == 404:
+            return None
+        raise
 
 
 def _state_or_gone(api: TpuApi, name: str) -> str:

@@ -47,13 +47,17 @@ def parse_ready(stdout: str | None) -> dict[str, Any]:
     }
 
 
-def _warn_if_agent_failed(stdout: str | None) -> None:
+def _warn_if_agent_failed(stdout: str | None, urn: str) -> None:
+    """The script has already retried a transient install failure (scripts/remote/ops_agent.sh);
+    what is left needs the operator. A plain `pulumi up` would re-run nothing, since the
+    command's inputs are unchanged, so the fix replaces this command by its URN."""
     outcome = metrics_agent.parse_result(stdout)
     if outcome.startswith("failed"):
         pulumi.log.warn(
             f"tpu-vllm:monitoring.enabled: the node's metrics agent {outcome}; the server "
             "serves, but its metrics do not reach Cloud Monitoring (the log does). Fix: see "
-            'docs/operations.md "Watch it serve", then `pulumi up` again.'
+            'docs/operations.md "Watch it serve", then run the agent\'s setup again with '
+            f"`pulumi up --replace '{urn}'` (a plain `pulumi up` does not re-run it)."
         )
 
 
@@ -133,7 +137,9 @@ class VllmServer(pulumi.ComponentResource):
                 add_previous_output_in_env=False,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.ready]),
             )
-            self.metrics_agent.stdout.apply(_warn_if_agent_failed)
+            pulumi.Output.all(self.metrics_agent.stdout, self.metrics_agent.urn).apply(
+                lambda parts: _warn_if_agent_failed(parts[0], parts[1])
+            )
         result = self.ready.stdout.apply(parse_ready)
         self.startup_seconds = result.apply(lambda r: r.get("startup_seconds"))
         self.first_answer_seconds = result.apply(lambda r: r.get("first_answer_seconds"))

@@ -11,7 +11,13 @@ What it imitates (kubernetes/kubernetes, staging/src/k8s.io/apiextensions-apiser
   customresource_discovery_controller.go` lists only Established CRDs' served versions). That
   is where pulumi-kubernetes' RESTMapper looks a kind up;
 - authentication: a request without the expected bearer token gets 401 with a `Status`
-  (reason Unauthorized); `forbidden` answers 403 (reason Forbidden), as RBAC would.
+  (reason Unauthorized); `forbidden` answers 403 (reason Forbidden), as RBAC would;
+- throttling: the next `throttle` authenticated requests get 429 with `Retry-After:
+  retry_after` and the plain-text body "Too many requests, please try again later.", as the
+  API server's max-in-flight and Priority and Fairness filters answer (staging/src/k8s.io/
+  apiserver/pkg/server/filters/maxinflight.go, priority-and-fairness.go `tooManyRequests`,
+  which call `http.Error`; Priority and Fairness runs after authentication, so a 401 comes
+  first).
 Time is the fake's own clock since `start()`: `appear_after` seconds until the CRD exists (None:
 never), then `establish_after` seconds more until it is established.
 
@@ -253,6 +259,10 @@ class _State:
     token: str
     crds: dict[str, FakeCrd] = field(default_factory=dict)
     forbidden: bool = False
+    #: How many of the next authenticated requests are answered 429.
+    throttle: int = 0
+    #: Their `Retry-After` header (None: sent without one).
+    retry_after: str | None = "1"
     started: float = field(default_factory=time.monotonic)
     requests: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -276,6 +286,10 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 state.requests.append(Seen(self.path, auth))
             if auth != f"Bearer {state.token}":
                 send_json(self, 401, status_object(401, "Unauthorized", "Unauthorized"))
+            elif state.throttle > 0:
+                with state.lock:
+                    state.throttle -= 1
+                self._too_many_requests()
             elif state.forbidden:
                 message = (
                     'customresourcedefinitions.apiextensions.k8s.io is forbidden: User "x" '
@@ -287,6 +301,17 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 self._crd(self.path[len(CRD_PATH) :])
             else:
                 self._discovery(self.path)
+
+        def _too_many_requests(self) -> None:
+            body = b"Too many requests, please try again later.\n"  # http.Error adds \n
+            self.send_response(429)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            if state.retry_after is not None:
+                self.send_header("Retry-After", state.retry_after)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         def _crd(self, name: str) -> None:
             crd = state.crds.get(name)
@@ -319,13 +344,18 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def make_certificates(directory: Path) -> tuple[str, Path, Path]:
+def make_certificates(directory: Path, *, key_identifiers: bool = True) -> tuple[str, Path, Path]:
     """A cluster CA and an API server certificate for 127.0.0.1 it signed, as GKE's are:
-    (CA PEM, server certificate file, server key file)."""
+    (CA PEM, server certificate file, server key file).
+
+    `key_identifiers=False` leaves out the CA's Subject Key Identifier and the server
+    certificate's Authority Key Identifier, as on older GKE clusters (urllib3 #3614: "GKE
+    cluster with cert, that was created about 4 years ago"), which OpenSSL's strict mode
+    (Python 3.13's default) refuses with "Missing Authority Key Identifier"."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-cluster-ca")])
-    ca = (
+    ca_builder = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
         .issuer_name(ca_name)
@@ -337,11 +367,13 @@ def make_certificates(directory: Path) -> tuple[str, Path, Path]:
         .add_extension(
             x509.KeyUsage(True, False, False, False, False, True, True, False, False), True
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
     )
+    if key_identifiers:
+        ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+        ca_builder = ca_builder.add_extension(ski, False)
+    ca = ca_builder.sign(ca_key, hashes.SHA256())
     key = ec.generate_private_key(ec.SECP256R1())
-    server = (
+    server_builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
         .issuer_name(ca_name)
@@ -353,11 +385,11 @@ def make_certificates(directory: Path) -> tuple[str, Path, Path]:
             x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST))]), False
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
     )
+    if key_identifiers:
+        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
+        server_builder = server_builder.add_extension(aki, False)
+    server = server_builder.sign(ca_key, hashes.SHA256())
     cert_path, key_path = directory / "apiserver.crt", directory / "apiserver.key"
     cert_path.write_bytes(server.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
@@ -375,9 +407,11 @@ class FakeKubeApi(LoopbackHttpServer):
 
     thread_name = "fake-kube-api"
 
-    def __init__(self, directory: Path, token: str) -> None:
+    def __init__(self, directory: Path, token: str, *, key_identifiers: bool = True) -> None:
         super().__init__()
-        self.ca_pem, self._cert, self._key = make_certificates(directory)
+        self.ca_pem, self._cert, self._key = make_certificates(
+            directory, key_identifiers=key_identifiers
+        )
         self.state = _State(token=token)
 
     @property

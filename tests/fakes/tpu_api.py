@@ -49,6 +49,12 @@ Behaviour choices, where the real API is not precisely known or a test needs som
   midl-dev/tezos-on-gke#45), as an HTTP 400 or as the operation's error.
 * ``delete_refusal``/``undeletable_states``: seed 000 says a PROVISIONING queued resource cannot
   be deleted but names no error code, so the code is a knob (default 400 FAILED_PRECONDITION).
+* ``delete_refusal_in_operation``: ``queuedResources.delete`` answers a long-running Operation
+  (discovery document: ``"response": {"$ref": "Operation"}``); with this knob a refused delete
+  is accepted instead and its Operation ends, after ``durations.deleting``, with the refusal as
+  its ``error`` (a ``google.rpc.Status``), the queued resource staying as it was. Which
+  refusals the real API sends this way rather than as HTTP errors is not documented; the fake
+  can do both.
 * When a flex-start run ends, the node is gone at once: ``nodes.get`` (and
   ``getGuestAttributes``) answer 404 NOT_FOUND while the queued resource is SUSPENDING
   (``stateInitiator: SERVICE``) and then SUSPENDED. Sources: Cloud TPU "Request Cloud TPUs using
@@ -802,6 +808,9 @@ class _Operation:
     verb: str
     qr: _QueuedResource
     created_at: float
+    #: A delete refused after it was accepted: the Operation's `error`, from `ends_at` on.
+    error: dict[str, Any] | None = None
+    ends_at: float = 0.0
 
 
 @dataclass
@@ -903,7 +912,8 @@ class FakeTpuApi(LoopbackHttpServer):
     ``default_zone_behavior``), ``seconds_per_run_second`` (fake-clock seconds per second of
     ``maxRunDuration``/``validUntilDuration``; 1.0 = real time), ``host_key_mode``,
     ``host_key_delay``, ``host_keys`` (key type -> base64 blob), ``reject_delete_while_
-    provisioning``, ``delete_refusal`` ((HTTP status, status name)), ``undeletable_states``,
+    provisioning``, ``delete_refusal`` ((HTTP status, status name)), ``delete_refusal_in_operation``
+    (the refusal as the accepted delete's Operation error), ``undeletable_states``,
     ``replay_answer``, ``visibility_delay``, ``qr_reports_termination_time``,
     ``validator.strict_integers``, ``token``.
     """
@@ -935,6 +945,7 @@ class FakeTpuApi(LoopbackHttpServer):
         self.host_keys: dict[str, str] = dict(host_keys or {"ssh-ed25519": DEFAULT_HOST_KEY})
         self.reject_delete_while_provisioning = reject_delete_while_provisioning
         self.delete_refusal: tuple[int, str] = (400, "FAILED_PRECONDITION")
+        self.delete_refusal_in_operation = False
         self.undeletable_states: frozenset[str] = frozenset({PROVISIONING})
         self.replay_answer: ReplayAnswer = "already_exists"
         self.visibility_delay = 0.0
@@ -1430,9 +1441,12 @@ class FakeTpuApi(LoopbackHttpServer):
         return out
 
     def _operation_json(self, op: _Operation) -> dict[str, Any]:
-        self._advance(op.qr, self.clock())
+        now = self.clock()
+        self._advance(op.qr, now)
         failed = op.verb == "create" and op.qr.operation_error is not None
         end = op.qr.accepted_at if op.verb == "create" and not failed else op.qr.removed_at
+        if op.error is not None:
+            failed, end = True, (op.ends_at if now >= op.ends_at else None)
         metadata: dict[str, Any] = {
             "@type": f"type.googleapis.com/{PROTO_PACKAGE}.OperationMetadata",
             "createTime": rfc3339(self._wall(op.created_at)),
@@ -1445,7 +1459,7 @@ class FakeTpuApi(LoopbackHttpServer):
         if end is not None:
             metadata["endTime"] = rfc3339(self._wall(end))
             if failed:
-                out["error"] = dict(op.qr.operation_error or {})
+                out["error"] = dict(op.error or op.qr.operation_error or {})
             elif op.verb == "create":
                 response = self._qr_json(op.qr)
                 response["@type"] = f"type.googleapis.com/{PROTO_PACKAGE}.QueuedResource"
@@ -1626,6 +1640,13 @@ class FakeTpuApi(LoopbackHttpServer):
                 "it is ACTIVE or FAILED and try again."
             )
             http_status, status_name = self.delete_refusal
+            if self.delete_refusal_in_operation:
+                # Accepted, then refused: the Operation ends with the refusal after
+                # `deleting` seconds, and the queued resource stays as it was.
+                op = self._new_operation("delete", qr)
+                op.error = {"code": _RPC_CODES.get(status_name, 2), "message": message}
+                op.ends_at = self.clock() + self.durations.deleting
+                return self._operation_json(op)
             if status_name == "FAILED_PRECONDITION":
                 raise _failed_precondition(message, qr.name)
             raise ApiError(http_status, status_name, message)
