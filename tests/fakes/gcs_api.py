@@ -10,6 +10,12 @@ that tool calls, as documented in https://cloud.google.com/storage/docs/json_api
   ``uploadType=media&name=NAME`` with the bytes alone (no metadata: a media upload has none)
 - ``PATCH  /storage/v1/b/B/o/NAME``                     objects.patch (``customTime`` only moves
   forward: 400 otherwise, as on the real service)
+- ``POST   /upload/storage/v1/b/B/o?uploadType=resumable`` and ``PUT`` to its session URI:
+  resumable uploads, with status checks and 308 Resume Incomplete (tests/fakes/gcs_resumable.py)
+Injected transient failures (``inject``: a status with the service's error body, a reset
+connection, a reset partway through a resumable PUT, an answer lost after the request was done;
+tests/fakes/gcs_faults.py) meet the next matching requests; each request's arrival time is
+recorded (``requests[i]["time"]``, time.monotonic).
 Request preconditions (https://cloud.google.com/storage/docs/request-preconditions): objects.get
 (either form) and objects.insert take ``ifGenerationMatch``; the request proceeds only if the
 object's live generation is that number (``0``: there is no live object, "Setting to 0 makes
