@@ -29,6 +29,8 @@ XLA_CACHE_MODULES = (
     "xla_cache.py",
     "xla_cache_base.py",
     "xla_cache_pool.py",
+    "xla_cache_retry.py",
+    "xla_cache_resumable.py",
     "xla_cache_api.py",
     "xla_cache_gcloud.py",
     "xla_cache_restore.py",

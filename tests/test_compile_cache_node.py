@@ -28,7 +28,7 @@ import pytest
 
 from components.compile_cache import generation_name
 from components.vm.vllm import parse_ready
-from tests.fakes.gcs_api import FakeGcsApi
+from tests.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
 from tests.fakes.gcs_store import GcsStore
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
@@ -150,6 +150,7 @@ class Lab:
                 "FAKE_GCS_ROOT": str(self.root),
                 "STORAGE_API_ENDPOINT": self.api.url,
                 "TPU_VLLM_CACHE_VIA": via,
+                **QUICK_RETRIES,
                 **(env or {}),
             },
             images_present=images,
@@ -680,6 +681,8 @@ def test_latest_moves_only_after_the_files_and_the_manifest(
     monkeypatch.setenv("STORAGE_API_ENDPOINT", api.url)
     monkeypatch.setenv("GCE_METADATA_HOST", fake_metadata.host)
     monkeypatch.setenv("FAKE_GCS_ROOT", str(root))
+    for name, value in QUICK_RETRIES.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fakes' / 'bin'}:{os.environ['PATH']}")
     monkeypatch.delenv("FAKE_DOCKER_STATE", raising=False)
     work, cache_dir = tmp_path / "work", tmp_path / "xla_cache"

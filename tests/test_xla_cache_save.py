@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from components.compile_cache import generation_name
-from tests.fakes.gcs_api import FakeGcsApi
+from tests.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
 from tests.fakes.gcs_store import GcsStore
 from tests.fakes.metadata_server import FakeMetadataServer
 
@@ -119,6 +119,7 @@ def cloud(tmp_path: Path, fake_metadata: FakeMetadataServer) -> Iterator[Cloud]:
         "TPU_VLLM_CACHE_VIA": "api",
         "STORAGE_API_ENDPOINT": api.url,
         "GCE_METADATA_HOST": fake_metadata.host,
+        **QUICK_RETRIES,
     }
     try:
         yield Cloud(api, store, env)

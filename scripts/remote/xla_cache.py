@@ -32,7 +32,9 @@ Commands (each logs to stderr, never fails the start: problems mean a cold start
 The parts, one job each (the node gets them all beside this file: the start script writes them
 into ~/.tpu-vllm, the GKE ConfigMap mounts them at /tpu-vllm; components/remote_scripts.py
 XLA_CACHE_MODULES): xla_cache_base (layout, deadline, files), xla_cache_pool (the bounded
-transfer pool), xla_cache_api (the Cloud Storage JSON API, with generation preconditions),
+transfer pool), xla_cache_retry (which failures are tried again, and how long),
+xla_cache_resumable (a large entry's resumable upload), xla_cache_api (the Cloud Storage JSON
+API, with generation preconditions),
 xla_cache_gcloud (`gcloud storage` for the restore, and which transport), xla_cache_restore
 (fetch, install, off), xla_cache_save (one save, safe beside others), xla_cache_watch (when to
 save). Transports: the restore uses `gcloud storage` where the VM has gcloud, else the JSON API
@@ -59,6 +61,8 @@ import xla_cache_base as base  # noqa: E402
 import xla_cache_gcloud as gcloud  # noqa: E402
 import xla_cache_pool as pool  # noqa: E402
 import xla_cache_restore as restore  # noqa: E402
+import xla_cache_resumable as resumable  # noqa: E402
+import xla_cache_retry as retry  # noqa: E402
 import xla_cache_save as save  # noqa: E402
 import xla_cache_watch as watch  # noqa: E402
 
@@ -69,7 +73,7 @@ generation_name = base.generation_name
 read_json = base.read_json
 write_json = base.write_json
 DEFAULT_WORKERS = pool.DEFAULT_WORKERS
-MODULES = (base, pool, api, gcloud, restore, save, watch)
+MODULES = (base, pool, retry, resumable, api, gcloud, restore, save, watch)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,12 +9,18 @@ meaning "no live object"; otherwise the service answers 412 Precondition Failed 
 nothing, which `write` raises as `PreconditionFailed`. `read_generation` returns an object with
 the generation it read (objects.get, then alt=media with `ifGenerationMatch` of that number),
 so a read-modify-write can be made conditional on nothing having changed since.
+Transient failures (408, 429, 5xx, a reset or timed-out connection) are tried again with
+backoff (xla_cache_retry says when and how long): every read, and a write only when it carries
+`ifGenerationMatch`; two writes of one object name are kept a second apart. Files over
+RESUMABLE_BYTES go up as resumable uploads (xla_cache_resumable).
 The token is held in memory only (never argv, env or a file).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import threading
@@ -46,6 +52,8 @@ from xla_cache_pool import (
     size_of,
     unlink_quietly,
 )
+from xla_cache_resumable import RESUMABLE_BYTES, ResumableUpload
+from xla_cache_retry import BodyCutShort, Policy, WriteSpacing, retryable
 
 #: How long a metadata-server token fetch is retried (connection errors, 5xx; 403/404 in a pod).
 TOKEN_RETRY_SECONDS = 60.0
@@ -77,6 +85,8 @@ class JsonApi:
         self._expires = 0.0
         # Pool workers share the token: one of them renews it, the others wait for it.
         self._token_lock = threading.Lock()
+        self.retry = Policy()
+        self.spacing = WriteSpacing()
 
     # -- identity -------------------------------------------------------------------------
     def _bearer(self, deadline: Deadline) -> str:
@@ -164,14 +174,29 @@ class JsonApi:
         before each of its reads (`_download_one`). `body` may be an iterable of bytes (with a
         Content-Length header): http.client sends it piece by piece (Lib/http/client.py
         `_send_output`), so an upload never holds a whole file in memory."""
-        timeout = min(deadline.check(f"{method} {path}"), MAX_SOCKET_TIMEOUT)
+        return self.open_url(method, self.endpoint.rstrip("/") + path, deadline, body, headers)
+
+    def open_url(
+        self,
+        method: str,
+        url: str,
+        deadline: Deadline,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """`_open` of a whole URL (a resumable upload's session URI, on the endpoint)."""
+        timeout = min(deadline.check(f"{method} {url}"), MAX_SOCKET_TIMEOUT)
         request = urllib.request.Request(  # noqa: S310 - https endpoint (loopback in tests)
-            self.endpoint.rstrip("/") + path,
+            url,
             data=body,
             method=method,
             headers={"Authorization": self._bearer(deadline), **(headers or {})},
         )
         return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+
+    def _get(self, path: str, deadline: Deadline, what: str) -> bytes:
+        """A GET's body, tried again on a transient failure (reads are idempotent)."""
+        return self.retry.run(lambda: self._call("GET", path, deadline), what, deadline)
 
     @staticmethod
     def _object_path(bucket: str, name: str) -> str:
@@ -186,11 +211,8 @@ class JsonApi:
             query = {"prefix": prefix, "fields": LIST_FIELDS}
             if token:
                 query["pageToken"] = token
-            page = json.loads(
-                self._call(
-                    "GET", f"/storage/v1/b/{bucket}/o?{urllib.parse.urlencode(query)}", deadline
-                )
-            )
+            path = f"/storage/v1/b/{bucket}/o?{urllib.parse.urlencode(query)}"
+            page = json.loads(self._get(path, deadline, f"list {url}"))
             for item in page.get("items", []):
                 found[str(item["name"])[len(prefix) :]] = item
             token = str(page.get("nextPageToken") or "")
@@ -201,7 +223,7 @@ class JsonApi:
         """The object's resource (objects.get without alt=media), or None if there is none."""
         bucket, name = split_gs(url)
         try:
-            return dict(json.loads(self._call("GET", self._object_path(bucket, name), deadline)))
+            return dict(json.loads(self._get(self._object_path(bucket, name), deadline, url)))
         except urllib.error.HTTPError as error:
             if error.code == 404:
                 return None
@@ -210,7 +232,7 @@ class JsonApi:
     def read(self, url: str, deadline: Deadline) -> bytes | None:
         bucket, name = split_gs(url)
         try:
-            return self._call("GET", self._object_path(bucket, name) + "?alt=media", deadline)
+            return self._get(self._object_path(bucket, name) + "?alt=media", deadline, url)
         except urllib.error.HTTPError as error:
             if error.code == 404:
                 return None
@@ -231,7 +253,7 @@ class JsonApi:
             query = urllib.parse.urlencode({"alt": "media", "ifGenerationMatch": generation})
             try:
                 path = f"{self._object_path(bucket, name)}?{query}"
-                return self._call("GET", path, deadline), generation
+                return self._get(path, deadline, url), generation
             except urllib.error.HTTPError as error:
                 if error.code not in (404, 412):
                     raise RuntimeError(f"read {url}: HTTP {error.code}") from None
@@ -250,14 +272,96 @@ class JsonApi:
         stop: Stop | None = None,
     ) -> dict[str, Any]:
         """Write `data` (bytes, or the path of a file, streamed in BLOCK pieces) as the object
-        `url` with a multipart insert, which alone carries the custom time and the mtime with
-        the bytes (a media upload, `uploadType=media`, takes only the name); its resource.
-        Raises PreconditionFailed on 412, nothing written."""
+        `url`; its resource. A multipart insert carries the custom time and the mtime with the
+        bytes (a media upload, `uploadType=media`, takes only the name); a file over
+        RESUMABLE_BYTES goes up resumably, its metadata in the session's first request.
+        Raises PreconditionFailed on 412, nothing written.
+
+        Tried again on a transient failure only with `if_generation_match` (it can land at most
+        once); each attempt waits until a second has passed since this tool last wrote the name
+        (`WriteSpacing`). A 412 after an attempt whose outcome is unknown (a 5xx, a reset, a
+        timeout: the service may have written the object and lost only its answer) is that
+        attempt's own write if, and only if, the live object holds exactly these bytes (size
+        and MD5); then the write succeeded. Otherwise another writer won, as on a first try.
+        Taking every such 412 for success would not be sound: another save's manifest, say,
+        would be kept as if it were this one's merge."""
         bucket, name = split_gs(url)
-        boundary = uuid.uuid4().hex
         fields: dict[str, Any] = {"name": name, "customTime": custom_time}
         if mtime is not None:
             fields["metadata"] = {MTIME_KEY: str(mtime)}
+        size = len(data) if isinstance(data, bytes) else os.path.getsize(data)
+        query: dict[str, Any] = {}
+        if if_generation_match is not None:
+            query["ifGenerationMatch"] = if_generation_match
+        what = f"write {url}"
+        resumable = (
+            ResumableUpload(
+                self, bucket, fields, data, size=size, query=query, progress=progress, stop=stop
+            )
+            if isinstance(data, str) and size > RESUMABLE_BYTES
+            else None
+        )
+        unknown = False  # an earlier attempt may have written the object
+
+        def attempt() -> dict[str, Any]:
+            nonlocal unknown
+            self.spacing.wait(url, deadline)
+            try:
+                if resumable is not None:
+                    return resumable.attempt(deadline)
+                return self._multipart(
+                    bucket, fields, data, size=size, query=query, deadline=deadline,
+                    progress=progress, stop=stop,
+                )  # fmt: skip
+            except Exception as error:
+                unknown = unknown or retryable(error)
+                raise
+            finally:
+                self.spacing.wrote(url)
+
+        try:
+            return self.retry.run(
+                attempt, what, deadline, retry=if_generation_match is not None,
+                stopped=lambda: stop is not None and stop.is_set(),
+            )  # fmt: skip
+        except urllib.error.HTTPError as error:
+            if error.code != 412:
+                raise RuntimeError(f"{what}: HTTP {error.code}") from None
+        landed = self._holds(url, data, deadline) if unknown else None
+        if landed is not None:
+            log(f"{what}: 412 on a retry, and the object holds these bytes: the earlier try landed")
+            return landed
+        raise PreconditionFailed(
+            f"{what}: 412 Precondition Failed (ifGenerationMatch={if_generation_match})"
+        )
+
+    def _holds(self, url: str, data: bytes | str, deadline: Deadline) -> dict[str, Any] | None:
+        """The live object's resource if it holds exactly `data` (size and MD5), else None."""
+        item = self.stat(url, deadline)
+        if item is None:
+            return None
+        if isinstance(data, bytes):
+            size = len(data)
+            md5 = base64.b64encode(hashlib.md5(data).digest()).decode()  # noqa: S324
+        else:
+            size, _sha, md5 = file_digests(data)
+        same = str(item.get("size")) == str(size) and item.get("md5Hash") == md5
+        return item if same else None
+
+    def _multipart(
+        self,
+        bucket: str,
+        fields: dict[str, Any],
+        data: bytes | str,
+        *,
+        size: int,
+        query: dict[str, Any],
+        deadline: Deadline,
+        progress: Progress | None,
+        stop: Stop | None,
+    ) -> dict[str, Any]:
+        """One multipart insert (metadata and bytes in one request); its resource."""
+        boundary = uuid.uuid4().hex
         head = b"".join(
             [
                 f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode(),
@@ -266,11 +370,7 @@ class JsonApi:
             ]
         )
         tail = f"\r\n--{boundary}--\r\n".encode()
-        size = len(data) if isinstance(data, bytes) else os.path.getsize(data)
-        query: dict[str, Any] = {"uploadType": "multipart"}
-        if if_generation_match is not None:
-            query["ifGenerationMatch"] = if_generation_match
-        what = f"write {url}"
+        what = f"write gs://{bucket}/{fields['name']}"
 
         def body() -> Iterator[bytes]:
             yield head
@@ -293,23 +393,17 @@ class JsonApi:
                     raise RuntimeError(f"{what}: the file changed size while it was sent")
             yield tail
 
-        try:
-            answer = self._call(
-                "POST",
-                f"/upload/storage/v1/b/{bucket}/o?{urllib.parse.urlencode(query)}",
-                deadline,
-                body(),
-                {
-                    "Content-Type": f"multipart/related; boundary={boundary}",
-                    "Content-Length": str(len(head) + size + len(tail)),
-                },
-            )
-        except urllib.error.HTTPError as error:
-            if error.code == 412:
-                raise PreconditionFailed(
-                    f"{what}: 412 Precondition Failed (ifGenerationMatch={if_generation_match})"
-                ) from None
-            raise RuntimeError(f"{what}: HTTP {error.code}") from None
+        answer = self._call(
+            "POST",
+            f"/upload/storage/v1/b/{bucket}/o?"
+            + urllib.parse.urlencode({"uploadType": "multipart", **query}),
+            deadline,
+            body(),
+            {
+                "Content-Type": f"multipart/related; boundary={boundary}",
+                "Content-Length": str(len(head) + size + len(tail)),
+            },
+        )
         return dict(json.loads(answer)) if answer.strip() else {}
 
     def set_custom_time(self, url: str, custom_time: str, deadline: Deadline) -> None:
@@ -383,7 +477,8 @@ class JsonApi:
         stop: Stop,
         progress: Progress,
     ) -> None:
-        """One object into `dest/rel` (a pool worker)."""
+        """One object into `dest/rel` (a pool worker), tried again on a transient failure (a
+        5xx, a reset, a body cut short), each try from the first byte into a fresh `.part`."""
         if stop.is_set():
             return
         target = os.path.join(dest, rel)
@@ -393,45 +488,15 @@ class JsonApi:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         part = target + ".part"
         what = f"download gs://{bucket}/{prefix}{rel}"
+        path = self._object_path(bucket, prefix + rel) + "?alt=media"
         try:
-            with self._open("GET", self._object_path(bucket, prefix + rel) + "?alt=media",
-                            deadline) as response, open(part, "wb") as handle:  # fmt: skip
-                expected = expected_bytes(response, item)
-                received = 0
-                sock = response_socket(response)
-                # read1: at most one socket read per block, so a server that trickles bytes
-                # meets the deadline check below instead of holding a whole block's read.
-                read = getattr(response, "read1", response.read)
-                with stop.watching(sock):
-                    while True:
-                        if stop.is_set():
-                            raise RuntimeError(f"{what}: stopped (another download failed)")
-                        left = deadline.check(what)
-                        if sock is not None:
-                            # The timeout urlopen set holds for every read from then on: a
-                            # body that trickles, then stalls, would hold this worker up to
-                            # that long past the deadline. Aim each read at the deadline.
-                            with contextlib.suppress(OSError):
-                                sock.settimeout(
-                                    max(MIN_READ_TIMEOUT, min(left, MAX_SOCKET_TIMEOUT))
-                                )
-                        block = read(BLOCK)
-                        if not block:
-                            break
-                        handle.write(block)
-                        received += len(block)
-                        progress.add(len(block))
-            if stop.is_set():
-                raise RuntimeError(f"{what}: stopped (another download failed)")
-            # http.client's read1 (and read(n)) return b"" when the connection closes early,
-            # with no IncompleteRead (CPython Lib/http/client.py HTTPResponse.read1): the
-            # length is the only sign of a body cut short.
-            if expected is not None and received < expected:
-                raise RuntimeError(f"{what}: short read {received} of {expected} bytes")
-            mtime = object_mtime(item)
-            if mtime is not None:  # as `gcloud storage rsync` does for a download
-                os.utime(part, (mtime, mtime))
-            os.replace(part, target)
+            self.retry.run(
+                lambda: self._fetch(
+                    path, item, part, target, deadline=deadline, stop=stop, progress=progress,
+                    what=what,
+                ),
+                what, deadline, stopped=stop.is_set,
+            )  # fmt: skip
         except urllib.error.HTTPError as error:
             unlink_quietly(part)
             raise RuntimeError(f"{what}: HTTP {error.code}") from None
@@ -439,6 +504,55 @@ class JsonApi:
             unlink_quietly(part)
             raise
         progress.done(0)
+
+    def _fetch(
+        self,
+        path: str,
+        item: dict[str, Any],
+        part: str,
+        target: str,
+        *,
+        deadline: Deadline,
+        stop: Stop,
+        progress: Progress,
+        what: str,
+    ) -> None:
+        """One try of one object's download into `part`, renamed to `target` once whole."""
+        with self._open("GET", path, deadline) as response, open(part, "wb") as handle:
+            expected = expected_bytes(response, item)
+            received = 0
+            sock = response_socket(response)
+            # read1: at most one socket read per block, so a server that trickles bytes
+            # meets the deadline check below instead of holding a whole block's read.
+            read = getattr(response, "read1", response.read)
+            with stop.watching(sock):
+                while True:
+                    if stop.is_set():
+                        raise RuntimeError(f"{what}: stopped (another download failed)")
+                    left = deadline.check(what)
+                    if sock is not None:
+                        # The timeout urlopen set holds for every read from then on: a
+                        # body that trickles, then stalls, would hold this worker up to
+                        # that long past the deadline. Aim each read at the deadline.
+                        with contextlib.suppress(OSError):
+                            sock.settimeout(max(MIN_READ_TIMEOUT, min(left, MAX_SOCKET_TIMEOUT)))
+                    block = read(BLOCK)
+                    if not block:
+                        break
+                    handle.write(block)
+                    received += len(block)
+                    progress.add(len(block))
+        if stop.is_set():
+            raise RuntimeError(f"{what}: stopped (another download failed)")
+        # http.client's read1 (and read(n)) return b"" when the connection closes early,
+        # with no IncompleteRead (CPython Lib/http/client.py HTTPResponse.read1): the
+        # length is the only sign of a body cut short, a TCP disconnect worth a retry.
+        if expected is not None and received < expected:
+            raise BodyCutShort(f"{what}: short read {received} of {expected} bytes")
+        mtime = object_mtime(item)
+        if mtime is not None:  # as `gcloud storage rsync` does for a download
+            os.utime(part, (mtime, mtime))
+        os.replace(part, target)
 
 
 def same_bytes(item: dict[str, Any], path: str) -> bool:

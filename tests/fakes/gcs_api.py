@@ -10,6 +10,12 @@ that tool calls, as documented in https://cloud.google.com/storage/docs/json_api
   ``uploadType=media&name=NAME`` with the bytes alone (no metadata: a media upload has none)
 - ``PATCH  /storage/v1/b/B/o/NAME``                     objects.patch (``customTime`` only moves
   forward: 400 otherwise, as on the real service)
+- ``POST   /upload/storage/v1/b/B/o?uploadType=resumable`` and ``PUT`` to its session URI:
+  resumable uploads, with status checks and 308 Resume Incomplete (tests/fakes/gcs_resumable.py)
+Injected transient failures (``inject``: a status with the service's error body, a reset
+connection, a reset partway through a resumable PUT, an answer lost after the request was done;
+tests/fakes/gcs_faults.py) meet the next matching requests; each request's arrival time is
+recorded (``requests[i]["time"]``, time.monotonic).
 Request preconditions (https://cloud.google.com/storage/docs/request-preconditions): objects.get
 (either form) and objects.insert take ``ifGenerationMatch``; the request proceeds only if the
 object's live generation is that number (``0``: there is no live object, "Setting to 0 makes
@@ -58,11 +64,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.fakes.gcs_faults import Injection, Injections, Reset, error_body, reset
+from tests.fakes.gcs_resumable import Sessions, content_range
 from tests.fakes.gcs_store import GcsStore, StoreError
 from tests.fakes.loopback import LoopbackHttpServer
 
 PAGE_SIZE = 1000
 MTIME_KEY = "goog-reserved-file-mtime"
+#: The node tool's backoff (scripts/remote/xla_cache_retry.py), made small for tests that inject
+#: a lasting fault: with google-api-core's defaults (first wait up to 1 s, retries for 120 s)
+#: each such test would wait two minutes before the failure it is about.
+QUICK_RETRIES = {"TPU_VLLM_CACHE_RETRY_INITIAL": "0.01", "TPU_VLLM_CACHE_RETRY_SECONDS": "0.3"}
 
 
 def rfc3339(seconds: float) -> str:
@@ -139,6 +151,8 @@ class FakeGcsApi(LoopbackHttpServer):
         self.answers: list[tuple[str, str, int, str]] = []
         self.holds: list[Hold] = []
         self.broken_bodies: list[BrokenBody] = []
+        self.injections = Injections()
+        self.sessions = Sessions()
         self._lock = threading.Lock()
         # Set by stop(): a broken answer's trickle and stall end then.
         self._stopping = threading.Event()
@@ -148,14 +162,25 @@ class FakeGcsApi(LoopbackHttpServer):
             def _body(self) -> bytes:
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-            def _answer(self, status: int, body: Any, raw: bytes | None = None) -> None:
+            def _answer(
+                self,
+                status: int,
+                body: Any,
+                raw: bytes | None = None,
+                headers: dict[str, str] | None = None,
+            ) -> None:
+                if getattr(self, "lose_answer", False):
+                    reset(self.connection)  # done, but the client never hears of it
                 self._uploaded()
                 with fake._lock:
                     fake.answers.append(
                         (self.command, self.path, status, getattr(self, "object_name", ""))
                     )
                 data = raw if raw is not None else json.dumps(body).encode()
-                self.send_response(status)
+                # 308 is the upload protocol's "Resume Incomplete", not a redirect.
+                self.send_response(status, "Resume Incomplete" if status == 308 else None)
+                for header, value in (headers or {}).items():
+                    self.send_header(header, value)
                 self.send_header("Content-Type", "application/json" if raw is None else
                                  "application/octet-stream")  # fmt: skip
                 self.send_header("Content-Length", str(len(data)))
@@ -186,7 +211,7 @@ class FakeGcsApi(LoopbackHttpServer):
                 url = urllib.parse.urlsplit(self.path)
                 query = dict(urllib.parse.parse_qsl(url.query))
                 media = method == "GET" and query.get("alt") == "media"
-                self.uploading = method == "POST" and url.path.startswith("/upload/")
+                self.uploading = method in ("POST", "PUT") and url.path.startswith("/upload/")
                 if self.uploading:
                     with fake._lock:
                         fake.uploads_in_flight += 1
@@ -215,8 +240,9 @@ class FakeGcsApi(LoopbackHttpServer):
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with fake._lock:
                     fake.requests.append(
-                        {"method": method, "path": self.path, "headers": headers, "body": body}
-                    )
+                        {"method": method, "path": self.path, "headers": headers, "body": body,
+                         "time": time.monotonic()}
+                    )  # fmt: skip
                     if media:
                         fake.media_in_flight += 1
                         fake.max_media_in_flight = max(
@@ -236,9 +262,33 @@ class FakeGcsApi(LoopbackHttpServer):
                     return
                 parts = url.path.split("/")
                 try:
+                    if self._injected(method, url, query, body, headers):
+                        return
                     self._route(method, parts, query, body, headers)
                 except StoreError as error:
                     self._error(error.status, str(error))
+
+            def _injected(
+                self, method: str, url: urllib.parse.SplitResult, query: dict[str, str],
+                body: bytes, headers: dict[str, str],
+            ) -> bool:  # fmt: skip
+                """Meet an injected failure (tests/fakes/gcs_faults.py), if one applies: True
+                if it answered for the request."""
+                name = _object_name(url, query, body, headers, fake.sessions)
+                self.object_name = name
+                injection = fake.injections.take(method, f"{urllib.parse.unquote(url.path)} {name}")
+                self.lose_answer = injection is not None and injection.lose_answer
+                self.cut_after = injection.after_bytes if injection is not None else None
+                if injection is None or self.lose_answer or self.cut_after is not None:
+                    return False
+                if not injection.status:
+                    reset(self.connection)
+                if method == "PUT":
+                    self._body()
+                bucket = url.path.split("/")[5] if url.path.startswith("/upload/") else (
+                    url.path.split("/")[4])  # fmt: skip
+                self._answer(injection.status, error_body(injection.status, f"{bucket}/{name}"))
+                return True
 
             def _insert(
                 self, bucket: str, query: dict[str, str], body: bytes, headers: dict[str, str]
@@ -255,17 +305,67 @@ class FakeGcsApi(LoopbackHttpServer):
                     raise StoreError(400, f"uploadType {kind!r} is not served here")
                 self.object_name = str(meta["name"])
                 condition = query.get("ifGenerationMatch")
+                condition_value = int(condition) if condition is not None else None
+                self._answer(200, self._put(bucket, meta, data, condition_value))
+
+            def _put(
+                self, bucket: str, meta: dict[str, Any], data: bytes, condition: int | None
+            ) -> dict[str, Any]:
+                """Write the object on its precondition (held, if a hold applies); its
+                resource."""
                 mtime = (meta.get("metadata") or {}).get(MTIME_KEY)
                 held = [hold for hold in fake.holds if hold.wait(meta["name"])]
                 with contextlib.ExitStack() as turns:
                     for hold in held:
                         turns.enter_context(hold.turn)
-                    stored = store.put(
+                    stored = fake.store.put(
                         bucket, meta["name"], data, custom_time=meta.get("customTime"),
                         mtime=int(mtime) if mtime is not None else None,
-                        if_generation_match=int(condition) if condition is not None else None,
+                        if_generation_match=condition,
                     )  # fmt: skip
-                self._answer(200, resource(stored))
+                return resource(stored)
+
+            def _open_session(self, bucket: str, query: dict[str, str], body: bytes) -> None:
+                """objects.insert with uploadType=resumable: a session, its URI in Location."""
+                fake.store.apply_fault("write")
+                meta = dict(json.loads(body)) if body.strip() else {}
+                if query.get("name"):
+                    meta["name"] = query["name"]
+                if not meta.get("name"):
+                    raise StoreError(400, "Required: the object's name")
+                self.object_name = str(meta["name"])
+                condition = query.get("ifGenerationMatch")
+                upload_id = fake.sessions.open(
+                    bucket, meta, int(condition) if condition is not None else None
+                )
+                location = (
+                    f"{fake.url}/upload/storage/v1/b/{bucket}/o?uploadType=resumable"
+                    f"&upload_id={upload_id}"
+                )
+                self._answer(200, None, b"", {"Location": location})
+
+            def _session_put(self, query: dict[str, str], headers: dict[str, str]) -> None:
+                """A PUT to a session: bytes from an offset, or (no body) a status check."""
+                session = fake.sessions.get(query.get("upload_id", ""))
+                self.object_name = session.name
+                length = int(headers.get("content-length") or 0)
+                start, _end, total = content_range(headers.get("content-range", ""))
+                if self.cut_after is not None:  # an injected reset partway through the bytes
+                    chunk = self.rfile.read(min(self.cut_after, length))
+                    if start is not None and session.done is None:
+                        session.take(start, chunk)
+                    reset(self.connection)
+                chunk = self.rfile.read(length)
+                if session.done is None and start is not None:
+                    session.take(start, chunk)
+                if session.done is None and total is not None and len(session.data) >= total:
+                    session.done = self._put(
+                        session.bucket, session.meta, bytes(session.data), session.condition
+                    )
+                if session.done is not None:
+                    self._answer(200, session.done)
+                else:
+                    self._answer(308, None, b"", session.range_header())
 
             def _route(
                 self,
@@ -277,7 +377,13 @@ class FakeGcsApi(LoopbackHttpServer):
             ) -> None:
                 store = fake.store
                 if parts[1:3] == ["upload", "storage"] and method == "POST":
-                    self._insert(parts[5], query, body, headers)
+                    if query.get("uploadType") == "resumable":
+                        self._open_session(parts[5], query, body)
+                    else:
+                        self._insert(parts[5], query, body, headers)
+                    return
+                if parts[1:3] == ["upload", "storage"] and method == "PUT":
+                    self._session_put(query, headers)
                     return
                 if parts[1:3] != ["storage", "v1"] or len(parts) < 6 or parts[5] != "o":
                     self._error(404, "Not Found")
@@ -330,6 +436,9 @@ class FakeGcsApi(LoopbackHttpServer):
             def do_PATCH(self) -> None:
                 self._handle("PATCH")
 
+            def do_PUT(self) -> None:
+                self._handle("PUT")
+
             def log_message(self, *_args: object) -> None:
                 return
 
@@ -350,6 +459,23 @@ class FakeGcsApi(LoopbackHttpServer):
             self.answers.clear()
             self.max_media_in_flight = self.media_in_flight
             self.max_uploads_in_flight = self.uploads_in_flight
+
+    def inject(
+        self,
+        method: str,
+        match: str,
+        status: int = 0,
+        *,
+        times: int = 1,
+        after_bytes: int | None = None,
+        lose_answer: bool = False,
+    ) -> None:
+        """The next `times` `method` requests on objects whose name (or path) contains `match`
+        meet `status` with the service's error body, or with status 0 a reset connection;
+        `after_bytes` resets a resumable PUT after that many of its bytes (kept); with
+        `lose_answer` the request is done and then the connection reset (tests/fakes/
+        gcs_faults.py)."""
+        self.injections.add(Injection(method, match, status, times, after_bytes, lose_answer))
 
     def hold(self, match: str, count: int, timeout: float = 30.0) -> None:
         """Hold the first `count` uploads of objects whose name contains `match` until all
@@ -377,10 +503,34 @@ class _Server(ThreadingHTTPServer):
         timed-out request) is no error of the service: the real one drops the answer too.
         socketserver would print a traceback into the test run's output for it."""
         if isinstance(
-            sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+            sys.exc_info()[1],
+            (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, Reset),
         ):
             return
         super().handle_error(request, client_address)
+
+
+def _object_name(
+    url: urllib.parse.SplitResult,
+    query: dict[str, str],
+    body: bytes,
+    headers: dict[str, str],
+    sessions: Sessions,
+) -> str:
+    """The object a request is about, where the request names it: the path, a multipart
+    body's metadata, a resumable session's, or the `name` parameter."""
+    parts = url.path.split("/")
+    if not url.path.startswith("/upload/"):
+        return urllib.parse.unquote("/".join(parts[6:]))
+    if query.get("upload_id"):
+        return sessions.name_of(query["upload_id"])
+    if query.get("name"):
+        return query["name"]
+    with contextlib.suppress(StoreError, ValueError, KeyError):
+        if query.get("uploadType") == "multipart":
+            return str(_multipart(headers.get("content-type", ""), body)[0]["name"])
+        return str(json.loads(body)["name"])
+    return ""
 
 
 def _multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], bytes]:
