@@ -420,3 +420,19 @@ def test_gke_uptime_check_adds_the_checkers_to_the_load_balancer_ranges() -> Non
     ranges = service["spec"]["loadBalancerSourceRanges"]
     assert "192.0.2.10/32" in ranges and not any(":" in r for r in ranges)
     assert run.one(UPTIME_CHECK).inputs["monitoredResource"]["labels"]["host"] == LB_ADDRESS
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4-gke"])
+@pytest.mark.parametrize("uptime", [False, True], ids=["no-uptime-check", "uptime-check"])
+def test_alert_policies_wait_for_the_servers_readiness(stack: str, uptime: bool) -> None:
+    """Issue 29 item 3: a policy made before the first server answers fires its "down"
+    condition during a cold start and pages the channels. Like the uptime check, every policy
+    is created only after the readiness check (`vllm-ready`: the VM's remote Command, GKE's
+    Job)."""
+    run = run_program(stack, {**ALERTS, **(UPTIME if uptime else {})})
+    policies = run.of_type(ALERT)
+    assert len(policies) == 3
+    for policy in policies:
+        assert "vllm-ready" in run.dependencies[policy.name], policy.name
+    if uptime:
+        assert "vllm-ready" in run.dependencies["monitoring-uptime-check"]
