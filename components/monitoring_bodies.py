@@ -84,7 +84,9 @@ def uptime_selector(check_id: str) -> str:
 
 
 def uptime_passed_query(check_id: str) -> str:
-    """The fraction of checker locations whose last check passed."""
+    """The fraction of checker locations whose last check passed. The check runs every
+    UPTIME_PERIOD whatever `monitoring.scrapeInterval` says, so its 5 min window is fixed (five
+    checks)."""
     return f"avg(avg_over_time({uptime_selector(check_id)}[5m]))"
 
 
@@ -247,8 +249,8 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
         down = f"max(max_over_time({passed}[5m])) < 1"
         down_doc = "No uptime-check location got a 2xx from `/health` for 5 minutes."
     else:
-        down = f"absent_over_time({q.series(vm.RUNNING)}[10m])"
-        down_doc = "No vLLM server of the stack reported metrics for 10 minutes."
+        down = f"absent_over_time({q.series(vm.RUNNING)}[{q.alert_window}])"
+        down_doc = f"No vLLM server of the stack reported metrics for {_spoken(q.alert_window)}."
     fix = "See `logs_command` and `.venv/bin/python scripts/status.py STACK`.".replace(
         "STACK", watch.stack
     )
@@ -267,14 +269,21 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
         "waiting-growing": _Alert(
             "waiting requests growing",
             # delta() of the gauge rather than a subquery: plain range selectors only.
-            f"{q.gauge_sum(vm.WAITING)} > 0 and sum(delta({q.series(vm.WAITING)}[10m])) > 0",
+            f"{q.gauge_sum(vm.WAITING)} > 0 "
+            f"and sum(delta({q.series(vm.WAITING)}[{q.alert_window}])) > 0",
             WAITING_ALERT_DURATION,
-            "Requests waiting and their number rising for 10 minutes: the servers cannot keep "
-            f"up. {fix}",
+            f"Requests waiting and their number rising over {_spoken(q.alert_window)}: the "
+            f"servers cannot keep up. {fix}",
             "WARNING",
         ),
     }
     return {short: _policy(watch.stack, alert, channels) for short, alert in alerts.items()}
+
+
+def _spoken(duration: str) -> str:
+    """`20m` as "20 minutes", `280s` as "280 seconds" (vllm_metrics.promql_duration's forms)."""
+    unit = "minutes" if duration.endswith("m") else "seconds"
+    return f"{duration[:-1]} {unit}"
 
 
 _MAPS = {"labels", "userLabels", "headers"}

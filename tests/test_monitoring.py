@@ -19,7 +19,7 @@ import pytest
 
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
-from components.config import ConfigError
+from components.config import MAX_SCRAPE_SECONDS, MIN_SCRAPE_SECONDS, ConfigError
 from scripts.program_runner import UPTIME_CHECK_IPS
 from tests.discovery import violations
 from tests.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
@@ -436,3 +436,55 @@ def test_alert_policies_wait_for_the_servers_readiness(stack: str, uptime: bool)
         assert "vllm-ready" in run.dependencies[policy.name], policy.name
     if uptime:
         assert "vllm-ready" in run.dependencies["monitoring-uptime-check"]
+
+
+# -- windows and the scrape interval (issue 29 item 6) ---------------------------------------------
+
+#: `name{matchers}[window]`: every range selector the bodies write names its metric and matchers.
+RANGE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{[^}]*\}\[(\d+)([smh])\]")
+SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def windows(queries: list[str]) -> list[tuple[str, int]]:
+    """(metric, window in seconds) of every range selector; a query with brackets that are not
+    such a selector fails here rather than going unchecked."""
+    found = []
+    for query in queries:
+        ranges = RANGE.findall(query)
+        assert len(ranges) == query.count("["), query
+        found += [(name, int(n) * SECONDS[unit]) for name, n, unit in ranges]
+    return found
+
+
+def test_the_window_check_reads_every_selector_and_can_fail() -> None:
+    assert windows(['sum(rate(vllm:x_total{job="j"}[2m]))', "avg_over_time(up{a=\"b\"}[90s])"]) == [
+        ("vllm:x_total", 120), ("up", 90)
+    ]  # fmt: skip
+    with pytest.raises(AssertionError):
+        windows(["sum(rate(vllm:x_total[5m]))"])  # no matchers: not recognised, not skipped
+
+
+@pytest.mark.parametrize("interval", ["10s", "5m"], ids=["min", "max"])
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4-gke"])
+def test_every_window_spans_four_scrapes_at_the_interval_bounds(stack: str, interval: str) -> None:
+    """With `monitoring.scrapeInterval` at 5 min, fixed 5 min windows held one or two samples
+    and every rate and quantile tile was empty. Each window over a scraped series now spans at
+    least four scrapes (and never less than before); the uptime check's own windows span four
+    of its 60 s checks. The queries still parse with Prometheus' parser."""
+    seconds = {"10s": 10, "5m": 300}[interval]
+    assert seconds in (MIN_SCRAPE_SECONDS, MAX_SCRAPE_SECONDS)
+    run = run_program(stack, {**ALERTS, **UPTIME, "tpu-vllm:monitoring.scrapeInterval": interval})
+    queries = bodies.promql(dashboard_body(run))
+    for policy in run.of_type(ALERT):
+        queries += [
+            c["conditionPrometheusQueryLanguage"]["query"] for c in policy.inputs["conditions"]
+        ]
+    assert len(run.of_type(ALERT)) == 3 and len(queries) >= 16
+    found = windows(queries)
+    scraped = [(n, w) for n, w in found if n.startswith("vllm:")]
+    assert len(scraped) >= 8  # 6 rates or quantiles a kind of tile, and the two alerts' windows
+    for name, window in found:
+        period = seconds if name.startswith("vllm:") else 60  # uptime_check/check_passed
+        assert window >= 4 * period, (name, window, interval)
+        assert window >= 300, (name, window)  # the default's windows never shrink
+    assert parse_errors(queries) == {}

@@ -97,7 +97,9 @@ def build_vm(
         StackMonitoringArgs(
             config=config,
             backend="vm",
-            queries=queries_for(config.stack),
+            queries=queries_for(
+                config.stack, scrape_seconds=config.monitoring.scrape_interval_seconds
+            ),
             host=name.hostname if name is not None else text_or_empty(tpu.external_ip),
             after=[server.ready],
         ),
