@@ -72,6 +72,8 @@ class StackMonitoringArgs:
     host: pulumi.Input[str]
     #: GKE: the stack's namespace (TPU metrics per container); None on the VM backend.
     namespace: str | None = None
+    #: VM: every node id the stack's TPU may have (the renewal pair); the TPU tiles pick them.
+    tpu_nodes: Sequence[str] = ()
     #: The readiness check: the uptime check and the alert policies are created only once the
     #: endpoint serves (a policy made earlier fires "down" during every cold start).
     after: Sequence[pulumi.Resource] = field(default_factory=list)
@@ -112,7 +114,14 @@ class StackMonitoring(pulumi.ComponentResource):
         )
 
         def watch(check: str | None) -> bodies.Watch:
-            return bodies.Watch(config.stack, args.backend, args.queries, args.namespace, check)
+            return bodies.Watch(
+                config.stack,
+                args.backend,
+                args.queries,
+                args.namespace,
+                check,
+                tuple(args.tpu_nodes),
+            )
 
         self.dashboard: gcp.monitoring.Dashboard | None = None
         self.dashboard_url = pulumi.Output.from_input("")

@@ -46,6 +46,8 @@ class Watch:
     namespace: str | None = None
     #: The uptime check's id (its `check_id` label), None when there is none.
     uptime_check_id: str | None = None
+    #: VM: the node ids the stack's TPU may have (its own and the renewal's successor).
+    tpu_nodes: tuple[str, ...] = ()
 
 
 def _chart(title: str, series: Sequence[tuple[str, str]], unit: str = "") -> dict[str, Any]:
@@ -67,9 +69,18 @@ def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
         duty, hbm = f"{vm.GKE_DUTY_CYCLE}{{{where}}}", f"{vm.GKE_HBM_USED}{{{where}}}"
         scope = "this stack's pods"
     else:
-        # The TPU VM's runtime metrics carry no node name: the project's TPU VMs are shown.
-        duty, hbm = vm.TPU_VM_DUTY_CYCLE, vm.TPU_VM_HBM_USED
-        scope = "every TPU VM of the project"
+        # Cloud TPU writes its runtime metrics on the `tpu_worker` monitored resource, whose
+        # labels are project_id, zone, node_id and worker_id (Cloud Monitoring "Monitored
+        # resource types", tpu_worker; Cloud Logging filters this resource the same way,
+        # GoogleCloudPlatform/ml-auto-solutions dags/.../validation_util.py). PromQL reads a
+        # resource label as a plain label, so `node_id` picks this stack's nodes: the current
+        # one and the renewal's successor, which both serve during a renewal.
+        if not watch.tpu_nodes or not all(re.fullmatch(r"[a-z0-9-]+", n) for n in watch.tpu_nodes):
+            raise ValueError(f"TPU node ids [a-z0-9-]+ are needed, got {watch.tpu_nodes!r}")
+        where = f'monitored_resource="tpu_worker",node_id=~"{"|".join(watch.tpu_nodes)}"'
+        duty = f"{vm.TPU_VM_DUTY_CYCLE}{{{where}}}"
+        hbm = f"{vm.TPU_VM_HBM_USED}{{{where}}}"
+        scope = "this stack's TPU VM"
     return [
         _chart(f"TPU duty cycle ({scope})", [("max", f"max({duty})")], "%"),
         _chart(f"TPU HBM used ({scope})", [("sum", f"sum({hbm})")], "By"),

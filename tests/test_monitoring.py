@@ -20,6 +20,8 @@ import pytest
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
 from components.config import MAX_SCRAPE_SECONDS, MIN_SCRAPE_SECONDS, ConfigError
+from components.vm.queued_resource_spec import SLOTS, Spec
+from components.vm.tpu import node_ids
 from scripts.program_runner import UPTIME_CHECK_IPS
 from tests.discovery import violations
 from tests.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
@@ -50,7 +52,7 @@ def sample_names(path: Path = SAMPLE) -> set[str]:
 
 def watches() -> list[bodies.Watch]:
     return [
-        bodies.Watch("v5e1", "vm", vm.queries_for("v5e1"), None, check)
+        bodies.Watch("v5e1", "vm", vm.queries_for("v5e1"), None, check, node_ids("v5e1"))
         for check in (None, UPTIME_CHECK_ID)
     ] + [
         bodies.Watch("v6e4-gke", "gke", vm.queries_for("v6e4-gke", "tpu-vllm-v6e4-gke"),
@@ -488,3 +490,32 @@ def test_every_window_spans_four_scrapes_at_the_interval_bounds(stack: str, inte
         assert window >= 4 * period, (name, window, interval)
         assert window >= 300, (name, window)  # the default's windows never shrink
     assert parse_errors(queries) == {}
+
+
+# -- the VM's TPU tiles (issue 29 item 7) ---------------------------------------------------
+
+
+def test_vm_tpu_tiles_show_only_this_stacks_nodes_current_and_successor() -> None:
+    """Cloud TPU's runtime metrics are written on the `tpu_worker` resource, labelled with the
+    node's `node_id`: the tiles pick the node ids the stack's queued resource may hold, the one
+    it has and the renewal's successor (both serve during a renewal), so two VM stacks in one
+    project no longer share duty cycle and HBM."""
+    run = run_program("v5e1")
+    spec = Spec.from_props(run.named("tpu-qr").inputs)
+    wanted = [spec.in_slot(slot).node_id for slot in SLOTS]
+    assert wanted == ["tpu-vllm-v5e1-node", "tpu-vllm-v5e1-node-b"]
+    tiles = {
+        t["widget"]["title"]: bodies.promql(t["widget"])
+        for t in dashboard_body(run)["mosaicLayout"]["tiles"]
+    }
+    tpu = {title: qs for title, qs in tiles.items() if title.startswith("TPU ")}
+    assert len(tpu) == 2 and all("every TPU VM" not in title for title in tpu)
+    for [query] in tpu.values():
+        matcher = re.search(r'node_id=~"([^"]*)"', query)
+        assert matcher is not None and 'monitored_resource="tpu_worker"' in query, query
+        assert matcher.group(1).split("|") == wanted
+        # Anchored as PromQL anchors =~: another stack's nodes do not match.
+        other = node_ids("v5e1-other")
+        assert not any(re.fullmatch(matcher.group(1), node) for node in other)
+        assert all(re.fullmatch(matcher.group(1), node) for node in wanted)
+    assert parse_errors([q for qs in tpu.values() for q in qs]) == {}
