@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components import vllm_metrics as vm
+from components.naming import label_value
 from components.vllm_metrics import Queries
 
 #: Mosaic layout columns (Monitoring v1 MosaicLayout: 48 is the console's grid).
@@ -167,7 +168,7 @@ def dashboard(watch: Watch) -> dict[str, Any]:
         tiles.append({k: v for k, v in tile.items() if not (k in ("xPos", "yPos") and v == 0)})
     return {
         "displayName": f"tpu-vllm {watch.stack}",
-        "labels": {"tpu-vllm": "", f"stack-{re.sub(r'[^a-z0-9_-]', '-', watch.stack.lower())}": ""},
+        "labels": {"tpu-vllm": "", label_value(f"stack-{watch.stack}"): ""},
         "mosaicLayout": {"columns": COLUMNS, "tiles": tiles},
     }
 
@@ -205,7 +206,7 @@ def uptime_check(stack: str, project: str, host: str, port: int) -> dict[str, An
         "period": UPTIME_PERIOD,
         "timeout": UPTIME_TIMEOUT,
         "checkerType": "STATIC_IP_CHECKERS",
-        "userLabels": {"tpu-vllm-stack": stack},
+        "userLabels": {"tpu-vllm-stack": label_value(stack)},
     }
 
 
@@ -246,7 +247,7 @@ def _policy(stack: str, alert: _Alert, channels: Sequence[str]) -> dict[str, Any
         "notificationChannels": list(channels),
         "alertStrategy": {"autoClose": "1800s"},
         "severity": alert.severity,
-        "userLabels": {"tpu-vllm-stack": stack},
+        "userLabels": {"tpu-vllm-stack": label_value(stack)},
     }
 
 

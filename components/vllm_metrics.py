@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.config import DEFAULT_SCRAPE_SECONDS
-from components.naming import resource_id
+from components.naming import distinct_id
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -73,8 +73,9 @@ UPTIME_CHECK_PASSED = "monitoring_googleapis_com:uptime_check_check_passed"
 
 
 def job_name(stack: str) -> str:
-    """The `job` label of this stack's scrape target, on both backends."""
-    return resource_id(stack)
+    """The `job` label of this stack's scrape target, on both backends (a hash keeps two long
+    stack names apart: components/naming.py `distinct_id`)."""
+    return distinct_id(stack)
 
 
 #: Scrapes a range selector spans at least. rate(), delta() and the quantiles need two samples

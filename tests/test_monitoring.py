@@ -20,6 +20,7 @@ import pytest
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
 from components.config import MAX_SCRAPE_SECONDS, MIN_SCRAPE_SECONDS, ConfigError
+from components.naming import resource_id
 from components.vm.queued_resource_spec import SLOTS, Spec
 from components.vm.tpu import node_ids
 from scripts.program_runner import UPTIME_CHECK_IPS
@@ -519,3 +520,48 @@ def test_vm_tpu_tiles_show_only_this_stacks_nodes_current_and_successor() -> Non
         assert not any(re.fullmatch(matcher.group(1), node) for node in other)
         assert all(re.fullmatch(matcher.group(1), node) for node in wanted)
     assert parse_errors([q for qs in tpu.values() for q in qs]) == {}
+
+
+# -- labels and job names (issue 29 item 11) ---------------------------------------------
+
+#: Cloud Monitoring label keys and values: lowercase letters, digits, `_` and `-`, up to 63.
+MONITORING_LABEL = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+def test_alert_and_uptime_labels_use_the_cleaned_stack_name_as_the_dashboard_does() -> None:
+    """A Pulumi stack name may hold capitals and dots, which Monitoring refuses in a label:
+    the policies' and the uptime check's `tpu-vllm-stack` label is the name the dashboard's
+    label already used, cleaned."""
+    stack = "Team.Prod_V5e1-" + "x" * 60
+    watch = bodies.Watch(stack, "vm", vm.queries_for(stack), None, UPTIME_CHECK_ID,
+                         node_ids(stack))  # fmt: skip
+    values = [bodies.uptime_check(stack, "p", "h", 1)["userLabels"]["tpu-vllm-stack"]]
+    values += [
+        body["userLabels"]["tpu-vllm-stack"]
+        for body in bodies.alert_policies(watch, [CHANNEL]).values()
+    ]
+    assert len(values) == 4 and len(set(values)) == 1
+    [value] = set(values)
+    assert MONITORING_LABEL.fullmatch(value), value
+    assert value.startswith("team-prod_v5e1-x")
+    dashboard_keys = set(bodies.dashboard(watch)["labels"]) - {"tpu-vllm"}
+    [key] = dashboard_keys
+    assert MONITORING_LABEL.fullmatch(key) and key.startswith("stack-team-prod_v5e1-x")
+    # Names that were valid already keep their value.
+    assert bodies.uptime_check("v5e1", "p", "h", 1)["userLabels"] == {"tpu-vllm-stack": "v5e1"}
+
+
+def test_long_stack_names_that_share_30_characters_get_two_job_names() -> None:
+    """Both stacks' series would carry one `job` and mix in each other's dashboard and alerts;
+    a short hash of the full name now ends a truncated job name. Short names are unchanged."""
+    a, b = "production-v6e4-gke-europe-a", "production-v6e4-gke-europe-b"
+    assert resource_id(a) == resource_id(b)  # what the job names were
+    jobs = {vm.job_name(a), vm.job_name(b)}
+    assert len(jobs) == 2
+    for job in jobs:
+        assert len(job) <= 30 and re.fullmatch(r"[a-z][-a-z0-9]*[a-z0-9]", job), job
+        assert job.startswith("tpu-vllm-production-v6e-")
+    assert vm.job_name(a) == vm.job_name(a)  # stable from one run to the next
+    assert vm.job_name("v5e1") == "tpu-vllm-v5e1"
+    assert vm.job_name("v6e4-gke") == "tpu-vllm-v6e4-gke"
+    assert f'job="{vm.job_name(a)}"' in vm.queries_for(a).selector
