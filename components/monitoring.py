@@ -72,7 +72,10 @@ class StackMonitoringArgs:
     host: pulumi.Input[str]
     #: GKE: the stack's namespace (TPU metrics per container); None on the VM backend.
     namespace: str | None = None
-    #: The readiness check: the uptime check starts only once the endpoint serves.
+    #: VM: every node id the stack's TPU may have (the renewal pair); the TPU tiles pick them.
+    tpu_nodes: Sequence[str] = ()
+    #: The readiness check: the uptime check and the alert policies are created only once the
+    #: endpoint serves (a policy made earlier fires "down" during every cold start).
     after: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
@@ -90,6 +93,7 @@ class StackMonitoring(pulumi.ComponentResource):
         config = args.config
         settings = config.monitoring
         child = pulumi.ResourceOptions(parent=self)
+        after_ready = pulumi.ResourceOptions(parent=self, depends_on=list(args.after))
         self.uptime: gcp.monitoring.UptimeCheckConfig | None = None
         check_id: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         if settings.uptime_check:
@@ -102,7 +106,7 @@ class StackMonitoring(pulumi.ComponentResource):
                 f"{name}-uptime-check",
                 project=config.project,
                 **_args_of(body, bodies.uptime_check(config.stack, config.project, "HOST", 1)),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+                opts=after_ready,
             )
             check_id = self.uptime.uptime_check_id
         self.uptime_check = (
@@ -110,7 +114,14 @@ class StackMonitoring(pulumi.ComponentResource):
         )
 
         def watch(check: str | None) -> bodies.Watch:
-            return bodies.Watch(config.stack, args.backend, args.queries, args.namespace, check)
+            return bodies.Watch(
+                config.stack,
+                args.backend,
+                args.queries,
+                args.namespace,
+                check,
+                tuple(args.tpu_nodes),
+            )
 
         self.dashboard: gcp.monitoring.Dashboard | None = None
         self.dashboard_url = pulumi.Output.from_input("")
@@ -146,7 +157,10 @@ class StackMonitoring(pulumi.ComponentResource):
                         f"{name}-alert-{short}",
                         project=config.project,
                         **_args_of(body, example),
-                        opts=child,
+                        # The endpoint-down condition (no metrics for 10 min, held 5 min) would
+                        # fire about 15 min into a first `pulumi up`, long before a cold start
+                        # ends, and page `notificationChannels`: made after readiness instead.
+                        opts=after_ready,
                     )
                 )
         self.register_outputs(

@@ -4,7 +4,7 @@ One source of truth for what the stack declares to watch its server: the tests v
 bodies against the Monitoring API's discovery documents that ship with google-api-python-client
 (`monitoring.v1.json` for `Dashboard`, `monitoring.v3.json` for `AlertPolicy` and
 `UptimeCheckConfig`) and parse every PromQL expression with Prometheus' own parser
-(tests/test_monitoring_bodies.py); components/monitoring.py hands the same bodies to pulumi-gcp
+(tests/test_monitoring.py); components/monitoring.py hands the same bodies to pulumi-gcp
 (`dashboard_json` as JSON; the others through `pulumi_args`, the snake_case spelling of the REST
 fields that pulumi-gcp's AlertPolicy and UptimeCheckConfig arguments map to).
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components import vllm_metrics as vm
+from components.naming import label_value
 from components.vllm_metrics import Queries
 
 #: Mosaic layout columns (Monitoring v1 MosaicLayout: 48 is the console's grid).
@@ -46,6 +47,8 @@ class Watch:
     namespace: str | None = None
     #: The uptime check's id (its `check_id` label), None when there is none.
     uptime_check_id: str | None = None
+    #: VM: the node ids the stack's TPU may have (its own and the renewal's successor).
+    tpu_nodes: tuple[str, ...] = ()
 
 
 def _chart(title: str, series: Sequence[tuple[str, str]], unit: str = "") -> dict[str, Any]:
@@ -67,9 +70,18 @@ def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
         duty, hbm = f"{vm.GKE_DUTY_CYCLE}{{{where}}}", f"{vm.GKE_HBM_USED}{{{where}}}"
         scope = "this stack's pods"
     else:
-        # The TPU VM's runtime metrics carry no node name: the project's TPU VMs are shown.
-        duty, hbm = vm.TPU_VM_DUTY_CYCLE, vm.TPU_VM_HBM_USED
-        scope = "every TPU VM of the project"
+        # Cloud TPU writes its runtime metrics on the `tpu_worker` monitored resource, whose
+        # labels are project_id, zone, node_id and worker_id (Cloud Monitoring "Monitored
+        # resource types", tpu_worker; Cloud Logging filters this resource the same way,
+        # GoogleCloudPlatform/ml-auto-solutions dags/.../validation_util.py). PromQL reads a
+        # resource label as a plain label, so `node_id` picks this stack's nodes: the current
+        # one and the renewal's successor, which both serve during a renewal.
+        if not watch.tpu_nodes or not all(re.fullmatch(r"[a-z0-9-]+", n) for n in watch.tpu_nodes):
+            raise ValueError(f"TPU node ids [a-z0-9-]+ are needed, got {watch.tpu_nodes!r}")
+        where = f'monitored_resource="tpu_worker",node_id=~"{"|".join(watch.tpu_nodes)}"'
+        duty = f"{vm.TPU_VM_DUTY_CYCLE}{{{where}}}"
+        hbm = f"{vm.TPU_VM_HBM_USED}{{{where}}}"
+        scope = "this stack's TPU VM"
     return [
         _chart(f"TPU duty cycle ({scope})", [("max", f"max({duty})")], "%"),
         _chart(f"TPU HBM used ({scope})", [("sum", f"sum({hbm})")], "By"),
@@ -84,7 +96,9 @@ def uptime_selector(check_id: str) -> str:
 
 
 def uptime_passed_query(check_id: str) -> str:
-    """The fraction of checker locations whose last check passed."""
+    """The fraction of checker locations whose last check passed. The check runs every
+    UPTIME_PERIOD whatever `monitoring.scrapeInterval` says, so its 5 min window is fixed (five
+    checks)."""
     return f"avg(avg_over_time({uptime_selector(check_id)}[5m]))"
 
 
@@ -154,7 +168,7 @@ def dashboard(watch: Watch) -> dict[str, Any]:
         tiles.append({k: v for k, v in tile.items() if not (k in ("xPos", "yPos") and v == 0)})
     return {
         "displayName": f"tpu-vllm {watch.stack}",
-        "labels": {"tpu-vllm": "", f"stack-{re.sub(r'[^a-z0-9_-]', '-', watch.stack.lower())}": ""},
+        "labels": {"tpu-vllm": "", label_value(f"stack-{watch.stack}"): ""},
         "mosaicLayout": {"columns": COLUMNS, "tiles": tiles},
     }
 
@@ -192,7 +206,7 @@ def uptime_check(stack: str, project: str, host: str, port: int) -> dict[str, An
         "period": UPTIME_PERIOD,
         "timeout": UPTIME_TIMEOUT,
         "checkerType": "STATIC_IP_CHECKERS",
-        "userLabels": {"tpu-vllm-stack": stack},
+        "userLabels": {"tpu-vllm-stack": label_value(stack)},
     }
 
 
@@ -233,7 +247,7 @@ def _policy(stack: str, alert: _Alert, channels: Sequence[str]) -> dict[str, Any
         "notificationChannels": list(channels),
         "alertStrategy": {"autoClose": "1800s"},
         "severity": alert.severity,
-        "userLabels": {"tpu-vllm-stack": stack},
+        "userLabels": {"tpu-vllm-stack": label_value(stack)},
     }
 
 
@@ -247,8 +261,8 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
         down = f"max(max_over_time({passed}[5m])) < 1"
         down_doc = "No uptime-check location got a 2xx from `/health` for 5 minutes."
     else:
-        down = f"absent_over_time({q.series(vm.RUNNING)}[10m])"
-        down_doc = "No vLLM server of the stack reported metrics for 10 minutes."
+        down = f"absent_over_time({q.series(vm.RUNNING)}[{q.alert_window}])"
+        down_doc = f"No vLLM server of the stack reported metrics for {_spoken(q.alert_window)}."
     fix = "See `logs_command` and `.venv/bin/python scripts/status.py STACK`.".replace(
         "STACK", watch.stack
     )
@@ -267,14 +281,21 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
         "waiting-growing": _Alert(
             "waiting requests growing",
             # delta() of the gauge rather than a subquery: plain range selectors only.
-            f"{q.gauge_sum(vm.WAITING)} > 0 and sum(delta({q.series(vm.WAITING)}[10m])) > 0",
+            f"{q.gauge_sum(vm.WAITING)} > 0 "
+            f"and sum(delta({q.series(vm.WAITING)}[{q.alert_window}])) > 0",
             WAITING_ALERT_DURATION,
-            "Requests waiting and their number rising for 10 minutes: the servers cannot keep "
-            f"up. {fix}",
+            f"Requests waiting and their number rising over {_spoken(q.alert_window)}: the "
+            f"servers cannot keep up. {fix}",
             "WARNING",
         ),
     }
     return {short: _policy(watch.stack, alert, channels) for short, alert in alerts.items()}
+
+
+def _spoken(duration: str) -> str:
+    """`20m` as "20 minutes", `280s` as "280 seconds" (vllm_metrics.promql_duration's forms)."""
+    unit = "minutes" if duration.endswith("m") else "seconds"
+    return f"{duration[:-1]} {unit}"
 
 
 _MAPS = {"labels", "userLabels", "headers"}

@@ -7,6 +7,7 @@ reader of the console or a billing report can tell which stack made what.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from components.config import StackConfig
@@ -19,6 +20,26 @@ def resource_id(stack: str, suffix: str = "") -> str:
     base = re.sub(r"[^a-z0-9-]+", "-", f"{PROGRAM}-{stack}".lower()).strip("-")
     text = f"{base}{suffix}"
     return text[:30].rstrip("-")
+
+
+def distinct_id(stack: str) -> str:
+    """`resource_id(stack)`, unless truncating it dropped part of the name: then its head and 6
+    hex characters of the name's SHA-256, so two long stack names that share their first 30
+    characters still get two ids (a scrape `job` they shared would mix their servers' series in
+    one dashboard and one alert). Short names keep the id they always had."""
+    full = re.sub(r"[^a-z0-9-]+", "-", f"{PROGRAM}-{stack}".lower()).strip("-")
+    short = resource_id(stack)
+    if short == full:
+        return short
+    digest = hashlib.sha256(stack.encode()).hexdigest()[:6]
+    return f"{short[: 30 - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def label_value(text: str) -> str:
+    """`text` as a Cloud Monitoring label key or value: lowercase letters, digits, `_` and `-`,
+    at most 63 characters (Monitoring v3 AlertPolicy.userLabels, UptimeCheckConfig.userLabels;
+    v1 Dashboard.labels)."""
+    return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
 
 
 def labels(config: StackConfig) -> dict[str, str]:

@@ -5,7 +5,7 @@ Names come from the engine the image runs: vLLM 0.32.0 `vllm/v1/metrics/loggers.
 prometheus_client appends `_total` to a counter's name when it renders it, so the counter
 `vllm:prompt_tokens` is scraped as `vllm:prompt_tokens_total`; histograms as `_bucket`, `_sum`,
 `_count`. Every name here appears in tests/fixtures/vllm_metrics/v6e4_metrics.txt, and none of
-`REMOVED` does (tests/test_vllm_metrics.py).
+`REMOVED` does (tests/test_monitoring.py).
 
 Cloud Monitoring stores what Managed Service for Prometheus (GKE) or the Ops Agent's Prometheus
 receiver (VM) scrapes as `prometheus.googleapis.com/NAME/KIND` on the `prometheus_target`
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.naming import resource_id
+from components.config import DEFAULT_SCRAPE_SECONDS
+from components.naming import distinct_id
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -72,8 +73,33 @@ UPTIME_CHECK_PASSED = "monitoring_googleapis_com:uptime_check_check_passed"
 
 
 def job_name(stack: str) -> str:
-    """The `job` label of this stack's scrape target, on both backends."""
-    return resource_id(stack)
+    """The `job` label of this stack's scrape target, on both backends (a hash keeps two long
+    stack names apart: components/naming.py `distinct_id`)."""
+    return distinct_id(stack)
+
+
+#: Scrapes a range selector spans at least. rate(), delta() and the quantiles need two samples
+#: in their window, and a missed or late scrape takes one away: the usual rule is a window of
+#: four scrape intervals or more (Grafana's `$__rate_interval` is max(step + scrape, 4 x scrape),
+#: grafana/grafana #77234 and #84063; Bastos and Araujo, "Hands-On Infrastructure Monitoring with
+#: Prometheus", ch. 7, "Having enough data to work with"). `monitoring.scrapeInterval` may be up to
+#: 5 min, so the windows grow with it instead of the interval being capped: a slower scrape is
+#: chosen to ingest (and pay for) fewer samples, and its dashboard should still draw.
+SCRAPES_PER_WINDOW = 4
+#: The shortest windows, for the default 30 s scrape: rates and quantiles over 5 min, the
+#: alerts' "nothing arrived" and "rising" over 10 min.
+RATE_WINDOW_SECONDS = 300
+ALERT_WINDOW_SECONDS = 600
+
+
+def window_seconds(scrape_seconds: int, at_least: int) -> int:
+    """A range selector's length: `at_least`, or four scrapes when that is longer."""
+    return max(at_least, SCRAPES_PER_WINDOW * scrape_seconds)
+
+
+def promql_duration(seconds: int) -> str:
+    """`20m`, or `280s` when not whole minutes (PromQL durations take either)."""
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
 
 
 @dataclass(frozen=True)
@@ -82,6 +108,18 @@ class Queries:
 
     #: Label matchers inside `{...}` that pick this stack's vLLM series.
     selector: str
+    #: `monitoring.scrapeInterval`: how far apart the samples of those series are.
+    scrape_seconds: int = DEFAULT_SCRAPE_SECONDS
+
+    @property
+    def rate_window(self) -> str:
+        """The window of every rate() and quantile: 5 min, or four scrapes."""
+        return promql_duration(window_seconds(self.scrape_seconds, RATE_WINDOW_SECONDS))
+
+    @property
+    def alert_window(self) -> str:
+        """The alerts' window over vLLM series: 10 min, or four scrapes."""
+        return promql_duration(window_seconds(self.scrape_seconds, ALERT_WINDOW_SECONDS))
 
     def series(self, name: str, extra: str = "") -> str:
         matchers = ",".join(m for m in (self.selector, extra) if m)
@@ -90,13 +128,13 @@ class Queries:
     def gauge_sum(self, name: str) -> str:
         return f"sum({self.series(name)})"
 
-    def rate_sum(self, name: str, window: str = "5m", by: str = "") -> str:
+    def rate_sum(self, name: str, by: str = "") -> str:
         grouping = f" by ({by})" if by else ""
-        return f"sum{grouping}(rate({self.series(name)}[{window}]))"
+        return f"sum{grouping}(rate({self.series(name)}[{self.rate_window}]))"
 
-    def quantile(self, q: float, histogram: str, window: str = "5m") -> str:
+    def quantile(self, q: float, histogram: str) -> str:
         buckets = self.series(f"{histogram}_bucket")
-        return f"histogram_quantile({q}, sum by (le)(rate({buckets}[{window}])))"
+        return f"histogram_quantile({q}, sum by (le)(rate({buckets}[{self.rate_window}])))"
 
     def kv_cache_max(self) -> str:
         return f"max({self.series(KV_CACHE_USAGE)})"
@@ -105,9 +143,11 @@ class Queries:
         return f"count({self.series(RUNNING)})"
 
 
-def queries_for(stack: str, namespace: str | None = None) -> Queries:
+def queries_for(
+    stack: str, namespace: str | None = None, scrape_seconds: int = DEFAULT_SCRAPE_SECONDS
+) -> Queries:
     """`job="tpu-vllm-STACK"`, and on GKE the stack's namespace too (a shared cluster)."""
     matchers = [f'job="{job_name(stack)}"']
     if namespace:
         matchers.append(f'namespace="{namespace}"')
-    return Queries(",".join(matchers))
+    return Queries(",".join(matchers), scrape_seconds)

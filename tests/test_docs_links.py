@@ -174,3 +174,34 @@ def test_configuration_reference_names_every_key() -> None:
     for key in expected:
         default, meaning = documented[key]
         assert default and meaning, key
+
+
+#: A path to one of the suite's test files, as docstrings, comments and notes cite them.
+_TEST_FILE = re.compile(r"\btests/(?:[a-z_]+/)*test_[a-z0-9_]+\.py\b")
+
+
+def cited_test_files(text: str) -> set[str]:
+    return set(_TEST_FILE.findall(text))
+
+
+def _citing_files() -> Iterator[Path]:
+    for pattern in ("*.md", "docs/*.md", "components/**/*.py", "scripts/**/*.py",
+                    "scripts/**/*.sh", "tests/*.py", "tests/fixtures/**/*.md"):  # fmt: skip
+        yield from ROOT.glob(pattern)
+
+
+def test_every_cited_test_file_exists() -> None:
+    """A docstring or note that names a test file sends its reader to where a claim is
+    checked; one that names a file the suite no longer has (issue 29 item 13:
+    tests/test_monitoring_bodies.py, tests/test_vllm_metrics.py) sends them nowhere."""
+    missing = {
+        f"{path.relative_to(ROOT)}: {cited}"
+        for path in _citing_files()
+        if path != Path(__file__)  # its own examples below
+        for cited in cited_test_files(path.read_text(encoding="utf-8"))
+        if not (ROOT / cited).is_file()
+    }
+    assert missing == set()
+    assert cited_test_files("see (tests/test_gone.py) and tests/fakes/test_x.py.") == {
+        "tests/test_gone.py", "tests/fakes/test_x.py"
+    }  # fmt: skip

@@ -19,7 +19,10 @@ import pytest
 
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
-from components.config import ConfigError
+from components.config import MAX_SCRAPE_SECONDS, MIN_SCRAPE_SECONDS, ConfigError
+from components.naming import resource_id
+from components.vm.queued_resource_spec import SLOTS, Spec
+from components.vm.tpu import node_ids
 from scripts.program_runner import UPTIME_CHECK_IPS
 from tests.discovery import violations
 from tests.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
@@ -50,7 +53,7 @@ def sample_names(path: Path = SAMPLE) -> set[str]:
 
 def watches() -> list[bodies.Watch]:
     return [
-        bodies.Watch("v5e1", "vm", vm.queries_for("v5e1"), None, check)
+        bodies.Watch("v5e1", "vm", vm.queries_for("v5e1"), None, check, node_ids("v5e1"))
         for check in (None, UPTIME_CHECK_ID)
     ] + [
         bodies.Watch("v6e4-gke", "gke", vm.queries_for("v6e4-gke", "tpu-vllm-v6e4-gke"),
@@ -420,3 +423,145 @@ def test_gke_uptime_check_adds_the_checkers_to_the_load_balancer_ranges() -> Non
     ranges = service["spec"]["loadBalancerSourceRanges"]
     assert "192.0.2.10/32" in ranges and not any(":" in r for r in ranges)
     assert run.one(UPTIME_CHECK).inputs["monitoredResource"]["labels"]["host"] == LB_ADDRESS
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4-gke"])
+@pytest.mark.parametrize("uptime", [False, True], ids=["no-uptime-check", "uptime-check"])
+def test_alert_policies_wait_for_the_servers_readiness(stack: str, uptime: bool) -> None:
+    """Issue 29 item 3: a policy made before the first server answers fires its "down"
+    condition during a cold start and pages the channels. Like the uptime check, every policy
+    is created only after the readiness check (`vllm-ready`: the VM's remote Command, GKE's
+    Job)."""
+    run = run_program(stack, {**ALERTS, **(UPTIME if uptime else {})})
+    policies = run.of_type(ALERT)
+    assert len(policies) == 3
+    for policy in policies:
+        assert "vllm-ready" in run.dependencies[policy.name], policy.name
+    if uptime:
+        assert "vllm-ready" in run.dependencies["monitoring-uptime-check"]
+
+
+# -- windows and the scrape interval (issue 29 item 6) ---------------------------------------------
+
+#: `name{matchers}[window]`: every range selector the bodies write names its metric and matchers.
+RANGE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{[^}]*\}\[(\d+)([smh])\]")
+SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def windows(queries: list[str]) -> list[tuple[str, int]]:
+    """(metric, window in seconds) of every range selector; a query with brackets that are not
+    such a selector fails here rather than going unchecked."""
+    found = []
+    for query in queries:
+        ranges = RANGE.findall(query)
+        assert len(ranges) == query.count("["), query
+        found += [(name, int(n) * SECONDS[unit]) for name, n, unit in ranges]
+    return found
+
+
+def test_the_window_check_reads_every_selector_and_can_fail() -> None:
+    assert windows(['sum(rate(vllm:x_total{job="j"}[2m]))', "avg_over_time(up{a=\"b\"}[90s])"]) == [
+        ("vllm:x_total", 120), ("up", 90)
+    ]  # fmt: skip
+    with pytest.raises(AssertionError):
+        windows(["sum(rate(vllm:x_total[5m]))"])  # no matchers: not recognised, not skipped
+
+
+@pytest.mark.parametrize("interval", ["10s", "5m"], ids=["min", "max"])
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4-gke"])
+def test_every_window_spans_four_scrapes_at_the_interval_bounds(stack: str, interval: str) -> None:
+    """With `monitoring.scrapeInterval` at 5 min, fixed 5 min windows held one or two samples
+    and every rate and quantile tile was empty. Each window over a scraped series now spans at
+    least four scrapes (and never less than before); the uptime check's own windows span four
+    of its 60 s checks. The queries still parse with Prometheus' parser."""
+    seconds = {"10s": 10, "5m": 300}[interval]
+    assert seconds in (MIN_SCRAPE_SECONDS, MAX_SCRAPE_SECONDS)
+    run = run_program(stack, {**ALERTS, **UPTIME, "tpu-vllm:monitoring.scrapeInterval": interval})
+    queries = bodies.promql(dashboard_body(run))
+    for policy in run.of_type(ALERT):
+        queries += [
+            c["conditionPrometheusQueryLanguage"]["query"] for c in policy.inputs["conditions"]
+        ]
+    assert len(run.of_type(ALERT)) == 3 and len(queries) >= 16
+    found = windows(queries)
+    scraped = [(n, w) for n, w in found if n.startswith("vllm:")]
+    assert len(scraped) >= 8  # 6 rates or quantiles a kind of tile, and the two alerts' windows
+    for name, window in found:
+        period = seconds if name.startswith("vllm:") else 60  # uptime_check/check_passed
+        assert window >= 4 * period, (name, window, interval)
+        assert window >= 300, (name, window)  # the default's windows never shrink
+    assert parse_errors(queries) == {}
+
+
+# -- the VM's TPU tiles (issue 29 item 7) ---------------------------------------------------
+
+
+def test_vm_tpu_tiles_show_only_this_stacks_nodes_current_and_successor() -> None:
+    """Cloud TPU's runtime metrics are written on the `tpu_worker` resource, labelled with the
+    node's `node_id`: the tiles pick the node ids the stack's queued resource may hold, the one
+    it has and the renewal's successor (both serve during a renewal), so two VM stacks in one
+    project no longer share duty cycle and HBM."""
+    run = run_program("v5e1")
+    spec = Spec.from_props(run.named("tpu-qr").inputs)
+    wanted = [spec.in_slot(slot).node_id for slot in SLOTS]
+    assert wanted == ["tpu-vllm-v5e1-node", "tpu-vllm-v5e1-node-b"]
+    tiles = {
+        t["widget"]["title"]: bodies.promql(t["widget"])
+        for t in dashboard_body(run)["mosaicLayout"]["tiles"]
+    }
+    tpu = {title: qs for title, qs in tiles.items() if title.startswith("TPU ")}
+    assert len(tpu) == 2 and all("every TPU VM" not in title for title in tpu)
+    for [query] in tpu.values():
+        matcher = re.search(r'node_id=~"([^"]*)"', query)
+        assert matcher is not None and 'monitored_resource="tpu_worker"' in query, query
+        assert matcher.group(1).split("|") == wanted
+        # Anchored as PromQL anchors =~: another stack's nodes do not match.
+        other = node_ids("v5e1-other")
+        assert not any(re.fullmatch(matcher.group(1), node) for node in other)
+        assert all(re.fullmatch(matcher.group(1), node) for node in wanted)
+    assert parse_errors([q for qs in tpu.values() for q in qs]) == {}
+
+
+# -- labels and job names (issue 29 item 11) ---------------------------------------------
+
+#: Cloud Monitoring label keys and values: lowercase letters, digits, `_` and `-`, up to 63.
+MONITORING_LABEL = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+def test_alert_and_uptime_labels_use_the_cleaned_stack_name_as_the_dashboard_does() -> None:
+    """A Pulumi stack name may hold capitals and dots, which Monitoring refuses in a label:
+    the policies' and the uptime check's `tpu-vllm-stack` label is the name the dashboard's
+    label already used, cleaned."""
+    stack = "Team.Prod_V5e1-" + "x" * 60
+    watch = bodies.Watch(stack, "vm", vm.queries_for(stack), None, UPTIME_CHECK_ID,
+                         node_ids(stack))  # fmt: skip
+    values = [bodies.uptime_check(stack, "p", "h", 1)["userLabels"]["tpu-vllm-stack"]]
+    values += [
+        body["userLabels"]["tpu-vllm-stack"]
+        for body in bodies.alert_policies(watch, [CHANNEL]).values()
+    ]
+    assert len(values) == 4 and len(set(values)) == 1
+    [value] = set(values)
+    assert MONITORING_LABEL.fullmatch(value), value
+    assert value.startswith("team-prod_v5e1-x")
+    dashboard_keys = set(bodies.dashboard(watch)["labels"]) - {"tpu-vllm"}
+    [key] = dashboard_keys
+    assert MONITORING_LABEL.fullmatch(key) and key.startswith("stack-team-prod_v5e1-x")
+    # Names that were valid already keep their value.
+    assert bodies.uptime_check("v5e1", "p", "h", 1)["userLabels"] == {"tpu-vllm-stack": "v5e1"}
+
+
+def test_long_stack_names_that_share_30_characters_get_two_job_names() -> None:
+    """Both stacks' series would carry one `job` and mix in each other's dashboard and alerts;
+    a short hash of the full name now ends a truncated job name. Short names are unchanged."""
+    a, b = "production-v6e4-gke-europe-a", "production-v6e4-gke-europe-b"
+    assert resource_id(a) == resource_id(b)  # what the job names were
+    jobs = {vm.job_name(a), vm.job_name(b)}
+    assert len(jobs) == 2
+    for job in jobs:
+        assert len(job) <= 30 and re.fullmatch(r"[a-z][-a-z0-9]*[a-z0-9]", job), job
+        assert job.startswith("tpu-vllm-production-v6e-")
+    assert vm.job_name(a) == vm.job_name(a)  # stable from one run to the next
+    assert vm.job_name("v5e1") == "tpu-vllm-v5e1"
+    assert vm.job_name("v6e4-gke") == "tpu-vllm-v6e4-gke"
+    assert f'job="{vm.job_name(a)}"' in vm.queries_for(a).selector

@@ -30,6 +30,7 @@ from pulumi import automation as auto
 
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
+from components.vm.tpu import node_ids
 from tests import engine
 from tests.fakes.secret_manager import ApiError as SecretManagerError
 from tests.fakes.secret_manager import FakeSecretManager
@@ -73,7 +74,9 @@ def program() -> None:
     )
 
     def watch(check_id: str) -> bodies.Watch:
-        return bodies.Watch("engine", "vm", vm.queries_for("engine"), None, check_id)
+        return bodies.Watch(
+            "engine", "vm", vm.queries_for("engine"), None, check_id, node_ids("engine")
+        )
 
     def down(check_id: str) -> dict[str, Any]:
         return bodies.pulumi_args(bodies.alert_policies(watch(check_id), [])["endpoint-down"])

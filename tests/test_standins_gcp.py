@@ -20,6 +20,7 @@ from pulumi.runtime.proto import provider_pb2
 
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
+from components.vm.tpu import node_ids
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.standins.client import Plugin, urn
 from tests.standins.gcp_common import project_number
@@ -66,7 +67,7 @@ del CHECK["monitoredResource"]["labels"]["project_id"]
 
 def alert(check_id: str) -> dict[str, Any]:
     """The program's endpoint-down policy, watching uptime check `check_id`."""
-    watch = bodies.Watch("v5e1", "vm", vm.queries_for("v5e1"), None, check_id)
+    watch = bodies.Watch("v5e1", "vm", vm.queries_for("v5e1"), None, check_id, node_ids("v5e1"))
     return bodies.alert_policies(watch, [])["endpoint-down"]
 
 

@@ -27,7 +27,13 @@ from components.config.gke import DEFAULT_GKE_REPLICAS, GkeSettings, region_of
 from components.config.keys import KEYS, NAMESPACE
 from components.config.loader import StackConfig, load_stack_config, parse_stack_config
 from components.config.model import ModelSettings
-from components.config.monitoring import DEFAULT_SCRAPE_INTERVAL, MonitoringSettings
+from components.config.monitoring import (
+    DEFAULT_SCRAPE_INTERVAL,
+    DEFAULT_SCRAPE_SECONDS,
+    MAX_SCRAPE_SECONDS,
+    MIN_SCRAPE_SECONDS,
+    MonitoringSettings,
+)
 from components.config.reader import ConfigError, parse_duration
 from components.config.renewal import (
     DEFAULT_GKE_RENEWAL_LEAD,
@@ -67,9 +73,12 @@ __all__ = [
     "DEFAULT_NETWORK",
     "DEFAULT_READINESS_TIMEOUT",
     "DEFAULT_SCRAPE_INTERVAL",
+    "DEFAULT_SCRAPE_SECONDS",
     "FLAG_KEYS",
     "FORBIDDEN_FLAGS",
     "KEYS",
+    "MAX_SCRAPE_SECONDS",
+    "MIN_SCRAPE_SECONDS",
     "MM_MODALITY_ORDER",
     "NAMESPACE",
     "POSITIVE_INT_FLAGS",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from components.config.reader import _as_bool, _as_str_list, _Reader, parse_duration
 
 DEFAULT_SCRAPE_INTERVAL = "30s"  # GoogleCloudPlatform/prometheus-engine examples/vllm: 30s
+DEFAULT_SCRAPE_SECONDS = 30
 #: The Ops Agent's Prometheus receiver raises a shorter interval to 10 s (ops-agent
 #: confgenerator/prometheus.go `minScrapeInterval`); past 5 min a series goes stale between two
 #: scrapes (Prometheus' 5 min lookback), and every query of the dashboard shows gaps.
@@ -31,7 +32,7 @@ class MonitoringSettings:
     """What the stack declares to watch the server (components/monitoring.py)."""
 
     enabled: bool = True
-    scrape_interval_seconds: int = 30
+    scrape_interval_seconds: int = DEFAULT_SCRAPE_SECONDS
     uptime_check: bool = False
     #: Where alerts go; empty: no alert policy is created.
     notification_channels: tuple[str, ...] = ()
@@ -100,5 +101,5 @@ def _parse_scrape_interval(r: _Reader) -> int:
             "(the Ops Agent scrapes at least every 10 s; past 5 m every series goes stale "
             "between scrapes). Fix: e.g. 30s or 1m",
         )
-        return 30
+        return DEFAULT_SCRAPE_SECONDS
     return seconds

@@ -91,7 +91,7 @@ def build_gke(
         StackMonitoringArgs(
             config=config,
             backend="gke",
-            queries=queries_for(config.stack, namespace),
+            queries=queries_for(config.stack, namespace, config.monitoring.scrape_interval_seconds),
             host=name.hostname if name is not None else cluster.address,
             namespace=namespace,
             after=[workload.ready],

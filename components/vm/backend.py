@@ -26,7 +26,7 @@ from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.vllm_metrics import queries_for
 from components.vm.host_key import NodeHostKey
 from components.vm.ssh import SshIdentity, ssh_command
-from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs
+from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs, node_ids
 from components.vm.vllm import VllmServer, VllmServerArgs
 
 
@@ -97,9 +97,12 @@ def build_vm(
         StackMonitoringArgs(
             config=config,
             backend="vm",
-            queries=queries_for(config.stack),
+            queries=queries_for(
+                config.stack, scrape_seconds=config.monitoring.scrape_interval_seconds
+            ),
             host=name.hostname if name is not None else text_or_empty(tpu.external_ip),
             after=[server.ready],
+            tpu_nodes=node_ids(config.stack),
         ),
     )
     logs = log_links.vm_filter(config.project, config.stack)

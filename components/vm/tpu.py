@@ -14,6 +14,7 @@ from components.monitoring import uptime_source_ranges
 from components.naming import labels, resource_id
 from components.vm.org_policy import OrgPolicyGate
 from components.vm.queued_resource import QueuedResource
+from components.vm.queued_resource_spec import SLOTS
 
 SSH_PORT = 22
 # VPC firewall rules apply in priority order, lowest number first, and at equal priority a deny
@@ -34,6 +35,14 @@ TELEMETRY_ROLES = (
 )
 
 
+def node_ids(stack: str) -> tuple[str, ...]:
+    """Every node id the stack's TPU may have: its own, and the renewal's successor beside it
+    (queued_resource_spec.Spec.in_slot appends each slot's suffix to the node id). The
+    dashboard's TPU tiles pick this stack's nodes by them."""
+    own = resource_id(stack, "-node")
+    return tuple(own + slot for slot in SLOTS)
+
+
 def queued_resource_props(
     config: StackConfig,
     *,
@@ -52,7 +61,7 @@ def queued_resource_props(
         "project": config.project,
         "zones": list(tpu.zones),
         "qr_id": resource_id(config.stack),
-        "node_id": resource_id(config.stack, "-node"),
+        "node_id": node_ids(config.stack)[0],
         "accelerator_type": tpu.chip.accelerator_type,
         "runtime_version": tpu.runtime_version,
         "provisioning": tpu.provisioning,
