@@ -12,6 +12,7 @@ unchanged checkout builds it once; a lock keeps parallel test workers from build
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -21,24 +22,32 @@ from collections.abc import Sequence
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent / "promql_check"
+#: Prometheus 2.44's parser (v0.44.0), for the names Managed Service for Prometheus evaluates.
+SOURCE_2_44 = Path(__file__).resolve().parent / "promql_2_44"
 BUILD_TIMEOUT = 900  # a cold module cache downloads the parser's dependencies first
 
 
-def _binary() -> Path:
-    digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum", "main.go"):
-        digest.update((SOURCE / name).read_bytes())
-    target = SOURCE / ".bin" / f"promql-check-{digest.hexdigest()[:16]}"
-    if target.exists():
-        return target
+def go_command(why: str) -> str:
+    """The go command, or an error that says what it is needed for and how to get it."""
     go = shutil.which("go") or (
         "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
     )
     if go is None:
         raise RuntimeError(
-            "The PromQL tests need the Go toolchain (`go` on PATH) to build Prometheus' parser "
-            "from tests/promql_check (Debian: apt-get install golang-go, or go.dev/dl)."
+            f"These tests need the Go toolchain (`go` on PATH) {why} (Debian: apt-get install "
+            "golang-go, or go.dev/dl)."
         )
+    return go
+
+
+def _binary(source: Path = SOURCE) -> Path:
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update((source / name).read_bytes())
+    target = source / ".bin" / f"{source.name}-{digest.hexdigest()[:16]}"
+    if target.exists():
+        return target
+    go = go_command(f"to build Prometheus' parser from tests/{source.name}")
     target.parent.mkdir(exist_ok=True)
     with open(target.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -47,7 +56,7 @@ def _binary() -> Path:
             env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
             subprocess.run(
                 [go, "build", "-o", str(partial), "."],
-                cwd=SOURCE,
+                cwd=source,
                 env=env,
                 check=True,
                 timeout=BUILD_TIMEOUT,
@@ -82,3 +91,13 @@ def prometheus_config_error(config_yaml: str) -> str:
     )
     message: str = json.loads(done.stdout)
     return message
+
+
+@functools.cache
+def prometheus_2_44_names() -> frozenset[str]:
+    """Prometheus 2.44's PromQL functions and aggregation operators, from its own parser
+    (tests/promql_2_44): what Managed Service for Prometheus can evaluate."""
+    done = subprocess.run(
+        [str(_binary(SOURCE_2_44))], capture_output=True, text=True, check=True, timeout=60
+    )
+    return frozenset(done.stdout.split())

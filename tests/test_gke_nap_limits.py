@@ -122,3 +122,24 @@ def test_auto_provisioning_off_is_not_judged_by_its_limits() -> None:
     off = [{"enabled": False, "resourceLimits": [{"resourceType": "cpu", "maximum": 1}]}]
     run = run_program(STACK, SHARED, call=existing_cluster(clusterAutoscalings=off))
     assert run.error is None
+
+
+def test_no_tpu_limit_warns_naming_the_type_and_how_to_set_it() -> None:
+    """Unsettled whether GKE reads a missing TPU limit as 0: a warning, not a refusal."""
+    roomy = {"cpu": 100000, "memory": 100000}
+    run = run_program(
+        STACK, SHARED, call=existing_cluster(clusterAutoscalings=autoprovisioning(**roomy))
+    )
+    assert run.error is None and len(run.of_type(COMPUTE_CLASS)) == 1
+    [warning] = [w for w in run.warnings if "name no `tpu-v6e-slice`" in w]
+    assert "tpu-vllm:gke.cluster" in warning
+    assert "{resourceType: tpu-v6e-slice, maximum: 16}" in warning  # 4 nodes x 4 chips
+    assert "--autoprovisioning-config-file" in warning
+    with_limit = run_program(
+        STACK,
+        SHARED,
+        call=existing_cluster(
+            clusterAutoscalings=autoprovisioning(**roomy, **{"tpu-v6e-slice": 16})
+        ),
+    )
+    assert not any("name no" in w for w in with_limit.warnings)

@@ -24,14 +24,14 @@ from components.naming import resource_id
 from components.vm.queued_resource_spec import SLOTS, Spec
 from components.vm.tpu import node_ids
 from scripts.program_runner import UPTIME_CHECK_IPS
+from tests import gmp_crds
 from tests.discovery import violations
 from tests.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
-from tests.promql import parse_errors
+from tests.promql import parse_errors, prometheus_2_44_names
 from tests.pulumi_program import ROOT, ProgramRun, run_program, stack_file_config
 from tests.test_gke_backend import existing_cluster
 
 SAMPLE = ROOT / "tests" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
-PODMONITORING_SCHEMA = ROOT / "tests" / "fixtures" / "crds" / "podmonitoring_v1.json"
 CHANNEL = "projects/test-project/notificationChannels/1234567890"
 ALERTS = {"tpu-vllm:monitoring.notificationChannels": [CHANNEL]}
 UPTIME = {"tpu-vllm:monitoring.uptimeCheck": True}
@@ -143,14 +143,7 @@ def test_every_promql_expression_parses_with_prometheus_own_parser(watch: bodies
 
 #: Managed Service for Prometheus evaluates PromQL at parity with Prometheus 2.44 (GMP docs,
 #: "PromQL compatibility"), older than the parser above (3.x): every function the queries call
-#: must be one of 2.44's (the fixture names its source).
-PROMETHEUS_2_44 = frozenset(
-    line
-    for line in (ROOT / "tests/fixtures/promql/prometheus-2.44-functions.txt")
-    .read_text()
-    .split("\n")
-    if line and not line.startswith("#")
-)
+#: must be one of 2.44's, as that release's own parser lists them (tests/promql_2_44).
 KEYWORDS = frozenset(
     ["by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool"]
 )
@@ -171,9 +164,9 @@ def test_every_function_the_queries_call_exists_in_the_prometheus_gmp_runs(
     )
     used = set().union(*(called(q) for q in queries))
     assert {"histogram_quantile", "rate", "sum"} <= used
-    assert used - PROMETHEUS_2_44 == set()
+    assert used - prometheus_2_44_names() == set()
     # The check can fail: functions added after 2.44 are caught.
-    assert called('sort_by_label(up, "job") + limitk(2, up)') - PROMETHEUS_2_44 == {
+    assert called('sort_by_label(up, "job") + limitk(2, up)') - prometheus_2_44_names() == {
         "sort_by_label", "limitk"
     }  # fmt: skip
 
@@ -369,9 +362,9 @@ def test_gke_created_cluster_switches_managed_collection_on_and_scrapes_the_pods
 
 
 def test_the_pod_monitoring_fits_the_crd_schema_and_the_check_can_fail() -> None:
-    """prometheus-engine charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml
-    (commit 2ffde4ec), the v1 openAPIV3Schema, as a fixture."""
-    schema = json.loads(PODMONITORING_SCHEMA.read_text())
+    """prometheus-engine charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml, the
+    v1 openAPIV3Schema, from the Go module pinned in tests/gmp_crds/go.mod (tests/gmp_crds.py)."""
+    schema = gmp_crds.schema("podmonitorings")
     run = run_program("v6e4-gke")
     [monitor] = [r for r in run.resources if r.type.endswith(":PodMonitoring")]
     manifest = {"apiVersion": "monitoring.googleapis.com/v1", "kind": "PodMonitoring",

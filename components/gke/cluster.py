@@ -153,6 +153,9 @@ def check_existing_cluster(config: StackConfig, found: Any) -> None:
             "memory limits)"
         )
     problems += nap_limits.limit_problems(config, found, where)
+    unsettled = nap_limits.missing_tpu_limit(config, found, where)
+    if unsettled:
+        pulumi.log.warn(unsettled)
     pools = getattr(found, "workload_identity_configs", None)
     if pools is not None and not any(getattr(p, "workload_pool", None) for p in pools):
         problems.append(

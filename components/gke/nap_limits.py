@@ -129,3 +129,32 @@ def limit_problems(config: StackConfig, found: Any, where: str) -> list[str]:
         f"limits to what the TPU nodes need plus what the other nodes use, e.g. {command} with "
         f"the other nodes' share added{fix_tpu}; or lower {REPLICAS_KEY}"
     ]
+
+
+def missing_tpu_limit(config: StackConfig, found: Any, where: str) -> str | None:
+    """A warning when node auto-provisioning is on but its limits name no TPU resource type.
+
+    Unsettled: GKE documents that its autoscaler creates no node past a defined limit, and that
+    GPUs need a limit of their own to be auto-provisioned ("Configure node pool auto-creation",
+    GPU limits), but not how it reads a TPU type with no limit, and the cluster-autoscaler
+    GKE runs is not the open-source one. If it reads a missing limit as 0, the TPU pods stay
+    Pending; so this warns (naming the type and how to set it) instead of refusing."""
+    limits = _limits(found)
+    gke = config.tpu.chip.gke
+    if not limits or gke is None or config.gke is None:
+        return None
+    names = catalog.GKE_NAP_TPU_RESOURCE_TYPES.get(gke.accelerator, ())
+    if not names or any(name in limits for name in names):
+        return None
+    chips = tpu_nodes_needed(config) * config.tpu.chip.chips
+    name, location = config.gke.existing_cluster, config.gke.location
+    others = "".join(f" or `{other}`" for other in names[1:])
+    return (
+        f"{KEY} = {where!r} has node auto-provisioning on, and its resource limits name no "
+        f"`{names[0]}`{others} (the TPU's resource type). GKE does not document whether it "
+        "then allows TPU nodes or reads the missing limit as 0; if the TPU pods stay Pending, "
+        "add a resourceLimits entry "
+        f"`{{resourceType: {names[0]}, maximum: {chips}}}` with `gcloud container clusters "
+        f"update {name} --location {location} --autoprovisioning-config-file FILE` "
+        '(docs/gke.md, "An existing cluster")'
+    )

@@ -26,8 +26,8 @@ datreeio/CRDs-catalog publishes it (`cloud.google.com/computeclass_v1.json`): it
 (2025-05-28: no `priorities[].location`, and the rule refusing flex-start with TPUs) and the
 current one (77e49833), without datreeio's added `additionalProperties: false`, which a served
 structural schema does not have (it prunes instead). The PodMonitoring CRD's v1 schema is
-prometheus-engine's (`charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`, the
-fixture tests/fixtures/crds/podmonitoring_v1.json).
+prometheus-engine's (`charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`), read
+from its Go module (tests/gmp_crds.py).
 
 `write_auth_plugin` writes a stand-in for `gke-gcloud-auth-plugin` that prints the
 ExecCredential kubernetes/cloud-provider-gcp `cmd/gke-gcloud-auth-plugin/cred.go` prints.
@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests import gmp_crds
 from tests.fakes.kube_deployments import status_object
 from tests.fakes.loopback import HOST, LoopbackHttpServer, send_json
 
@@ -187,9 +188,9 @@ def compute_class_crd(*, early: bool = False) -> dict[str, Any]:
 
 
 def pod_monitoring_crd() -> dict[str, Any]:
-    """Managed collection's CRD (GKE installs it with managed collection's components)."""
-    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "crds" / "podmonitoring_v1.json"
-    schema = {"openAPIV3Schema": json.loads(fixture.read_text())}
+    """Managed collection's CRD (GKE installs it with managed collection's components): its v1
+    schema from prometheus-engine's own CRD manifest, through its Go module (tests/gmp_crds.py)."""
+    schema = {"openAPIV3Schema": gmp_crds.schema("podmonitorings")}
     version = {"name": "v1", "served": True, "storage": True, "schema": schema}
     return _crd(
         "monitoring.googleapis.com", "podmonitorings", "PodMonitoring", "Namespaced", [version]

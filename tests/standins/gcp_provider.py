@@ -4,7 +4,7 @@ pulumi-gcp's provider is built from a patched Terraform upstream that no module 
 so the end-to-end tests run this instead (tests/standins/bin/pulumi-resource-gcp). What each
 type imitates, and from which source, is in its module: gcp_secrets, gcp_iam, gcp_compute,
 gcp_storage, gcp_dns, gcp_container, gcp_monitoring. Inputs are checked against pulumi-gcp
-10.2.0's schema (tests/fixtures/pulumi_schemas/gcp-10.2.0.json).
+10.2.0's schema (made from the pinned SDK: tests/standins/schema.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """Inputs checked against the trimmed Pulumi schema of the provider a stand-in imitates.
 
-The schemas are in tests/fixtures/pulumi_schemas/ (made by tests/standins/schema_trim.py from
-the SDKs the program pins). A bridged provider's `Check` refuses what Terraform's schema
-validation refuses; the messages below are Terraform plugin SDK v2's
+The schemas are read from the SDKs the program pins by tests/standins/schema_trim.py, when first
+needed, and kept in tests/standins/.schemas/ (not committed: the provider's own data comes from
+its installed package, never copied into the project), named after the package's version and a
+hash of the trimmer, so a new pin or a changed trimmer makes them anew.
+
+A bridged provider's `Check` refuses what Terraform's schema validation refuses; the messages
+below are Terraform plugin SDK v2's
 (`helper/schema/schema.go`: "Missing required argument", "Invalid or unknown key"), the type
 errors in the words of its `validateType` ("expected type of X to be ..."). Values not known yet
 (a preview) pass: Terraform validates them at apply.
@@ -11,14 +15,20 @@ errors in the words of its `validateType` ("expected type of X to be ..."). Valu
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.standins.values import is_unknown
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "fixtures" / "pulumi_schemas"
+SCHEMAS = Path(__file__).resolve().parent / ".schemas"
+#: Provider name -> the Python SDK the program pins for it (requirements.txt).
+PACKAGES = {"gcp": "pulumi_gcp", "random": "pulumi_random", "tls": "pulumi_tls",
+            "command": "pulumi_command"}  # fmt: skip
 _TYPE_NAMES = {
     "string": "string",
     "integer": "int",
@@ -144,8 +154,28 @@ def _is_a(value: Any, kind: str | None) -> bool:
 
 @functools.cache
 def load(name: str) -> Schema:
-    """The one trimmed schema of provider `name` (gcp, random, tls) in the fixtures."""
-    matches = sorted(SCHEMAS.glob(f"{name}-*.json"))
-    if len(matches) != 1:
-        raise FileNotFoundError(f"expected one {name}-VERSION.json in {SCHEMAS}, found {matches}")
-    return Schema(json.loads(matches[0].read_text(encoding="utf-8")))
+    """The trimmed schema of provider `name` (gcp, random, tls, command), made from its pinned
+    SDK once (~5 s for gcp) and then read from the cache: every plugin process the engine
+    starts loads it."""
+    return Schema(trimmed_cached(PACKAGES[name]))
+
+
+@functools.cache
+def trimmed_cached(package: str) -> dict[str, Any]:
+    # Imported here: the trimmer reads the SDKs' sources, which a plugin needs only on a miss.
+    from tests.standins import schema_trim
+
+    trimmer = hashlib.sha256(Path(schema_trim.__file__).read_bytes()).hexdigest()[:12]
+    path = SCHEMAS / f"{package}-{importlib.metadata.version(package)}-{trimmer}.json"
+    try:
+        found: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return found
+    except (OSError, ValueError):
+        pass
+    made = json.loads(json.dumps(schema_trim.trimmed(package)))
+    SCHEMAS.mkdir(exist_ok=True)
+    # Written whole, then renamed: parallel test workers and plugins read it at once.
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(json.dumps(made), encoding="utf-8")
+    partial.replace(path)
+    return dict(made)
