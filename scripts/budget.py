@@ -50,10 +50,44 @@ SECONDS_PER_MONTH = 2_592_000  # 30 days
 METRICS_SAMPLE = ROOT / "tests" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
 
 
+#: A histogram's lines that Managed Service for Prometheus folds into one distribution point.
+HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+
+
 def sample_series(path: Path = METRICS_SAMPLE) -> int:
-    """Series one scrape ingests: every sample line of the exposition (each histogram bucket
-    counted as a series of its own: an upper bound of what Cloud Monitoring bills)."""
-    return sum(1 for line in path.read_text().splitlines() if line and not line.startswith("#"))
+    """Samples one scrape writes, as Managed Service for Prometheus bills them (per sample
+    ingested: GMP docs, "Cost controls and attribution").
+
+    A histogram's `_bucket`, `_sum` and `_count` lines of one label set become ONE
+    distribution point (prometheus-engine `pkg/export/transform.go`,
+    `buildDistributionFromTraditional`: "Consume a set of traditional histogram series as a
+    single distribution sample"), so each label set of a histogram family counts once, not
+    once per bucket. Every other line is a sample of its own, `_created` included: in the text
+    format vLLM serves (prometheus_client 0.0.4) those are gauge families of their own."""
+    histograms: set[str] = set()
+    folded: set[tuple[str, str]] = set()
+    others = 0
+    for line in path.read_text().splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(maxsplit=3)
+            if kind == "histogram":
+                histograms.add(name)
+            continue
+        if not line or line.startswith("#"):
+            continue
+        name, _, rest = line.partition("{")
+        name = name.split(" ", 1)[0]
+        family = next(
+            (name.removesuffix(part) for part in HISTOGRAM_PARTS
+             if name.endswith(part) and name.removesuffix(part) in histograms),
+            None,
+        )  # fmt: skip
+        if family is None:
+            others += 1
+            continue
+        labels = re.sub(r'(^|,)le="[^"]*"', "", rest.split("}", 1)[0]).strip(",")
+        folded.add((family, labels))
+    return others + len(folded)
 
 
 def metrics_usd_per_month(series: int, scrape_seconds: float, servers: int = 1) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from components import catalog
@@ -114,3 +116,25 @@ def test_gke_with_an_existing_cluster_does_not_wait_for_one() -> None:
     assert b.cluster_s == 0
     assert b.node_pool_s == 0
     assert b.worst_case_s == pytest.approx(3600 + 1800 + 2 * (940 + 3600) + 240 + 300)
+
+
+def test_a_histogram_is_billed_as_one_sample_per_label_set(tmp_path: Path) -> None:
+    """Managed Service for Prometheus folds a histogram's buckets, sum and count into one
+    distribution point (prometheus-engine `pkg/export/transform.go`); `_created` gauges and
+    other lines are a sample each."""
+    page = tmp_path / "metrics.txt"
+    page.write_text(
+        "# TYPE req_seconds histogram\n"
+        + "".join(
+            f'req_seconds_bucket{{le="{le}",model="{m}"}} 1.0\n'
+            for m in ("a", "b")
+            for le in ("0.1", "1.0", "+Inf")
+        )
+        + 'req_seconds_sum{model="a"} 1.0\nreq_seconds_count{model="a"} 1.0\n'
+        + 'req_seconds_sum{model="b"} 1.0\nreq_seconds_count{model="b"} 1.0\n'
+        + "# TYPE req_seconds_created gauge\n"
+        + 'req_seconds_created{model="a"} 1.7e9\nreq_seconds_created{model="b"} 1.7e9\n'
+        + "# TYPE up_total counter\nup_total 3.0\n"
+    )
+    assert budget.sample_series(page) == 2 + 2 + 1
+    assert budget.sample_series() == 129  # the v6e4 sample: 459 lines, 311 of them buckets
