@@ -61,7 +61,8 @@ def sample_series(path: Path = METRICS_SAMPLE) -> int:
     A histogram's `_bucket`, `_sum` and `_count` lines of one label set become ONE
     distribution point (prometheus-engine `pkg/export/transform.go`,
     `buildDistributionFromTraditional`: "Consume a set of traditional histogram series as a
-    single distribution sample"), so each label set of a histogram family counts once, not
+    single distribution sample"; the exporter has since moved to GoogleCloudPlatform/prometheus
+    `google/export/`), so each label set of a histogram family counts once, not
     once per bucket. Every other line is a sample of its own, `_created` included: in the text
     format vLLM serves (prometheus_client 0.0.4) those are gauge families of their own."""
     histograms: set[str] = set()

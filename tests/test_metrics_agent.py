@@ -52,10 +52,20 @@ exec "$@"
     # google-cloud-ops-agent starts the collector, whose ExecStartPre generates $OTEL from
     # config.yaml; the generator drops the Prometheus receiver when the instance's metadata
     # cannot be read (NO_METADATA; confgenerator/prometheus.go). FAIL_COLLECTOR: the
-    # collector does not stay up. FAIL_RESTART: the restart itself fails.
+    # collector does not stay up. FAIL_RESTART: the restart itself fails. The collector comes
+    # up asynchronously after the oneshot's restart: ACTIVATING_FOR reads of its state say
+    # "activating" first, and `show -p ActiveEnterTimestampMonotonic` moves on only once it is
+    # active (systemd's unit property, in microseconds since boot). A stale otel.yaml from
+    # before stays until then (RuntimeDirectoryPreserve=yes).
     "systemctl": r"""#!/bin/bash
 echo "systemctl $*" >> "$STATE/calls"
+entered() { cat "$STATE/entered" 2>/dev/null || echo 1000; }
 case "$1" in
+  show)
+    if [ -e "$STATE/activating" ] && [ "$(cat "$STATE/activating")" -le 0 ]; then
+      rm -f "$STATE/activating"; echo $(( $(entered) + 5000000 )) > "$STATE/entered"
+    fi
+    entered; exit 0 ;;
   list-unit-files)
     [ -e "$STATE/installed" ] && echo "google-cloud-ops-agent.service enabled"; exit 0 ;;
   restart)
@@ -67,9 +77,15 @@ case "$1" in
       grep -E '^ +-? *job_name:' "$CONFIG" \
         | sed -E 's/^ *-? *//; s/^/        - /' >> "$OTEL"
     fi
-    [ -z "${FAIL_COLLECTOR:-}" ] && touch "$STATE/collector-active"
+    if [ -z "${FAIL_COLLECTOR:-}" ]; then
+      echo "${ACTIVATING_FOR:-0}" > "$STATE/activating"
+      touch "$STATE/collector-active"
+    fi
     exit 0 ;;
   is-active)
+    if [ -e "$STATE/activating" ]; then
+      left=$(cat "$STATE/activating"); echo $((left - 1)) > "$STATE/activating"; exit 3
+    fi
     [ "${@: -1}" = google-cloud-ops-agent-opentelemetry-collector ] \
       && [ -e "$STATE/collector-active" ] ;;
 esac
@@ -93,6 +109,7 @@ def run_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[
         installer_url="https://installer.invalid/x.sh",
         otel_config=str(otel),
         retry_seconds=0,
+        collector_wait_seconds=5,
     )
     done = subprocess.run(
         ["bash", "-c", script],
@@ -256,3 +273,14 @@ def test_the_agent_is_a_command_of_its_own_not_part_of_the_start() -> None:
         agent.inputs["create"]
     )
     assert os.path.basename(metrics_agent.INSTALLER_URL) == "add-google-cloud-ops-agent-repo.sh"
+
+
+def test_a_collector_still_activating_after_the_restart_is_waited_for(tmp_path: Path) -> None:
+    """`systemctl restart google-cloud-ops-agent` returns when the oneshot is done; the
+    collector (PartOf= it) may still be activating. The check waits for it to be active anew
+    instead of warning at once."""
+    done, state = run_script(tmp_path, ACTIVATING_FOR="3")
+    assert metrics_agent.parse_result(done.stdout) == "ok", done.stdout
+    calls = (state / "calls").read_text()
+    assert calls.count("is-active") >= 4  # three "activating" answers, then "active"
+    assert "ActiveEnterTimestampMonotonic" in calls

@@ -890,3 +890,38 @@ def test_an_unexpected_error_after_the_create_still_deletes_it(
     assert left_in(tpu_env, "us-west4-a") is None
     assert any(r.status == 200 for r in tpu_env.requests_for("DELETE"))
     assert not creates_in(tpu_env, "us-east5-a")
+
+
+def test_another_clients_failed_delete_is_followed_by_ours_not_waited_out() -> None:
+    """Our delete is refused because another client's is under way (the node reads DELETING);
+    that one fails and the node goes back to ACTIVE. Ours is sent again at once instead of
+    polling the node, ACTIVE, until the 30-minute bound says "still ACTIVE" (issue 29 item 9)."""
+    from components.vm import queued_resource_delete
+    from components.vm.queued_resource_spec import Timing
+    from components.vm.tpu_api import ApiError
+
+    class Api:
+        def __init__(self) -> None:
+            self.deletes = 0
+            self.states = ["DELETING", "DELETING", "ACTIVE", "ACTIVE"]
+
+        def delete_queued_resource(self, name: str) -> dict[str, object]:
+            self.deletes += 1
+            if self.deletes == 1:
+                raise ApiError(400, "FAILED_PRECONDITION", "another delete is in progress")
+            self.states = ["DELETING", "GONE"]
+            return {"name": f"{name}/operations/op-2", "done": True}
+
+        def get_queued_resource(self, name: str) -> dict[str, object]:
+            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+            if state == "GONE":
+                raise ApiError(404, "NOT_FOUND", "gone")
+            return {"state": {"state": state}}
+
+        def get_operation(self, name: str) -> dict[str, object]:
+            return {"name": name, "done": True}
+
+    api = Api()
+    timing = Timing(poll_seconds=0.01, delete_timeout_seconds=5.0)
+    queued_resource_delete._delete_and_wait(api, "qr-1", timing)  # type: ignore[arg-type]
+    assert api.deletes == 2

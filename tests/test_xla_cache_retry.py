@@ -178,3 +178,51 @@ def test_a_large_entry_goes_up_resumably_and_resumes_from_the_services_range(
     assert ranges == [f"bytes 0-{size - 1}/{size}", f"bytes */{size}",
                       f"bytes {cut}-{size - 1}/{size}"]  # fmt: skip
     assert fake.statuses("PUT", "k/big-cache") == [308, 200]
+
+
+def test_a_touch_that_meets_a_503_is_tried_again(api: tuple[Any, FakeGcsApi, Any]) -> None:
+    """The save renews each kept entry's customTime with a PATCH; one 503 among them must not
+    fail the save: setting one field to a fixed value lands the same when repeated."""
+    client, fake, tool = api
+    client.write("gs://b/k/a-cache", b"bytes", tool.Deadline(30), STAMP, if_generation_match=0)
+    later = "2026-02-03T04:05:06.000000Z"
+    fake.inject("PATCH", "k/a-cache", 503)
+    client.set_custom_time("gs://b/k/a-cache", later, tool.Deadline(30))
+    assert fake.statuses("PATCH", "k/a-cache") == [503, 200]
+    assert fake.store.meta("b", "k/a-cache")["customTime"] == later
+
+
+def test_a_tls_session_cut_short_is_transient_a_refused_certificate_is_not(
+    api: tuple[Any, FakeGcsApi, Any],
+) -> None:
+    """An SSLEOFError is a TLS disconnect (python-storage retries urllib3's SSLError); a
+    certificate the client refuses will be refused again."""
+    import ssl
+
+    module = __import__("xla_cache_retry")  # the tool's sibling, loaded by load_tool
+    assert module.retryable(ssl.SSLEOFError(8, "EOF occurred in violation of protocol"))
+    assert not module.retryable(ssl.SSLCertVerificationError(1, "certificate verify failed"))
+
+
+def test_a_resumable_session_uri_never_reaches_a_deadline_message(
+    api: tuple[Any, FakeGcsApi, Any], tmp_path: Path
+) -> None:
+    """The session URI's upload_id acts as a credential for the upload (Cloud Storage docs,
+    "Resumable uploads"): a deadline met mid-upload names the path, never the query."""
+    client, fake, tool = api
+    path = tmp_path / "big-cache"
+    path.write_bytes(os.urandom((8 << 20) + 1))
+    fake.inject("PUT", "k/big-cache", after_bytes=1 << 20)
+    deadline = tool.Deadline(60)
+    seen: list[str] = []
+    check = deadline.check
+
+    def spy(what: str) -> float:
+        seen.append(what)
+        return float(check(what))
+
+    deadline.check = spy
+    client.write("gs://b/k/big-cache", str(path), deadline, STAMP, if_generation_match=0)
+    puts = [w for w in seen if w.startswith("PUT ")]
+    assert puts, seen
+    assert not any("upload_id" in w for w in seen), seen

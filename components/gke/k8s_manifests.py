@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +33,8 @@ import pulumi
 
 from components import catalog, jax_cache_env, remote_scripts
 from components.config import StackConfig
-from components.gke import compute_class
+from components.gke import compute_class, server_probes
 from components.naming import resource_id
-from scripts.remote import wait_ready
 
 APP = "tpu-vllm"
 #: The Kubernetes service account the pods run as, bound to the stack's GSA.
@@ -69,7 +67,6 @@ ENTRYPOINT = f"{SCRIPTS_DIR}/entrypoint.sh"
 SECRETS_DIR = "/etc/tpu-vllm/secrets"
 VLLM_CACHE_DIR = "/root/.cache/vllm"
 SHM_DIR = "/dev/shm"  # noqa: S108 - the VM path's HF_HOME, in memory
-PROBE_PERIOD_SECONDS = 10
 #: Seconds a stopping server keeps answering before it is sent SIGTERM: the endpoint controller
 #: and every kube-proxy take a moment to drop a deleted pod from the Service, and vLLM stops its
 #: HTTP server at once on SIGTERM (vllm-project/vllm `vllm/entrypoints/launcher.py`,
@@ -259,72 +256,6 @@ def server_command(config: StackConfig) -> tuple[list[str], list[str]]:
     return [ENTRYPOINT], ["vllm", "serve", config.model.id, *config.vllm.serve_args()]
 
 
-def startup_probe_command(config: StackConfig) -> list[str]:
-    """The VM's readiness checks, once, in the server container (scripts/remote/wait_ready.py
-    `probe`): /health, /v1/models with the key read from its mounted file (the path is in argv,
-    never the key), the chat, and the tool call when the server has a tool-call parser."""
-    command = [
-        "python3",
-        f"{SCRIPTS_DIR}/wait_ready.py",
-        "probe",
-        "--port",
-        str(config.vllm.port),
-        "--model",
-        config.model.id,
-        "--api-key-file",
-        f"{SECRETS_DIR}/{remote_scripts.API_KEY_FILE}",
-        "--answer-timeout",
-        str(remote_scripts.READINESS_ANSWER_SECONDS),
-    ]
-    return [*command, "--tool-call"] if config.vllm.tool_call_parser else command
-
-
-def startup_probe_timeout_seconds(config: StackConfig) -> int:
-    """One probe's bound: /health and /v1/models, then each question's answer, and a margin
-    for Python's start. The kubelet fails an exec probe that outlasts it."""
-    questions = 2 if config.vllm.tool_call_parser else 1
-    http = wait_ready.PROBE_HTTP_SECONDS
-    return int(2 * http + questions * remote_scripts.READINESS_ANSWER_SECONDS + 10)
-
-
-def probes(config: StackConfig) -> dict[str, Any]:
-    """The startup probe asks the model; readiness and liveness watch /health.
-
-    A pod is Ready only once its startup probe has passed (the kubelet runs no readiness probe
-    before), so a replica takes traffic, and a rolling update removes an old one, only after
-    the model answered. The kubelet restarts the container after `failureThreshold`
-    consecutive failed probes (kubernetes `pkg/kubelet/prober/worker.go`): while the server
-    loads, each fails at once (nothing listens; the server answers nothing before it is up,
-    DESIGN.md), so that is `vllm.readinessTimeout` from container start. It counts probes, not
-    seconds: a server whose model hangs fails each probe only at its answer bounds, so such a
-    container is restarted later, up to `failureThreshold x timeoutSeconds`; it is never
-    Ready meanwhile, and the readiness Job's deadline bounds `pulumi up` (docs/gke.md)."""
-    health = {"path": "/health", "port": config.vllm.port, "scheme": "HTTP"}
-    timeout = config.vllm.readiness_timeout_seconds
-    startup_failures = max(1, math.ceil(timeout / PROBE_PERIOD_SECONDS))
-    return {
-        "startupProbe": {
-            "exec": {"command": startup_probe_command(config)},
-            "periodSeconds": PROBE_PERIOD_SECONDS,
-            "timeoutSeconds": startup_probe_timeout_seconds(config),
-            "failureThreshold": startup_failures,
-        },
-        "readinessProbe": {
-            "httpGet": health,
-            "periodSeconds": PROBE_PERIOD_SECONDS,
-            "timeoutSeconds": 5,
-            "failureThreshold": 3,
-        },
-        # /health turns 503 once the engine died: restart the container after two minutes of it.
-        "livenessProbe": {
-            "httpGet": health,
-            "periodSeconds": 20,
-            "timeoutSeconds": 10,
-            "failureThreshold": 6,
-        },
-    }
-
-
 @dataclass(frozen=True)
 class PodExtras:
     """Containers and volumes other components add to the server pod (the compile cache)."""
@@ -392,7 +323,7 @@ def deployment(
             "requests": {catalog.GKE_TPU_RESOURCE: chips},
             "limits": {catalog.GKE_TPU_RESOURCE: chips},
         },
-        **probes(config),
+        **server_probes.probes(config, SECRETS_DIR, SCRIPTS_DIR),
         # Keep answering while the Service drops this pod (DRAIN_SECONDS), then stop.
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(DRAIN_SECONDS)]}}},
         "volumeMounts": [

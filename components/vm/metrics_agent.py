@@ -74,6 +74,12 @@ def agent_config(config: StackConfig) -> dict[str, Any]:
     }
 
 
+#: How long the collector may take to come up after the agent's restart. Google's own tests
+#: wait 10 s for it (ops-agent integration_test/agents/agents.go `RestartOpsAgent`); a fresh
+#: node's first config generation can take longer.
+COLLECTOR_WAIT_SECONDS = 60
+
+
 def metrics_agent_script(
     config: StackConfig,
     config_dir: str = CONFIG_DIR,
@@ -81,9 +87,10 @@ def metrics_agent_script(
     *,
     otel_config: str = OTEL_CONFIG,
     retry_seconds: int = INSTALL_RETRY_SECONDS,
+    collector_wait_seconds: int = COLLECTOR_WAIT_SECONDS,
 ) -> str:
-    """The node-side script (`config_dir`, `installer_url`, `otel_config`, `retry_seconds`:
-    where and how fast the tests run it)."""
+    """The node-side script (`config_dir`, `installer_url`, `otel_config`, `retry_seconds`,
+    `collector_wait_seconds`: where and how fast the tests run it)."""
     return remote_scripts.HEADER + remote_scripts._fill(
         remote_scripts._template("ops_agent.sh"),
         {
@@ -91,6 +98,7 @@ def metrics_agent_script(
             "INSTALLER_URL": shlex.quote(installer_url),
             "OTEL_CONFIG": shlex.quote(otel_config),
             "RETRY_SECONDS": str(retry_seconds),
+            "COLLECTOR_WAIT_SECONDS": str(collector_wait_seconds),
             "CONFIG_YAML": yaml.safe_dump(agent_config(config), sort_keys=False).rstrip("\n"),
             "PORT": str(config.vllm.port),
             "INTERVAL": str(config.monitoring.scrape_interval_seconds),

@@ -122,11 +122,16 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
         if state == "GONE":
             report(f"{name} is already gone")
             return
-        # Someone else's delete is under way: wait for it (if it fails, try ours again).
-        if state == "DELETING" and (
-            _wait_gone(api, name, None, timing=timing, since=start, until=deadline) is None
-        ):
-            return
+        # Someone else's delete is under way: wait for it; if it fails (the node leaves
+        # DELETING for another state), try ours again.
+        if state == "DELETING":
+            failed = _wait_gone(api, name, None, timing=timing, since=start, until=deadline)
+            if failed is None:
+                return
+            refusal = failed
+            state = _state_or_gone(api, name)
+            if state == "GONE":
+                return
         if state not in UNDELETABLE_STATES and not tried_again:
             tried_again = True
             report(f"{name}: delete refused ({refusal}), but it is {state} now: trying again")
@@ -161,8 +166,12 @@ def _wait_gone(
 ) -> ApiError | None:
     """Wait until the queued resource is gone (None), reading its state and, while it has not
     ended, the delete's Operation (`operations.get` on its name); an Operation that ends with
-    an `error` is returned as the refusal it is. Past the deadline, raise."""
+    an `error` is returned as the refusal it is. Without an Operation (another client's
+    delete), a node that leaves DELETING for anything but gone is that delete's failure,
+    returned as a refusal too. Past the deadline, raise."""
     last = ""
+    watching_other = operation is None
+    last_deleting = False
     delays = poll_delays(timing.poll_seconds)
     while True:
         operation = _follow(operation)
@@ -175,6 +184,9 @@ def _wait_gone(
         if state != last:
             report(f"{name}: {state} (deleting)")
             last = state
+        if watching_other and last_deleting and state != "DELETING":
+            return ApiError(409, "FAILED_PRECONDITION", f"another delete ended with it {state}")
+        last_deleting = last_deleting or state == "DELETING"
         if time.monotonic() > until:
             raise Exception(
                 f"{name} is still {state} {timing.delete_timeout_seconds:.0f} s after the "

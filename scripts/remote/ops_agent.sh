@@ -19,6 +19,7 @@ OTEL_CONFIG=@OTEL_CONFIG@
 # fresh VM's unattended-upgrades can hold (ours). A failed download is retried too.
 ATTEMPTS=6
 RETRY_SECONDS=@RETRY_SECONDS@
+COLLECTOR_WAIT_SECONDS=@COLLECTOR_WAIT_SECONDS@
 TRANSIENT="Hash Sum mismatch|Mirror sync in progress|Clearsigned file isn't valid|Resource temporarily unavailable|Could not get lock"
 report() { echo "TPU_VLLM_METRICS_AGENT $*"; exit 0; }
 install_agent() {
@@ -56,19 +57,36 @@ sudo mkdir -p "$CONFIG_DIR"
 sudo tee "$CONFIG_DIR/config.yaml" > /dev/null <<'TPU_VLLM_OPS_AGENT_CONFIG'
 @CONFIG_YAML@
 TPU_VLLM_OPS_AGENT_CONFIG
+# When the collector last became active, before the restart: it must do so again after it.
+since=$(systemctl show -p ActiveEnterTimestampMonotonic --value "$COLLECTOR" 2>/dev/null || true)
 if ! sudo systemctl restart google-cloud-ops-agent; then
   report "failed: google-cloud-ops-agent did not restart (sudo journalctl -u google-cloud-ops-agent)"
 fi
+# The collector restarts with the oneshot (its unit is PartOf= it), and `systemctl restart`
+# returns once the oneshot is done, not the collector: it may still be activating, with the
+# previous otel.yaml in place (RuntimeDirectoryPreserve=yes) until its ExecStartPre writes the
+# new one. So wait, up to COLLECTOR_WAIT_SECONDS, for it to have entered "active" anew, as
+# Google's own tests wait after a restart (integration_test/agents/agents.go RestartOpsAgent).
+waited=0
+while :; do
+  entered=$(systemctl show -p ActiveEnterTimestampMonotonic --value "$COLLECTOR" 2>/dev/null || true)
+  if systemctl is-active --quiet "$COLLECTOR" && [ "${entered:-0}" -gt "${since:-0}" ]; then
+    break
+  fi
+  if [ "$waited" -ge "$COLLECTOR_WAIT_SECONDS" ]; then
+    report "failed: the metrics collector $COLLECTOR is not active ${waited} s after the agent's restart (sudo journalctl -u $COLLECTOR)"
+  fi
+  sleep 1
+  waited=$((waited + 1))
+done
 # google-cloud-ops-agent is a oneshot that only starts the sub-agents (ops-agent
 # systemd/google-cloud-ops-agent.service): its being active proves no scraping. The collector
 # must run, and its generated config must hold this stack's job: the config generator drops
 # the Prometheus pipeline, with only a log line, when it cannot read the instance's metadata
 # (confgenerator/prometheus.go `Pipelines`: "can't get resource metadata").
-if ! systemctl is-active --quiet "$COLLECTOR"; then
-  report "failed: the metrics collector $COLLECTOR is not active (sudo journalctl -u $COLLECTOR)"
-fi
 if ! sudo grep -Eq "job_name: [\"']?@JOB@[\"']?[[:space:]]*$" "$OTEL_CONFIG" 2>/dev/null; then
-  report "failed: the collector's generated config $OTEL_CONFIG has no scrape job @JOB@ (the agent drops the Prometheus receiver when it cannot read the instance's metadata: sudo journalctl -u $COLLECTOR)"
+  why="the agent drops the Prometheus receiver when it cannot read the instance's metadata"
+  report "failed: the collector's generated config $OTEL_CONFIG has no scrape job @JOB@ ($why: sudo journalctl -u $COLLECTOR)"
 fi
 echo "metrics-agent: scraping http://localhost:@PORT@/metrics every @INTERVAL@ s as job @JOB@"
 report ok

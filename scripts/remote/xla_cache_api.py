@@ -185,7 +185,10 @@ class JsonApi:
         headers: dict[str, str] | None = None,
     ) -> Any:
         """`_open` of a whole URL (a resumable upload's session URI, on the endpoint)."""
-        timeout = min(deadline.check(f"{method} {url}"), MAX_SOCKET_TIMEOUT)
+        # The path only: a resumable session's URI carries `upload_id`, which acts as a
+        # credential for the upload (Cloud Storage docs, "Resumable uploads"), and a deadline
+        # message is logged.
+        timeout = min(deadline.check(f"{method} {url.split('?', 1)[0]}"), MAX_SOCKET_TIMEOUT)
         request = urllib.request.Request(  # noqa: S310 - https endpoint (loopback in tests)
             url,
             data=body,
@@ -409,16 +412,25 @@ class JsonApi:
     def set_custom_time(self, url: str, custom_time: str, deadline: Deadline) -> None:
         """objects.patch of `customTime`. The service refuses to move it back (400, "Custom
         time cannot be decreased", https://cloud.google.com/storage/docs/metadata#custom-time):
-        that is another save having touched it later, which is as good."""
+        that is another save having touched it later, which is as good.
+
+        Retried like a read although it carries no precondition: it sets one field to a fixed
+        value, so a repeat lands the same, and a repeat that comes after another save's later
+        touch is the 400 above. (The Retry strategy page calls a PATCH idempotent only with
+        `ifMetagenerationMatch`, for patches whose result depends on what was there.)"""
         bucket, name = split_gs(url)
         body = json.dumps({"customTime": custom_time}).encode()
         try:
-            self._call(
-                "PATCH",
-                self._object_path(bucket, name),
+            self.retry.run(
+                lambda: self._call(
+                    "PATCH",
+                    self._object_path(bucket, name),
+                    deadline,
+                    body,
+                    {"Content-Type": "application/json"},
+                ),
+                f"touch {url}",
                 deadline,
-                body,
-                {"Content-Type": "application/json"},
             )
         except urllib.error.HTTPError as error:
             if error.code == 400:

@@ -191,6 +191,10 @@ def run_pool(
             done, pending = wait(pending, timeout=wait_for, return_when=FIRST_EXCEPTION)
             for future in futures:  # the first failure, in submission order
                 if future in done and future.exception() is not None:
+                    # A worker whose socket timed out at the bound (its timeout is aimed at
+                    # it) failed because of the bound: say so, as the wait would have.
+                    if deadline.left() <= 0:
+                        deadline.check(what)
                     future.result()
             if pending:
                 deadline.check(what)

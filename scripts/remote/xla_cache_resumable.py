@@ -9,7 +9,8 @@ uploads), as googleapis/python-storage google/cloud/storage/_media/_upload.py sp
   metadata as JSON, `X-Upload-Content-Length`: the answer's `Location` is the session URI;
 - PUT to it the bytes from an offset, `Content-Range: bytes START-END/TOTAL`: 200 or 201 with
   the Object resource once all are in, 308 Resume Incomplete otherwise;
-- after a failure, PUT with no body and `Content-Range: bytes */TOTAL` asks how far it got:
+- after a failure, PUT with no body and `Content-Range: bytes */TOTAL` asks how far it got
+  (the docs' "Check the status of a resumable upload"; python-storage sends `bytes */*`):
   308 with `Range: bytes=0-LAST` (no Range: nothing persisted yet), or 200/201 if it finished;
   the next PUT starts at LAST + 1 (`_process_recover_response`);
 - 404 or 410 on the session: it is gone (sessions last a week), so start a new one.

@@ -3,12 +3,14 @@ xla_cache_api.py).
 
 What is worth a retry, from Google's "Retry strategy" page for Cloud Storage
 (https://cloud.google.com/storage/docs/retry-strategy): HTTP 408, 429 and 5xx, socket timeouts
-and TCP disconnects; the same list google-cloud-storage retries (googleapis/python-storage
-google/cloud/storage/retry.py `_RETRYABLE_STATUS_CODES`, `_RETRYABLE_TYPES`: connection errors,
-IncompleteRead, BadStatusLine, timeouts). Which calls: every read (get, list, download) is
-idempotent; a write only when it carries `ifGenerationMatch` (the page's "conditionally
-idempotent", python-storage `DEFAULT_RETRY_IF_GENERATION_SPECIFIED`): repeated, it can land at
-most once. An unconditional write is tried once.
+and TCP disconnects. google-cloud-storage (googleapis/python-storage google/cloud/storage/
+retry.py) retries 408, 429, 500, 502, 503 and 504 (`_RETRYABLE_STATUS_CODES`) and connection
+errors, IncompleteRead, BadStatusLine, timeouts, urllib3's SSLError and ProtocolError
+(`_RETRYABLE_TYPES`); this client takes the page's wider "5xx". Which calls: every read (get,
+list, download) is idempotent; a write only when it carries `ifGenerationMatch` (the page's
+"conditionally idempotent"): repeated, it can land at most once. An unconditional write is
+tried once. (python-storage itself, since 3.0, retries uploads by default, preconditions or
+not; this client keeps to the page's stricter rule.)
 
 How long: google-api-core's defaults (googleapis/python-api-core google/api_core/retry/
 retry_base.py): the first wait up to 1 s, doubling to at most 60 s, for at most 120 s, each
@@ -28,6 +30,8 @@ from __future__ import annotations
 import http.client
 import os
 import random
+import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -51,8 +55,19 @@ WRITE_SPACING = 1.0
 
 
 #: Socket timeouts and TCP disconnects (ConnectionError covers reset, refused, aborted, broken
-#: pipe; http.client's RemoteDisconnected is one too).
-TRANSIENT = (ConnectionError, TimeoutError, http.client.IncompleteRead, http.client.BadStatusLine)
+#: pipe; http.client's RemoteDisconnected is one too). socket.timeout is TimeoutError only from
+#: Python 3.10. A TLS session cut short (ssl.SSLEOFError, an SSLError) is a disconnect too:
+#: python-storage retries urllib3's SSLError and ProtocolError. A certificate the client
+#: refuses is not transient (NOT_TRANSIENT).
+TRANSIENT = (
+    ConnectionError,
+    TimeoutError,
+    socket.timeout,
+    ssl.SSLError,
+    http.client.IncompleteRead,
+    http.client.BadStatusLine,
+)
+NOT_TRANSIENT = (ssl.SSLCertVerificationError,)
 
 
 class BodyCutShort(ConnectionError):
@@ -66,7 +81,7 @@ def retryable(error: BaseException) -> bool:
     if isinstance(error, urllib.error.URLError):
         reason = error.reason
         return isinstance(reason, BaseException) and retryable(reason)
-    return isinstance(error, TRANSIENT)
+    return isinstance(error, TRANSIENT) and not isinstance(error, NOT_TRANSIENT)
 
 
 def describe(error: BaseException) -> str:

@@ -181,8 +181,9 @@ class FakeGcsApi(LoopbackHttpServer):
                 self.send_response(status, "Resume Incomplete" if status == 308 else None)
                 for header, value in (headers or {}).items():
                     self.send_header(header, value)
-                self.send_header("Content-Type", "application/json" if raw is None else
-                                 "application/octet-stream")  # fmt: skip
+                if "Content-Type" not in (headers or {}):
+                    self.send_header("Content-Type", "application/json" if raw is None else
+                                     "application/octet-stream")  # fmt: skip
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -266,7 +267,12 @@ class FakeGcsApi(LoopbackHttpServer):
                         return
                     self._route(method, parts, query, body, headers)
                 except StoreError as error:
-                    self._error(error.status, str(error))
+                    if error.plain:
+                        text = str(error).encode()
+                        plain = {"Content-Type": "text/plain; charset=utf-8"}
+                        self._answer(error.status, None, raw=text, headers=plain)
+                    else:
+                        self._error(error.status, str(error))
 
             def _injected(
                 self, method: str, url: urllib.parse.SplitResult, query: dict[str, str],

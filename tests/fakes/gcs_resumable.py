@@ -10,8 +10,8 @@ uploads) and as googleapis/storage-testbench serves them (testbench/rest_server.
   completes;
 - ``PUT`` to it with ``Content-Range: bytes S-E/T`` appends the bytes past what it holds (bytes
   sent again are ignored, "resent data", https://cloud.google.com/storage/docs/resumable-uploads);
-  S past what it holds is refused with 400. All T in: the object is written, 200 with its
-  resource; otherwise 308 with ``Range: bytes=0-LAST``;
+  S past what it holds is refused with a plain-text 503. All T in: the object is written, 200
+  with its resource; otherwise 308 with ``Range: bytes=0-LAST``;
 - ``PUT`` with no body and ``Content-Range: bytes */T`` asks for the status: 308, with ``Range``
   only if some bytes are held, or 200 and the resource if it completed;
 - an unknown ``upload_id``: 404.
@@ -51,10 +51,13 @@ class Session:
         """Append what `chunk` (starting at `start`) adds past the bytes already held."""
         held = len(self.data)
         if start > held:
+            # 503 in plain text, as the service answers it (googleapis/java-storage's tests:
+            # APPEND_GREATER_THAN_CURRENT_SIZE; the google-cloud-go emulator).
             raise StoreError(
-                400,
-                f"Invalid request. According to the Content-Range header, the upload offset is "
-                f"{start} byte(s), which exceeds already uploaded size of {held} byte(s).",
+                503,
+                f"Invalid request.  According to the Content-Range header, the upload offset "
+                f"is {start} byte(s), which exceeds already uploaded size of {held} byte(s).",
+                plain=True,
             )
         self.data += chunk[held - start :]
 

@@ -56,9 +56,12 @@ PRECONDITION_FAILED = "At least one of the pre-conditions you specified did not 
 
 
 class StoreError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    """`plain`: the service answers this one as text, not as the JSON API's error object."""
+
+    def __init__(self, status: int, message: str, *, plain: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.plain = plain
 
 
 class GcsStore:
