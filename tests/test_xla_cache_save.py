@@ -297,8 +297,12 @@ def test_a_failing_upload_fails_the_save_and_leaves_latest_where_it_was(
 ) -> None:
     """One entry's upload answers 503: the save fails (exit 1, `ok: false`), the entries not
     started yet are not sent, and neither MANIFEST.json nor LATEST is written, so the next node
-    never prefetches a generation that is not complete."""
+    never prefetches a generation that is not complete. The failing upload is tried once
+    (`TPU_VLLM_CACHE_RETRY_SECONDS` 0): this is about what a failure stops, not about the
+    retries before it (tests/test_xla_cache_retry.py), which would let the other worker send
+    the rest meanwhile on a loaded machine."""
     cloud.api.latency = 0.05
+    cloud.env["TPU_VLLM_CACHE_RETRY_SECONDS"] = "0"
     node = Node(tmp_path / "a", cloud)
     node.add(entries("f", 24, size=50_000))
     failing = sorted(node.entries)[1]
