@@ -39,6 +39,13 @@ scripts/engine/build.sh >/dev/null || status=$?
 if [ "$status" -ne 0 ]; then
   echo "test: scripts/engine/build.sh failed (exit status $status, above): the engine tests skip." >&2
 fi
+# The Kubernetes layer's tools (docs/testing.md, "The Kubernetes layer"): etcd, the control plane,
+# kwok and pulumi-kubernetes' provider, built and cached the same way (cold: about 20 min).
+status=0
+scripts/kube/build.sh >/dev/null || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "test: scripts/kube/build.sh failed (exit status $status, above): the kube tests skip." >&2
+fi
 
 # In parallel, two workers per core (TPU_VLLM_TEST_WORKERS=N for another count, 0 for none): the
 # suite mostly waits (sshd sessions, logs replayed at wall-clock pace, the engine's steps, a

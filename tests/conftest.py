@@ -73,8 +73,9 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-#: The engine tests of one stack: one file's steps, in order (tests/engine_stack.py).
-STACK_FILES = re.compile(r"(^|/)test_engine_[^/]*\.py$")
+#: The engine tests of one stack: one file's steps, in order (tests/engine_stack.py); and the
+#: Kubernetes layer's files, whose tests share one control plane (tests/kube_cluster.py).
+STACK_FILES = re.compile(r"(^|/)test_(engine|kube)_[^/]*\.py$")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -99,7 +100,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Which language host and pulumi-command the engine tests ran: a real one or the suite's
     stand-in (tests/engine_cli.py). Printed whenever an engine stack test ran, also under -q."""
     reports = [r for reports in terminalreporter.stats.values() for r in reports]
-    if not any(STACK_FILES.search(str(getattr(r, "nodeid", "")).split("::")[0]) for r in reports):
+    if not any("test_engine_" in str(getattr(r, "nodeid", "")).split("::")[0] for r in reports):
         return
     from tests import engine, engine_cli
 
@@ -117,14 +118,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     its reason: a layer that skips in CI drifts unseen (docs/testing.md, "The engine layer")."""
     outcome = yield
     report = outcome.get_result()
-    if (
-        report.skipped
-        and not hasattr(report, "wasxfail")
-        and os.environ.get("TPU_VLLM_REQUIRE_ENGINE", "") == "1"
-        and item.get_closest_marker("engine") is not None
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    # The Kubernetes layer (tests/kube_cluster.py) follows the same rule under its own variable.
+    for marker, variable in (
+        ("engine", "TPU_VLLM_REQUIRE_ENGINE"),
+        ("kube", "TPU_VLLM_REQUIRE_KUBE"),
     ):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = (
-            f"engine test skipped under TPU_VLLM_REQUIRE_ENGINE=1 (set by .ci/run): {reason}"
-        )
+        if os.environ.get(variable, "") == "1" and item.get_closest_marker(marker) is not None:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+            report.outcome = "failed"
+            report.longrepr = f"{marker} test skipped under {variable}=1 (set by .ci/run): {reason}"
+            return

@@ -65,3 +65,17 @@ def test_other_skips_and_runs_without_the_variable_stay_skips(
     assert after_hook(Item(), Report()).outcome == "skipped"
     monkeypatch.delenv("TPU_VLLM_REQUIRE_ENGINE")
     assert after_hook(Item({"engine"}), Report()).outcome == "skipped"
+
+
+def test_a_kube_test_that_skips_fails_in_ci_under_its_own_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TPU_VLLM_REQUIRE_ENGINE", raising=False)
+    monkeypatch.setenv("TPU_VLLM_REQUIRE_KUBE", "1")
+    report = after_hook(Item({"kube"}), Report())
+    assert report.outcome == "failed"
+    assert "kube test skipped under TPU_VLLM_REQUIRE_KUBE=1" in report.longrepr
+    # An engine test is not held by the kube variable.
+    assert after_hook(Item({"engine"}), Report()).outcome == "skipped"
+    monkeypatch.delenv("TPU_VLLM_REQUIRE_KUBE")
+    assert after_hook(Item({"kube"}), Report()).outcome == "skipped"
