@@ -74,7 +74,8 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 #: The engine tests of one stack: one file's steps, in order (tests/engine_stack.py); and the
-#: Kubernetes layer's files, whose tests share one control plane (tests/kube_cluster.py).
+#: Kubernetes layer's files, each of whose tests share that file's control plane
+#: (tests/kube_cluster.py).
 STACK_FILES = re.compile(r"(^|/)test_(engine|kube)_[^/]*\.py$")
 
 

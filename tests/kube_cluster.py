@@ -41,6 +41,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.promql import go_command
+
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "scripts" / "kube" / "build.sh"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -85,20 +87,28 @@ def tools_bin() -> Path:
 def kwok_stage_files() -> list[Path]:
     """kwok's own fast node and pod stages, read from its Go module (go.sum-checked)."""
     done = subprocess.run(
-        ["go", "mod", "download", "-json", "sigs.k8s.io/kwok"],
+        [
+            go_command("to find kwok's stage configs"),
+            "mod",
+            "download",
+            "-json",
+            "sigs.k8s.io/kwok",
+        ],
         cwd=REPO / "scripts" / "kube" / "kwok",
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": "local"},
+        timeout=600,
     )
     module = Path(json.loads(done.stdout)["Dir"])
     stages = module / "kustomize" / "stage"
     # node-initialize makes a node Ready; the heartbeat with a lease keeps it so, as a kubelet
     # does, so the node lifecycle controller lifts the not-ready taint and never evicts.
-    files = sorted((stages / "node" / "fast").glob("*.yaml"))
-    files += sorted((stages / "node" / "heartbeat-with-lease").glob("*.yaml"))
-    files += sorted((stages / "pod" / "fast").glob("*.yaml"))
+    # Stage documents only: kwok skips the kustomization.yaml beside them with a warning.
+    files = sorted((stages / "node" / "fast").glob("node-*.yaml"))
+    files += sorted((stages / "node" / "heartbeat-with-lease").glob("node-*.yaml"))
+    files += sorted((stages / "pod" / "fast").glob("pod-*.yaml"))
     return files
 
 
@@ -335,9 +345,13 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = self.work / f"{name}.log"
         self.logs[name] = log
+        # A HOME of its own: kwok reads ~/.kwok/kwok.yaml before its --config files if present.
+        home = self.work / "home"
+        home.mkdir(exist_ok=True)
         with log.open("wb") as out:
             self.procs[name] = subprocess.Popen(
                 argv,
+                env={**os.environ, "HOME": str(home)},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -461,7 +475,6 @@ class ControlPlane:
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={self.sa_key}",
                 f"--root-ca-file={self.pki.ca}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--leader-elect=false",
                 "--v=1",
             ],
@@ -481,8 +494,8 @@ class ControlPlane:
                 "--v=1",
             ],
         )
-        # The token controller gives `default` its token only once running: wait for it, as
-        # every pod the stack makes runs as a service account.
+        # The service-account controller makes each namespace's `default` account; wait for it,
+        # as every pod is admitted only with its service account present.
         self._wait(
             "service-account controllers",
             lambda: self._has("/api/v1/namespaces/default/serviceaccounts/default"),
@@ -528,6 +541,13 @@ class ControlPlane:
         self.apply(node)
         path = f"/api/v1/nodes/{node['metadata']['name']}"
         self.wait_condition(path, "Ready", timeout)
+
+        # The node lifecycle controller lifts the API server's not-ready taint after Ready.
+        def untainted() -> bool:
+            taints = self.get(path).get("spec", {}).get("taints") or []
+            return not any(t["key"] == "node.kubernetes.io/not-ready" for t in taints)
+
+        self._wait(f"{path} not-ready taint lifted", untainted, timeout)
         return self.get(path)
 
     def stop(self) -> None:

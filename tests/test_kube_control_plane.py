@@ -30,9 +30,9 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kube_cluster.Con
         pytest.skip(f"the Kubernetes tools are not built ({err}); run scripts/kube/build.sh")
     cp = kube_cluster.ControlPlane(tmp_path_factory.mktemp("kube"), bin_dir=bin_dir).start()
     print(f"control plane up in {cp.started_seconds:.1f} s")
-    cp.add_node(kube_cluster.system_node("system-0"))
-    cp.add_node(kube_cluster.tpu_node("tpu-0", COMPUTE_CLASS))
     try:
+        cp.add_node(kube_cluster.system_node("system-0"))
+        cp.add_node(kube_cluster.tpu_node("tpu-0", COMPUTE_CLASS))
         yield cp
     finally:
         cp.stop()
@@ -146,18 +146,34 @@ def test_job_pod_completes_through_the_job_controller(plane: kube_cluster.Contro
 
 
 def test_stop_leaves_nothing_running(tmp_path: Path, plane: kube_cluster.ControlPlane) -> None:
+    """Each component runs in its own process group; after stop() no process of any group is
+    left, children included (killpg reaches them; /proc is read, not our own handles)."""
     second = kube_cluster.ControlPlane(tmp_path, bin_dir=plane.bin).start()
-    pids = [proc.pid for proc in second.procs.values()]
-    assert set(second.running()) == {
-        "etcd",
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-        "kwok",
-    }
-    second.stop()
-    assert list(second.running()) == []
-    for pid in pids:
-        assert (
-            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
-        )
+    try:
+        groups = {proc.pid for proc in second.procs.values()}
+        assert set(second.running()) == {
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok",
+        }
+        assert _processes_in(groups)
+    finally:
+        second.stop()
+    assert _processes_in(groups) == []
+
+
+def _processes_in(groups: set[int]) -> list[str]:
+    """Live (not zombie) processes whose process group is one of `groups`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp in groups and state != "Z":
+            found.append(text.split(" ", 1)[0])
+    return found

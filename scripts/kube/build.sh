@@ -65,13 +65,20 @@ main() {
     exit 3
   fi
 
+  # hack/lib/version.sh's ldflags, so the server reports its own version (/version).
+  KUBE_LDFLAGS="-w -s -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
+  KUBE_LDFLAGS+=" -X k8s.io/component-base/version.gitMajor=1"
+  KUBE_LDFLAGS+=" -X k8s.io/component-base/version.gitMinor=34"
+  KUBE_LDFLAGS+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  PROVIDER_LDFLAGS="-w -s -X $PROVIDER_MODULE/pkg/version.Version=$PROVIDER_SEMVER"
+
   ROOT="${TPU_VLLM_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tpu-vllm/kube}"
   WRAPPERS=(kubernetes etcd kwok pulumi-kubernetes)
   inputs_hash() {
     {
       for w in "${WRAPPERS[@]}"; do cat "$HERE/$w/go.mod" "$HERE/$w/go.sum"; done
       cat "$HERE/etcd/main.go"
-      printf '%s\n' "${GO_BUILD_FLAGS[*]}" "CGO_ENABLED=$CGO_ENABLED" "$PROVIDER_SEMVER"
+      printf '%s\n' "${GO_BUILD_FLAGS[*]}" "CGO_ENABLED=$CGO_ENABLED" "$KUBE_LDFLAGS" "$PROVIDER_LDFLAGS"
       go env GOVERSION GOOS GOARCH
     } | sha256sum | cut -c1-12
   }
@@ -138,13 +145,8 @@ main() {
   record etcd "$ETCD_VERSION" built
 
   log "kube-apiserver, kube-controller-manager, kube-scheduler $KUBERNETES_VERSION"
-  # hack/lib/version.sh's ldflags, so the server reports its own version (/version, kubectl).
-  kube_ldflags="-w -s -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
-  kube_ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
-  kube_ldflags+=" -X k8s.io/component-base/version.gitMinor=34"
-  kube_ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
   for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
-    build kubernetes "$cmd" "k8s.io/kubernetes/cmd/$cmd" -ldflags "$kube_ldflags"
+    build kubernetes "$cmd" "k8s.io/kubernetes/cmd/$cmd" -ldflags "$KUBE_LDFLAGS"
     record "$cmd" "$KUBERNETES_VERSION" built
   done
 
@@ -167,7 +169,7 @@ main() {
   printf 'module generate\n' >"$gen/go.mod"
   (cd "$gen" && VERSION="$PROVIDER_SEMVER" go run -modfile="$HERE/pulumi-kubernetes/go.mod" generate.go)
   (cd "$gen" && go build "${GO_BUILD_FLAGS[@]}" -modfile="$HERE/pulumi-kubernetes/go.mod" \
-    -ldflags "-w -s -X $PROVIDER_MODULE/pkg/version.Version=$PROVIDER_SEMVER" \
+    -ldflags "$PROVIDER_LDFLAGS" \
     -o "$WORK/bin/pulumi-resource-kubernetes" .)
   log "pulumi-resource-kubernetes: built ($((SECONDS - started)) s since the start)"
   record pulumi-resource-kubernetes "$PROVIDER_VERSION" built

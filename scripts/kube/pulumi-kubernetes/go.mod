@@ -1,8 +1,9 @@
 // pulumi-kubernetes' provider for the GKE stack's engine tests, built by scripts/kube/build.sh
 // from github.com/pulumi/pulumi-kubernetes/provider/v4 at the pseudo-version the module proxy
 // serves. The module zip lacks the generated schema-embed.json and terraform-mapping-embed.json
-// that cmd/pulumi-resource-kubernetes embeds: the build runs that directory's own generate.go
-// (its go:generate step) against this module graph and overlays what it writes.
+// that cmd/pulumi-resource-kubernetes embeds: the build copies that directory's own files to a
+// scratch directory, runs its generate.go (its go:generate step) there and builds it, both with
+// this module graph (-modfile).
 module tpu-vllm/kube/pulumi-kubernetes
 
 go 1.26.6
