@@ -457,41 +457,40 @@ class ControlPlane:
             user=user,
         )
 
+    def _served_as(self, name: str, user: str) -> list[str]:
+        """The flags kube-controller-manager and kube-scheduler share: their own user for the
+        API and for checking callers of their own HTTPS port, which listens on loopback."""
+        kubeconfig = self._identity(name, user)
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            f"--cert-dir={self.work / name}",
+            "--leader-elect=false",
+            "--v=1",
+        ]
+
     def _start_controllers(self) -> None:
         # Their own users, bound by the API server's default RBAC (system:kube-controller-manager,
         # system:kube-scheduler); each controller then acts as its own service account.
-        cm = self._identity("controller-manager", "system:kube-controller-manager")
         self._spawn(
             "kube-controller-manager",
             [
                 str(self.bin / "kube-controller-manager"),
-                f"--kubeconfig={cm}",
-                f"--authentication-kubeconfig={cm}",
-                f"--authorization-kubeconfig={cm}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                f"--cert-dir={self.work / 'controller-manager'}",
+                *self._served_as("controller-manager", "system:kube-controller-manager"),
                 f"--controllers={','.join(CONTROLLERS)}",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={self.sa_key}",
                 f"--root-ca-file={self.pki.ca}",
-                "--leader-elect=false",
-                "--v=1",
             ],
         )
-        sched = self._identity("scheduler", "system:kube-scheduler")
         self._spawn(
             "kube-scheduler",
             [
                 str(self.bin / "kube-scheduler"),
-                f"--kubeconfig={sched}",
-                f"--authentication-kubeconfig={sched}",
-                f"--authorization-kubeconfig={sched}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                f"--cert-dir={self.work / 'scheduler'}",
-                "--leader-elect=false",
-                "--v=1",
+                *self._served_as("scheduler", "system:kube-scheduler"),
             ],
         )
         # The service-account controller makes each namespace's `default` account; wait for it,
