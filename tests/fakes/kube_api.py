@@ -18,8 +18,10 @@ What it imitates (kubernetes/kubernetes, staging/src/k8s.io/apiextensions-apiser
   apiserver/pkg/server/filters/maxinflight.go, priority-and-fairness.go `tooManyRequests`,
   which call `http.Error`; Priority and Fairness runs after authentication, so a 401 comes
   first).
-Time is the fake's own clock since `start()`: `appear_after` seconds until the CRD exists (None:
-never), then `establish_after` seconds more until it is established.
+Time is the fake's own clock since the first request it receives (not since `start()`, so that a
+slow test set-up on a loaded machine cannot use up the delays before the client asks):
+`appear_after` seconds until the CRD exists (None: never), then `establish_after` seconds more
+until it is established.
 
 The CRDs' schemas transcribe, for the fields the stack sends, GKE's ComputeClass CRD as
 datreeio/CRDs-catalog publishes it (`cloud.google.com/computeclass_v1.json`): its first version
@@ -243,7 +245,7 @@ def _conditions(established: bool) -> list[dict[str, str]]:
 @dataclass
 class FakeCrd:
     body: dict[str, Any]
-    #: Seconds after start() until the CRD exists; None: it never does.
+    #: Seconds after the fake's first request until the CRD exists; None: it never does.
     appear_after: float | None = 0.0
     #: Seconds after it appears until it is established.
     establish_after: float = 0.0
@@ -264,13 +266,14 @@ class _State:
     throttle: int = 0
     #: Their `Retry-After` header (None: sent without one).
     retry_after: str | None = "1"
-    started: float = field(default_factory=time.monotonic)
+    #: When the first request arrived (None: none yet); the CRDs' delays count from it.
+    started: float | None = None
     requests: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def phase(self, crd: FakeCrd) -> str:
         """`absent`, `installing` or `established` on the fake's clock."""
-        now = time.monotonic() - self.started
+        now = time.monotonic() - (self.started or time.monotonic())
         if crd.appear_after is None or now < crd.appear_after:
             return "absent"
         return "established" if now >= crd.appear_after + crd.establish_after else "installing"
@@ -285,6 +288,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             auth = self.headers.get("Authorization", "")
             with state.lock:
                 state.requests.append(Seen(self.path, auth))
+                state.started = state.started or time.monotonic()
             if auth != f"Bearer {state.token}":
                 send_json(self, 401, status_object(401, "Unauthorized", "Unauthorized"))
             elif state.throttle > 0:
@@ -428,7 +432,6 @@ class FakeKubeApi(LoopbackHttpServer):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self._cert, self._key)
         server.socket = context.wrap_socket(server.socket, server_side=True)
-        self.state.started = time.monotonic()
         return self._serve(server)
 
     @property
