@@ -1,8 +1,11 @@
-"""The CRDs GKE would have installed, for the Kubernetes layer's API server, from their projects'
-Go modules (never copied in): SecretProviderClass from the Secrets Store CSI driver
-(`sigs.k8s.io/secrets-store-csi-driver` v1.5.3, `config/crd/bases/`, pinned in tests/csi_crds)
-and PodMonitoring from Managed Service for Prometheus (tests/gmp_crds.py). The proxy refuses the
-ComputeClass API module, so that CRD is not among them (docs/testing.md, "The Kubernetes layer").
+"""The CRDs GKE would have installed, for the Kubernetes layer's API server.
+
+Two come from their projects' Go modules (never copied in): SecretProviderClass from the Secrets
+Store CSI driver (`sigs.k8s.io/secrets-store-csi-driver` v1.5.3, `config/crd/bases/`, pinned in
+tests/csi_crds) and PodMonitoring from Managed Service for Prometheus (tests/gmp_crds.py). The
+proxy refuses the ComputeClass API module, so the ComputeClass CRD is the project's own picture,
+written from GKE's reference and that API's Go types (tests/compute_class_crd.py; docs/testing.md,
+"The Kubernetes layer").
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tests import gmp_crds
+from tests import compute_class_crd, gmp_crds
 from tests.promql import go_command
 
 CSI_MODULE = "sigs.k8s.io/secrets-store-csi-driver"
@@ -55,5 +58,6 @@ def secret_provider_class_crd() -> dict[str, Any]:
 
 
 def gke_crds() -> list[dict[str, Any]]:
-    """Every CRD the GKE stack's objects need that a project publishes."""
-    return [secret_provider_class_crd(), gmp_crds.crd("podmonitorings")]
+    """Every CRD the GKE stack's objects need: the two its projects publish and the project's
+    own ComputeClass picture (its current version)."""
+    return [secret_provider_class_crd(), gmp_crds.crd("podmonitorings"), compute_class_crd.crd()]

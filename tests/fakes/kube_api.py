@@ -23,13 +23,12 @@ slow test set-up on a loaded machine cannot use up the delays before the client 
 `appear_after` seconds until the CRD exists (None: never), then `establish_after` seconds more
 until it is established.
 
-The CRDs' schemas transcribe, for the fields the stack sends, GKE's ComputeClass CRD as
-datreeio/CRDs-catalog publishes it (`cloud.google.com/computeclass_v1.json`): its first version
-(2025-05-28: no `priorities[].location`, and the rule refusing flex-start with TPUs) and the
-current one (77e49833), without datreeio's added `additionalProperties: false`, which a served
-structural schema does not have (it prunes instead). The PodMonitoring CRD's v1 schema is
-prometheus-engine's (`charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`), read
-from its Go module (tests/gmp_crds.py).
+The ComputeClass CRD is the project's own picture (tests/compute_class_crd.py): the current
+version from GKE's reference and the ComputeClass API's Go types, and `early=True`, datreeio's
+first published copy (2025-05-28: no `priorities[].location`, and the rule refusing flex-start
+with TPUs). The PodMonitoring CRD's v1 schema is prometheus-engine's
+(`charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`), read from its Go module
+(tests/gmp_crds.py).
 
 `write_auth_plugin` writes a stand-in for `gke-gcloud-auth-plugin` that prints the
 ExecCredential kubernetes/cloud-provider-gcp `cmd/gke-gcloud-auth-plugin/cred.go` prints.
@@ -54,6 +53,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests import compute_class_crd as compute_class_definition
 from tests import gmp_crds
 from tests.fakes.kube_deployments import status_object
 from tests.fakes.loopback import HOST, LoopbackHttpServer, send_json
@@ -61,102 +61,16 @@ from tests.fakes.loopback import HOST, LoopbackHttpServer, send_json
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 EXEC_API_VERSION = "client.authentication.k8s.io/v1beta1"
 
-_ANY: dict[str, Any] = {}
-_TPU = {
-    "type": "object",
-    "properties": {
-        "count": {"type": "integer"},
-        "topology": {"type": "string"},
-        "type": {"type": "string"},
-    },
-}
-_FLEX_START = {
-    "type": "object",
-    "properties": {
-        "enabled": {"type": "boolean", "default": False},
-        "nodeRecycling": {
-            "type": "object",
-            "required": ["leadTimeSeconds"],
-            "properties": {"leadTimeSeconds": {"type": "integer", "minimum": 1, "maximum": 604800}},
-        },
-    },
-}
-_LOCATION = {
-    "type": "object",
-    "properties": {
-        "locationPolicy": {"type": "string", "enum": ["ANY", "BALANCED"]},
-        "zones": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-    },
-}
-#: Two of the rules both versions have, and the early one's refusal of flex-start TPUs.
-_FLEX_SPOT_RULE = {
-    "message": "Flex Start provisioning model is incompatible with Spot",
-    "rule": "!(has(self.flexStart) && has(self.spot) && self.spot == true && "
-    "self.flexStart.enabled == true)",
-}
-_NODEPOOL_RULE = {
-    "message": "Nodepool field cannot be set along with other fields",
-    "rule": "has(self.nodepools) ? (size(dyn(self)) == 1) : true",
-}
-_FLEX_TPU_RULE = {
-    "message": "Flex Start provisioning model doesn't support TPUs",
-    "rule": "!(has(self.flexStart) && self.flexStart.enabled == true && has(self.tpu))",
-}
-_CAPACITY_CHECK_RULE = {
-    "message": "capacityCheckWaitTimeSeconds is only supported for Flex Start and for "
-    "multi-host TPUs",
-    "rule": "!has(self.capacityCheckWaitTimeSeconds) || has(self.tpu) || "
-    "(has(self.flexStart) && self.flexStart.enabled)",
-}
 
-
-def _priority(*, location: bool, rules: list[dict[str, str]]) -> dict[str, Any]:
-    names = ["gpu", "machineFamily", "maxPodsPerNode", "minCores", "minMemoryGb"]
-    names += ["nodeSystemConfig", "nodepools", "reservations", "storage"]
-    properties: dict[str, Any] = {n: _ANY for n in names}
-    properties |= {
-        "flexStart": _FLEX_START,
-        "machineType": {"type": "string"},
-        "maxRunDurationSeconds": {"type": "integer"},
-        "spot": {"type": "boolean"},
-        "tpu": _TPU,
-    }
-    if location:
-        properties["location"] = _LOCATION
-    return {"type": "object", "properties": properties, "x-kubernetes-validations": rules}
-
-
-def compute_class_schema(*, early: bool = False) -> dict[str, Any]:
-    """ComputeClass `openAPIV3Schema`: `early` is datreeio's first (2025-05-28) version."""
-    priority = _priority(
-        location=not early,
-        rules=[_NODEPOOL_RULE, _FLEX_SPOT_RULE]
-        + ([_FLEX_TPU_RULE] if early else [_CAPACITY_CHECK_RULE]),
-    )
-    spec = {
-        "type": "object",
-        "properties": {
-            "activeMigration": _ANY,
-            "autoscalingPolicy": _ANY,
-            "nodePoolAutoCreation": {
-                "type": "object",
-                "properties": {"enabled": {"type": "boolean"}},
-            },
-            "nodePoolConfig": _ANY,
-            "priorities": {"type": "array", "items": priority},
-            "whenUnsatisfiable": {"type": "string", "enum": ["ScaleUpAnyway", "DoNotScaleUp"]},
-        },
-    }
-    return {
-        "type": "object",
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": spec,
-            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-        },
-    }
+def _served(definition: dict[str, Any]) -> dict[str, Any]:
+    """A CRD as the API server returns it once stored: with a generation, a resource version,
+    the default conversion strategy and the accepted names (the conditions come per request)."""
+    crd: dict[str, Any] = json.loads(json.dumps(definition))
+    crd["metadata"] |= {"generation": 1, "resourceVersion": "4711"}
+    crd["spec"].setdefault("conversion", {"strategy": "None"})
+    stored = [v["name"] for v in crd["spec"]["versions"] if v.get("storage")]
+    crd["status"] = {"acceptedNames": crd["spec"]["names"], "storedVersions": stored}
+    return crd
 
 
 def _crd(
@@ -168,25 +82,19 @@ def _crd(
         "kind": kind,
         "listKind": f"{kind}List",
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}", "generation": 1, "resourceVersion": "4711"},
-        "spec": {
-            "group": group,
-            "names": names,
-            "scope": scope,
-            "versions": versions,
-            "conversion": {"strategy": "None"},
-        },
-        "status": {"acceptedNames": names, "storedVersions": [versions[0]["name"]]},
-    }
+    return _served(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "names": names, "scope": scope, "versions": versions},
+        }
+    )
 
 
 def compute_class_crd(*, early: bool = False) -> dict[str, Any]:
-    schema = {"openAPIV3Schema": compute_class_schema(early=early)}
-    version = {"name": "v1", "served": True, "storage": True, "schema": schema}
-    return _crd("cloud.google.com", "computeclasses", "ComputeClass", "Cluster", [version])
+    """The project's ComputeClass CRD (tests/compute_class_crd.py), as the fake serves it."""
+    return _served(compute_class_definition.crd(early=early))
 
 
 def pod_monitoring_crd() -> dict[str, Any]:
