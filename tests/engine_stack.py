@@ -25,10 +25,11 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import pytest
 
+from components.config.loader import StackConfig
 from tests import engine_cli, privileged
 from tests.fakes import tpu_vm
 from tests.fakes.hf_hub import FakeHfHub
@@ -38,6 +39,7 @@ from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import Scenario
 from tests.fakes.tpu_api import FakeTpuApi, StateDurations
 from tests.fakes.tpu_vm import TpuVmFleet
+from tests.output_contract import config_of
 from tests.registry import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,6 +58,20 @@ HF_TOKEN = "hf_ENGINEsentinelTOKENnotARealOne42"
 PASSPHRASE = engine_cli.PASSPHRASE
 #: The fake TPU API's transient states: long enough to be seen, short enough for a test.
 DURATIONS = StateDurations(0.5, 0.5, 0.5, 1.0, 0.5, 0.5)
+
+
+class StackFakes(Protocol):
+    """What a stack's fakes give its engine run: where the program finds them, what went wrong
+    inside them (printed when a step fails), and their end."""
+
+    def env(self) -> dict[str, str]: ...
+
+    def problems(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+F = TypeVar("F", bound=StackFakes)
 
 
 @dataclass
@@ -128,9 +144,8 @@ class Fakes:
             tpu = FakeTpuApi(durations=DURATIONS, machines=fleet).start()
             started.append(tpu)
             fleet.watch(tpu.tick)
-            registry = Registry(work / "registry")
+            registry = nightly_registry(work)
             started.append(registry)
-            registry.push("vllm/vllm-tpu", "nightly", "the nightly of the day the stack is made")
         except BaseException:
             for fake in reversed(started):
                 fake.stop()
@@ -159,6 +174,9 @@ class Fakes:
             "TPU_VLLM_STANDIN_PYTHON": sys.executable,
         }
 
+    def problems(self) -> str:
+        return f"fake VM errors: {self.fleet.errors}"
+
     def stop(self) -> None:
         for fake in (
             self.registry,
@@ -173,14 +191,21 @@ class Fakes:
         self.secret_manager.stop()
 
 
+def nightly_registry(work: Path) -> Registry:
+    """The real registry the image pin resolves against, holding `vllm/vllm-tpu:nightly`."""
+    registry = Registry(work / "registry")
+    registry.push("vllm/vllm-tpu", "nightly", "the nightly of the day the stack is made")
+    return registry
+
+
 @dataclass
-class EngineStack:
-    """A copy of the project, one stack, the fakes, and the CLI that runs there."""
+class EngineStack(Generic[F]):
+    """A copy of the project, one stack, its fakes, and the CLI that runs there."""
 
     stack: str
     work: Path
     project: Path
-    fakes: Fakes
+    fakes: F
     env: dict[str, str]
     runs: list[Run] = field(default_factory=list)
 
@@ -251,6 +276,13 @@ class EngineStack:
     def config_set(self, key: str, value: str, *flags: str) -> None:
         self.pulumi("config", "set", *flags, key, value).check()
 
+    def stack_config(self) -> StackConfig:
+        """The stack's config as the CLI holds it (`pulumi config --json`), through the
+        program's own loader: what the output contract expects depends on it."""
+        listed = json.loads(self.pulumi("config", "--json").check().stdout)
+        raw = {key: entry.get("objectValue", entry.get("value")) for key, entry in listed.items()}
+        return config_of(raw, stack=self.stack, project=str(raw["gcp:project"]))
+
 
 def events(path: Path) -> list[dict[str, Any]]:
     """The engine's event log (`--event-log`), one JSON event per line, in sequence order."""
@@ -294,7 +326,7 @@ def engine_stack(
     *,
     scenario: Scenario | None = None,
     serving_port: int = 8000,
-) -> Iterator[EngineStack]:
+) -> Iterator[EngineStack[Fakes]]:
     """The project copied, the fakes started, the README's first steps done: a file backend
     (`pulumi login file://...`), the stack (`pulumi stack select --create`), `gcp:project`,
     the ranges of who may connect, and the HF token stored with `scripts/save_hf_token.py`."""
@@ -327,7 +359,7 @@ class Lifecycle:
     """One stack's life in steps, one test each: a step runs only after the one it names
     passed, and a failing step prints the last commands' output."""
 
-    def __init__(self, engine: EngineStack) -> None:
+    def __init__(self, engine: EngineStack[Any]) -> None:
         self.engine = engine
         self.done: list[str] = []
         #: What one step learned that a later one checks (addresses, secret outputs).
@@ -343,6 +375,6 @@ class Lifecycle:
             for run in self.engine.runs[-3:]:
                 print(f"$ {' '.join(run.argv)}  -> {run.returncode} in {run.seconds:.1f} s")
                 print(run.output[-6000:])
-            print("fake VM errors:", self.engine.fakes.fleet.errors)
+            print(self.engine.fakes.problems())
             raise
         self.done.append(name)

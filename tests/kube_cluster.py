@@ -314,8 +314,14 @@ def system_node(name: str) -> dict[str, Any]:
 class ControlPlane:
     """etcd, kube-apiserver, the controller manager, the scheduler and kwok, on 127.0.0.1."""
 
-    def __init__(self, work: Path, *, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self, work: Path, *, bin_dir: Path | None = None, deployer_token: str | None = None
+    ) -> None:
         self.work = work
+        #: A bearer token the API server accepts for a cluster administrator: what
+        #: `gke-gcloud-auth-plugin` hands client-go for a deployer GKE's IAM lets administer
+        #: the cluster (here `--token-auth-file`, group system:masters).
+        self.deployer_token = deployer_token
         self.bin = bin_dir or tools_bin()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
@@ -428,6 +434,7 @@ class ControlPlane:
                 f"--tls-cert-file={cert}",
                 f"--tls-private-key-file={key}",
                 f"--client-ca-file={self.pki.ca}",
+                *self._token_auth(),
                 "--authorization-mode=RBAC",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -438,6 +445,16 @@ class ControlPlane:
             ],
         )
         self._wait("kube-apiserver", self._readyz, 120)
+
+    def _token_auth(self) -> list[str]:
+        """`--token-auth-file`: CSV of token, user, uid, "groups" (kube-apiserver --help,
+        `pkg/authentication/token/tokenfile`)."""
+        if self.deployer_token is None:
+            return []
+        path = self.work / "tokens.csv"
+        path.write_text(f'{self.deployer_token},deployer,deployer,"system:masters"\n')
+        path.chmod(0o600)
+        return [f"--token-auth-file={path}"]
 
     def _readyz(self) -> bool:
         try:

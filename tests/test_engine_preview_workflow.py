@@ -27,7 +27,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.engine_stack import HF_TOKEN, PASSPHRASE, PROJECT, EngineStack, Lifecycle, engine_stack
+from tests.engine_stack import (
+    HF_TOKEN,
+    PASSPHRASE,
+    PROJECT,
+    EngineStack,
+    Fakes,
+    Lifecycle,
+    engine_stack,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -62,7 +70,7 @@ def github_env(step: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, 
     return env
 
 
-def run_step(engine: EngineStack, step: Mapping[str, Any], values: Mapping[str, str],
+def run_step(engine: EngineStack[Fakes], step: Mapping[str, Any], values: Mapping[str, str],
              runner_temp: Path, cwd: Path) -> str:  # fmt: skip
     script = str(step["run"])
     assert "${{" not in script, f"{step['name']}: an expression inside run: (template injection)"

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from components.vm.queued_resource_spec import RENEWAL_SUFFIX
-from tests.engine_stack import PROJECT, EngineStack, Lifecycle, engine_stack, events
+from tests.engine_stack import PROJECT, EngineStack, Fakes, Lifecycle, engine_stack, events
 from tests.fakes.cloud_dns import CachingResolver, RecordSet
 from tests.standins.gcp_dns import RECORDS, seed_zone
 from tests.standins.store import Store
@@ -107,7 +107,7 @@ def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         yield Lifecycle(engine)
 
 
-def wrap_pulumi(engine: EngineStack, log: Path) -> dict[str, str]:
+def wrap_pulumi(engine: EngineStack[Fakes], log: Path) -> dict[str, str]:
     """PATH with a `pulumi` first that adds `--event-log LOG` to `pulumi up`, else the real CLI."""
     wrapper = engine.work / "wrapper-bin"
     wrapper.mkdir(exist_ok=True)

@@ -20,18 +20,16 @@ from typing import Any
 
 import pytest
 
-from components.config.loader import StackConfig
 from tests.engine_stack import (
     HF_TOKEN,
     PASSPHRASE,
     PROJECT,
-    EngineStack,
     Lifecycle,
     engine_stack,
     events,
     steps,
 )
-from tests.output_contract import config_of, problems
+from tests.output_contract import problems
 
 pytestmark = pytest.mark.engine
 
@@ -45,14 +43,6 @@ API_KEY_SECRET = "tpu-vllm-v5e1-api-key"
 def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     with engine_stack(tmp_path_factory.mktemp("engine-v5e1"), STACK) as engine:
         yield Lifecycle(engine)
-
-
-def stack_config(engine: EngineStack) -> StackConfig:
-    """The stack's config as the CLI holds it (`pulumi config --json`), through the program's
-    own loader: what the output contract expects depends on it."""
-    listed = json.loads(engine.pulumi("config", "--json").check().stdout)
-    raw = {key: entry.get("objectValue", entry.get("value")) for key, entry in listed.items()}
-    return config_of(raw, stack=STACK, project=str(raw["gcp:project"]))
 
 
 def sentinels(life: Lifecycle) -> dict[str, str]:
@@ -142,7 +132,7 @@ def test_outputs_meet_the_contract(life: Lifecycle) -> None:
         assert set(hidden) == set(shown)
         # The contract the mock-level tests check, for the config this stack really has.
         secret = {name for name, value in hidden.items() if value == "[secret]"}
-        found = problems(shown, config=stack_config(engine), secret=secret)
+        found = problems(shown, config=engine.stack_config(), secret=secret)
         assert not found, "; ".join(found)
         for name, value in shown.items():
             assert name in secret or hidden[name] == value, name

@@ -131,7 +131,8 @@ def test_the_class_and_the_secret_mounts_wait_for_their_crds(
     assert len(run.of_type(POD_MONITORING)) == len(monitored)
     assert inputs["timeout_seconds"] == crd_wait.CRD_WAIT_TIMEOUT_SECONDS == 3600
     assert inputs["compute_class_spec"] == run.one(COMPUTE_CLASS).inputs["spec"]
-    waiting = ["vllm-compute-class", "vllm-server-secrets", "vllm-probe-secrets"]
+    # The namespace too: every namespaced object follows it, so nothing reaches the cluster first.
+    waiting = ["vllm-namespace", "vllm-compute-class", "vllm-server-secrets", "vllm-probe-secrets"]
     for name in waiting + (["vllm-pod-monitoring"] if monitored else []):
         assert "vllm-crds" in run.dependencies[name], name
     assert {r.name for r in run.of_type(SPC_TYPE)} == {"vllm-server-secrets", "vllm-probe-secrets"}

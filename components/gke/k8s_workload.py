@@ -100,28 +100,32 @@ class GkeWorkload(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         base = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        node_class = compute_class.compute_class(config, m.labels(config))
+        # The CRDs of the class and of the secret mounts may come long after a new cluster
+        # (components/gke/crd_wait.py): both kinds wait until the cluster serves them. Every
+        # object waits too, the namespace first: a served ComputeClass schema that would prune
+        # or refuse the class stops the run with nothing of the stack in the cluster.
+        self.crds = self._served_crds(
+            name, config, args.kubeconfig, node_class["spec"], args.managed_collection
+        )
+        after_crds = pulumi.ResourceOptions.merge(
+            base, pulumi.ResourceOptions(depends_on=[self.crds])
+        )
         ns_manifest = m.namespace(config)
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata=_k8s(ns_manifest["metadata"]), opts=base
+            f"{name}-namespace", metadata=_k8s(ns_manifest["metadata"]), opts=after_crds
         )
         in_ns = pulumi.ResourceOptions.merge(
             base, pulumi.ResourceOptions(depends_on=[self.namespace])
         )
         # Cluster-scoped: where the TPU nodes come from, before any pod asks for one.
-        node_class = compute_class.compute_class(config, m.labels(config))
-        # The CRDs of the class and of the secret mounts may come long after a new cluster
-        # (components/gke/crd_wait.py): both kinds wait until the cluster serves them.
-        self.crds = self._served_crds(
-            name, config, args.kubeconfig, node_class["spec"], args.managed_collection
-        )
-        after_crds = pulumi.ResourceOptions(depends_on=[self.crds])
         self.compute_class = k8s.apiextensions.CustomResource(
             f"{name}-compute-class",
             api_version=node_class["apiVersion"],
             kind=node_class["kind"],
             metadata=_k8s(node_class["metadata"]),
             spec=node_class["spec"],
-            opts=pulumi.ResourceOptions.merge(base, after_crds),
+            opts=after_crds,
         )
         ksa = m.service_account(config, args.service_account_email)
         self.service_account = k8s.core.v1.ServiceAccount(

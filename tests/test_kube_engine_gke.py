@@ -1,0 +1,304 @@
+"""`v6e4-gke` on an existing cluster, through the real Pulumi CLI and the real pulumi-kubernetes
+provider, against a real kube-apiserver with its controllers, scheduler and kwok's TPU nodes
+(tests/kube_stack.py says what is real and what stands in).
+
+One stack's life, one test per step, in order (tests/engine_stack.py `Lifecycle`; the suite's
+scheduler keeps them on one worker: tests/conftest.py): up, the outputs, a second up, a flag
+change that rolls the Deployment, bad input, destroy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from components.gke import compute_class, k8s_manifests
+from tests import compute_class_crd
+from tests.engine_stack import HF_TOKEN, PASSPHRASE, EngineStack, Lifecycle, events, steps
+from tests.kube_stack import CLUSTER_PATH, STACK, GkeFakes, gke_engine_stack
+from tests.output_contract import problems
+
+pytestmark = pytest.mark.kube
+
+#: The namespace and the names the program gives the stack's objects (components/gke/).
+NAMESPACE = k8s_manifests.namespace_name(STACK)
+CLASS = compute_class.class_name(STACK)
+DEPLOYMENT = k8s_manifests.DEPLOYMENT
+JOB = "vllm-ready"
+#: Where the stack's objects live: every kind it creates, namespaced or cluster-scoped.
+NAMESPACED = {
+    "deployments": "/apis/apps/v1",
+    "replicasets": "/apis/apps/v1",
+    "pods": "/api/v1",
+    "services": "/api/v1",
+    "configmaps": "/api/v1",
+    "serviceaccounts": "/api/v1",
+    "jobs": "/apis/batch/v1",
+    "poddisruptionbudgets": "/apis/policy/v1",
+    "roles": "/apis/rbac.authorization.k8s.io/v1",
+    "rolebindings": "/apis/rbac.authorization.k8s.io/v1",
+    "secretproviderclasses": "/apis/secrets-store.csi.x-k8s.io/v1",
+    "podmonitorings": "/apis/monitoring.googleapis.com/v1",
+}
+
+Engine = EngineStack[GkeFakes]
+
+#: A cluster policy of the kind platform teams set (a ValidatingAdmissionPolicy, GA in
+#: Kubernetes 1.30, admissionregistration.k8s.io/v1): no Deployment above two replicas. The API
+#: server, not the program, refuses a third.
+POLICY = "at-most-two-replicas"
+POLICY_MESSAGE = "this cluster allows at most two replicas per Deployment"
+
+
+@pytest.fixture(scope="module")
+def life(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
+    with gke_engine_stack(tmp_path_factory.mktemp("kube-engine-gke"), CLASS) as engine:
+        yield Lifecycle(engine)
+
+
+def api(engine: Engine, path: str) -> dict[str, Any]:
+    return engine.fakes.plane.get(path)
+
+
+def in_namespace(engine: Engine, plural: str) -> list[dict[str, Any]]:
+    items = api(engine, f"{NAMESPACED[plural]}/namespaces/{NAMESPACE}/{plural}")["items"]
+    return list(items)
+
+
+def deployment(engine: Engine) -> dict[str, Any]:
+    return api(engine, f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}")
+
+
+def rolled_out(engine: Engine) -> bool:
+    """`kubectl rollout status`'s test (kubectl pkg/polymorphichelpers/rollout_status.go)."""
+    found = deployment(engine)
+    spec, status = found["spec"], found.get("status") or {}
+    return bool(
+        status.get("observedGeneration", 0) >= found["metadata"]["generation"]
+        and status.get("updatedReplicas", 0) == spec["replicas"]
+        and status.get("replicas", 0) == spec["replicas"]
+        and status.get("availableReplicas", 0) == spec["replicas"]
+    )
+
+
+def assert_no_sentinel(text: str, life: Lifecycle, where: str) -> None:
+    found = {"HF token": HF_TOKEN, "passphrase": PASSPHRASE, "cluster token": life.memo["token"]}
+    if "api_key" in life.memo:
+        found["API key"] = life.memo["api_key"]
+    for name, value in found.items():
+        assert value not in text, f"the {name} shows in plain text in {where}"
+
+
+def test_up_creates_the_workload_on_the_real_api_server(life: Lifecycle) -> None:
+    with life.step("up"):
+        engine = life.engine
+        life.memo["token"] = (engine.fakes.plugin_dir / "token").read_text()
+        log = engine.work / "up.events.jsonl"
+        run = engine.up(events=log, timeout=1200).check()
+        life.memo["up_output"] = run.output
+        # The CRD wait asked the real server, through the auth plugin, and saw them served.
+        assert f"{CLUSTER_PATH}: CRDs served after" in run.output, run.output[-3000:]
+        plugin_calls = (engine.fakes.plugin_dir / "plugin.log").read_text().splitlines()
+        assert plugin_calls, "nothing authenticated through gke-gcloud-auth-plugin"
+        cluster = api(engine, f"/apis/cloud.google.com/v1/computeclasses/{CLASS}")
+        assert cluster["spec"]["priorities"][0]["flexStart"]["enabled"] is True
+        # Every replica on its own kwok TPU node, ready.
+        assert rolled_out(engine), deployment(engine).get("status")
+        pods = [
+            p for p in in_namespace(engine, "pods") if p["metadata"]["name"].startswith("vllm-")
+        ]
+        servers = [p for p in pods if "job-name" not in p["metadata"].get("labels", {})]
+        nodes = [p["spec"].get("nodeName") for p in servers]
+        assert len(servers) == 2 and len(set(nodes)) == 2, nodes
+        assert all(str(n).startswith("tpu-") for n in nodes), nodes
+        # The Service, the budget, the scrape config and both secret mounts' classes.
+        for plural in ("services", "poddisruptionbudgets", "podmonitorings"):
+            assert in_namespace(engine, plural), plural
+        assert len(in_namespace(engine, "secretproviderclasses")) == 2
+        # The readiness Job ran to completion on the system node, awaited by the provider.
+        job = api(engine, f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}")
+        assert job["status"].get("succeeded") == 1, job["status"]
+        done = [name for kind, op, name in steps(events(log)) if kind == "done"]
+        assert done.index("vllm-crds") < done.index("vllm-compute-class")
+        assert done.index("vllm-deployment") < done.index("vllm-ready")
+        assert_no_sentinel(run.output, life, "the output of `pulumi up`")
+
+
+def test_outputs_meet_the_contract(life: Lifecycle) -> None:
+    with life.step("outputs", after="up"):
+        engine = life.engine
+        hidden = engine.outputs()
+        shown = engine.outputs(show_secrets=True)
+        life.memo["api_key"] = str(shown["api_key"])
+        secret = {name for name, value in hidden.items() if value == "[secret]"}
+        found = problems(shown, config=engine.stack_config(), secret=secret)
+        assert not found, "; ".join(found)
+        assert shown["cluster"] == CLUSTER_PATH
+        nightly = engine.fakes.registry.digest("vllm/vllm-tpu", "nightly")
+        assert shown["image"] == f"vllm/vllm-tpu@{nightly}"
+        # The pods run the pinned digest, not the tag.
+        images = {c["image"] for c in deployment(engine)["spec"]["template"]["spec"]["containers"]}
+        assert f"vllm/vllm-tpu@{nightly}" in images, images
+        for path in engine.state_files():
+            assert_no_sentinel(path.read_text(errors="replace"), life, str(path))
+
+
+def test_a_second_up_reports_no_changes(life: Lifecycle) -> None:
+    with life.step("no-changes", after="outputs"):
+        engine = life.engine
+        generation = deployment(engine)["metadata"]["generation"]
+        log = engine.work / "second-up.events.jsonl"
+        run = engine.up("--expect-no-changes", events=log, timeout=1200).check()
+        ops = {op for _, op, _ in steps(events(log))}
+        assert ops <= {"same"}, (ops, run.output[-3000:])
+        assert deployment(engine)["metadata"]["generation"] == generation
+
+
+def test_a_flag_change_rolls_the_deployment_and_replaces_the_job(life: Lifecycle) -> None:
+    """A new server flag: a new pod template, rolled one replica at a time under the budget
+    (maxSurge 1, maxUnavailable 0), and a new readiness Job, whose template is immutable:
+    pulumi-kubernetes replaces it (delete first, as the program asks) and never updates it."""
+    with life.step("flag-change", after="no-changes"):
+        engine = life.engine
+        before = deployment(engine)
+        old_job = api(engine, f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}")
+        engine.config_set("tpu-vllm:vllm.maxNumBatchedTokens", "2048", "--path")
+        log = engine.work / "flag-up.events.jsonl"
+        run = engine.up(events=log, timeout=1200).check()
+        ops = {(op, name) for kind, op, name in steps(events(log)) if kind == "done"}
+        assert ("update", "vllm-deployment") in ops, (ops, run.output[-3000:])
+        assert not any(name == "vllm-ready" and op == "update" for op, name in ops), ops
+        assert any(name == "vllm-ready" and "replace" in op for op, name in ops), ops
+        assert not any(kind == "failed" for kind, _, _ in steps(events(log)))
+        after = deployment(engine)
+        assert after["metadata"]["generation"] > before["metadata"]["generation"]
+        assert rolled_out(engine), after.get("status")
+        args = json.dumps(after["spec"]["template"]["spec"]["containers"])
+        assert "2048" in args
+        # The old ReplicaSet was scaled to nothing; the new one holds every replica.
+        sets = in_namespace(engine, "replicasets")
+        assert sorted(s["status"].get("replicas", 0) for s in sets) == [0, 2], [
+            (s["metadata"]["name"], s["status"]) for s in sets
+        ]
+        new_job = api(engine, f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}")
+        assert new_job["metadata"]["uid"] != old_job["metadata"]["uid"]
+        assert new_job["status"].get("succeeded") == 1
+
+
+def replica_policy(binding: bool = False) -> dict[str, Any]:
+    meta = {"name": POLICY}
+    if binding:
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": meta,
+            "spec": {"policyName": POLICY, "validationActions": ["Deny"]},
+        }
+    rule = {
+        "apiGroups": ["apps"],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["deployments"],
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": meta,
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [rule]},
+            "validations": [{"expression": "object.spec.replicas <= 2", "message": POLICY_MESSAGE}],
+        },
+    }
+
+
+def test_a_deployment_the_server_refuses_fails_up_with_its_message(life: Lifecycle) -> None:
+    """Bad input only the server can judge: up fails with the server's own words, and the
+    Deployment that serves is left as it was."""
+    with life.step("server-refusal", after="flag-change"):
+        engine = life.engine
+        plane = engine.fakes.plane
+        policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+        bindings = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+        plane.request("POST", policies, replica_policy())
+        plane.request("POST", bindings, replica_policy(binding=True))
+        # The policy takes effect once the API server has loaded it (asynchronously): wait for a
+        # dry run of the change to be refused.
+        before = deployment(engine)
+        path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}?dryRun=All"
+        probe = {**before, "spec": {**before["spec"], "replicas": 3}}
+        deadline = time.monotonic() + 60
+        while plane.request("PUT", path, probe)[0] == 200:
+            assert time.monotonic() < deadline, "the admission policy never took effect"
+            time.sleep(0.5)
+        engine.config_set("tpu-vllm:gke.replicas", "3", "--path")
+        try:
+            run = engine.up(timeout=1200)
+            assert run.returncode != 0, run.output[-3000:]
+            assert POLICY_MESSAGE in run.output, run.output[-3000:]
+            after = deployment(engine)
+            assert after["spec"]["replicas"] == before["spec"]["replicas"] == 2
+            assert rolled_out(engine)
+        finally:
+            plane.request("DELETE", f"{bindings}/{POLICY}")
+            plane.request("DELETE", f"{policies}/{POLICY}")
+            engine.config_set("tpu-vllm:gke.replicas", "2", "--path")
+        # Without the policy and with the stack's own value, up succeeds again.
+        engine.up(timeout=1200).check()
+        assert rolled_out(engine)
+
+
+def test_destroy_removes_the_pods_first_and_leaves_nothing(life: Lifecycle) -> None:
+    with life.step("destroy", after="up"):
+        engine = life.engine
+        log = engine.work / "destroy.events.jsonl"
+        engine.pulumi("destroy", "--yes", "--event-log", str(log), timeout=1200).check()
+        done = [name for kind, op, name in steps(events(log)) if kind == "done" and op == "delete"]
+        # The pods' owner goes (foreground: after its pods) before what the pods mount or run as.
+        for needed in ("vllm-scripts", "vllm-server-secrets", "vllm-ksa", "vllm-namespace"):
+            assert done.index("vllm-pods-owner") < done.index(needed), done
+        plane = engine.fakes.plane
+        deadline = time.monotonic() + 60
+        while plane.request("GET", f"/api/v1/namespaces/{NAMESPACE}")[0] != 404:
+            assert time.monotonic() < deadline, "the namespace outlived the destroy"
+            time.sleep(0.5)
+        for plural, prefix in NAMESPACED.items():
+            left = plane.get(f"{prefix}/{plural}")["items"]
+            mine = [i for i in left if i["metadata"].get("namespace") == NAMESPACE]
+            assert mine == [], (plural, [i["metadata"]["name"] for i in mine])
+        classes = plane.get("/apis/cloud.google.com/v1/computeclasses")["items"]
+        assert classes == []
+        assert engine.resources() == [] or all(
+            r["type"] in ("pulumi:pulumi:Stack", "pulumi:providers:pulumi-python")
+            for r in engine.resources()
+        )
+
+
+def test_an_early_compute_class_crd_is_refused_before_any_object(life: Lifecycle) -> None:
+    """The pre-flight of the served CRD (components/gke/crd_schema.py) against a real server
+    serving the early ComputeClass schema: up stops at the CRD wait, with the fix, and the
+    cluster holds no object of the stack."""
+    with life.step("early-crd", after="destroy"):
+        engine = life.engine
+        plane = engine.fakes.plane
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        plane.request("DELETE", f"{crds}/computeclasses.cloud.google.com")
+        deadline = time.monotonic() + 60
+        while plane.request("GET", f"{crds}/computeclasses.cloud.google.com")[0] != 404:
+            assert time.monotonic() < deadline, "the ComputeClass CRD was not removed"
+            time.sleep(0.5)
+        plane.install_crd(compute_class_crd.crd(early=True))
+        run = engine.up(timeout=1200)
+        assert run.returncode != 0, run.output[-3000:]
+        assert "older than the class the stack sends" in run.output, run.output[-3000:]
+        assert "spec.priorities[].location" in run.output
+        assert plane.request("GET", f"/api/v1/namespaces/{NAMESPACE}")[0] == 404
+        assert plane.get("/apis/cloud.google.com/v1/computeclasses")["items"] == []
+        # The state agrees: no Kubernetes object was recorded (the provider itself may be).
+        made = [r["urn"] for r in engine.resources() if r["type"].startswith("kubernetes:")]
+        assert made == [], made
+        engine.pulumi("destroy", "--yes", timeout=1200).check()
