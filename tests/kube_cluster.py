@@ -85,7 +85,7 @@ def tools_bin() -> Path:
 
 
 def kwok_stage_files() -> list[Path]:
-    """kwok's own fast node and pod stages, read from its Go module (go.sum-checked)."""
+    """kwok's own node and pod stages, read from its Go module (go.sum-checked)."""
     done = subprocess.run(
         [
             go_command("to find kwok's stage configs"),
@@ -108,7 +108,14 @@ def kwok_stage_files() -> list[Path]:
     # Stage documents only: kwok skips the kustomization.yaml beside them with a warning.
     files = sorted((stages / "node" / "fast").glob("node-*.yaml"))
     files += sorted((stages / "node" / "heartbeat-with-lease").glob("node-*.yaml"))
-    files += sorted((stages / "pod" / "fast").glob("pod-*.yaml"))
+    # Pods start and complete at once (pod/fast), but a deleted pod lingers as a kubelet's does
+    # while its containers stop: pod/general's `pod-delete` removes it at a random moment
+    # between 1 s and its deletionTimestamp (the end of its grace period), and only once its
+    # finalizers are gone. pod/fast's would remove it at once, so nothing could show what
+    # else goes while pods are still terminating.
+    files += [f for f in sorted((stages / "pod" / "fast").glob("pod-*.yaml"))
+              if f.name != "pod-delete.yaml"]  # fmt: skip
+    files.append(stages / "pod" / "general" / "pod-delete.yaml")
     return files
 
 

@@ -1,8 +1,8 @@
 """The GKE manifests against what the real systems do with them (each test names its source).
 
-The schema tests (tests/test_k8s_schema.py) prove the objects are *valid*; these prove they
-*work* where the Kubernetes schema cannot tell: the kubelet's service-account token mount under
-containerd, IAM's Workload Identity pool, pulumi-kubernetes' await logic, GKE's load-balancer
+A real API server proves the objects are *valid* and pulumi-kubernetes' await and delete logic
+(tests/test_kube_*.py); these prove they *work* where no local server can tell: the kubelet's
+service-account token mount under containerd, IAM's Workload Identity pool, GKE's load-balancer
 controller (ingress-gce) and node pools shared with other workloads. Each check is written from
 the named source, under Pulumi mocks, over every pod spec and variant the program renders.
 """
@@ -211,45 +211,10 @@ def test_with_an_existing_cluster_the_binding_has_no_cluster_to_wait_for() -> No
     assert binding.inputs["member"].endswith("[tpu-vllm-v6e4-gke/vllm]")
 
 
-# --- 3. what pulumi-kubernetes awaits ---------------------------------------------------------
-
-
-def builtin_await_runs(annotations: dict[str, Any], operation: str) -> bool:
-    """Whether pulumi-kubernetes runs its own await for a kind that has one.
-
-    pulumi/pulumi-kubernetes `provider/pkg/await/await.go`: `Creation` and `Update` use the
-    built-in awaiter only when `metadata.ReadyCondition` reports no custom condition, i.e.
-    neither `pulumi.com/skipAwait: "true"` nor a `pulumi.com/waitFor` annotation
-    (`provider/pkg/metadata/overrides.go`); `Read` (a refresh) runs the built-in `awaitRead`
-    unless `SkipAwaitLogic`, whatever `waitFor` says. `IsAnnotationTrue` wants exactly "true".
-    """
-    skip = annotations.get("pulumi.com/skipAwait") == "true"
-    if operation == "refresh":
-        return not skip
-    return not (skip or annotations.get("pulumi.com/waitFor"))
-
-
-def test_the_await_model_follows_the_provider() -> None:
-    waits_for_ip = {"pulumi.com/waitFor": "jsonpath={.status.loadBalancer.ingress[0].ip}"}
-    assert builtin_await_runs({}, "update")
-    assert not builtin_await_runs(waits_for_ip, "update")
-    assert builtin_await_runs(waits_for_ip, "refresh")  # waitFor does not cover a refresh
-    assert not builtin_await_runs({"pulumi.com/skipAwait": "true"}, "refresh")
-    assert builtin_await_runs({"pulumi.com/skipAwait": "True"}, "refresh")
-
-
-@pytest.mark.parametrize("operation", ["create", "update", "refresh"])
-def test_the_service_await_never_runs_and_the_readiness_job_stays_the_gate(
-    run: ProgramRun, operation: str
-) -> None:
-    """The built-in Service await (`provider/pkg/await/service.go`) is ready only when no
-    endpoint is not-ready: a replica starting after a flex-start node recycle would make an
-    update time out and a refresh fail. Only the Job, which completes when a replica serves,
-    is awaited."""
-    service = run.one(SERVICE).inputs["metadata"]
-    assert not builtin_await_runs(service.get("annotations", {}), operation)
-    job = run.one(JOB).inputs["metadata"]
-    assert builtin_await_runs(job.get("annotations", {}), operation)
+# --- 3. what pulumi-kubernetes awaits: proven by the real provider -------------------------
+# tests/test_kube_engine_gke.py runs up, an update and a refresh with pulumi-kubernetes' own
+# provider against a Service no load balancer ever answers for: only the readiness Job is
+# awaited. The model of `provider/pkg/await/await.go` that stood here is retired.
 
 
 # --- 4. the load balancer GKE recommends, on the reserved address by name ---------------------

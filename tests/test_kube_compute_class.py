@@ -6,7 +6,7 @@ copy (no `priorities[].location`, and a rule refusing flex-start TPUs). Here a r
 kube-apiserver v1.34 (tests/kube_cluster.py) serves that picture. These tests show that:
 - the server accepts the CRD (structural schema, CEL rules that compile);
 - the server applies it to the classes of the `v6e4-gke` program, as rendered under mocks
-  (tests/test_k8s_schema.py's run): pruning, enums, CEL rules;
+  (tests/gke_manifests.py): pruning, enums, CEL rules;
 - the server's verdict agrees with the deploy-time pre-flight of a served CRD
   (components/gke/crd_schema.py). The server is the judge: where they differ, a test fails.
 
@@ -30,8 +30,8 @@ import pytest
 
 from components.gke import crd_schema
 from tests import compute_class_crd, kube_cluster, kube_crds
+from tests.gke_manifests import STACK, VARIANTS, manifests
 from tests.pulumi_program import run_program
-from tests.test_k8s_schema import STACK, VARIANTS, manifests
 
 pytestmark = pytest.mark.kube
 

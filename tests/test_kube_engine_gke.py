@@ -10,6 +10,7 @@ change that rolls the Deployment, bad input, destroy.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,9 @@ from tests import compute_class_crd
 from tests.engine_stack import HF_TOKEN, PASSPHRASE, EngineStack, Lifecycle, events, steps
 from tests.kube_stack import CLUSTER_PATH, STACK, GkeFakes, gke_engine_stack
 from tests.output_contract import problems
+from tests.pulumi_program import run_program
+from tests.test_gke_backend import existing_cluster
+from tests.test_gke_destroy_order import used_by_the_server_pods
 
 pytestmark = pytest.mark.kube
 
@@ -85,6 +89,16 @@ def rolled_out(engine: Engine) -> bool:
     )
 
 
+def wait_rolled_out(engine: Engine, timeout: float = 90.0) -> None:
+    """Until the rollout is complete: a replaced pod lingers through its grace period (kwok's
+    pod-delete stage, tests/kube_cluster.py), and kwok completes the readiness Job without
+    running its script, which in a real cluster waits for exactly this."""
+    deadline = time.monotonic() + timeout
+    while not rolled_out(engine):
+        assert time.monotonic() < deadline, deployment(engine).get("status")
+        time.sleep(0.5)
+
+
 def assert_no_sentinel(text: str, life: Lifecycle, where: str) -> None:
     found = {"HF token": HF_TOKEN, "passphrase": PASSPHRASE, "cluster token": life.memo["token"]}
     if "api_key" in life.memo:
@@ -107,7 +121,7 @@ def test_up_creates_the_workload_on_the_real_api_server(life: Lifecycle) -> None
         cluster = api(engine, f"/apis/cloud.google.com/v1/computeclasses/{CLASS}")
         assert cluster["spec"]["priorities"][0]["flexStart"]["enabled"] is True
         # Every replica on its own kwok TPU node, ready.
-        assert rolled_out(engine), deployment(engine).get("status")
+        wait_rolled_out(engine)
         pods = [
             p for p in in_namespace(engine, "pods") if p["metadata"]["name"].startswith("vllm-")
         ]
@@ -176,7 +190,7 @@ def test_a_flag_change_rolls_the_deployment_and_replaces_the_job(life: Lifecycle
         assert not any(kind == "failed" for kind, _, _ in steps(events(log)))
         after = deployment(engine)
         assert after["metadata"]["generation"] > before["metadata"]["generation"]
-        assert rolled_out(engine), after.get("status")
+        wait_rolled_out(engine)
         args = json.dumps(after["spec"]["template"]["spec"]["containers"])
         assert "2048" in args
         # The old ReplicaSet was scaled to nothing; the new one holds every replica.
@@ -242,40 +256,124 @@ def test_a_deployment_the_server_refuses_fails_up_with_its_message(life: Lifecyc
             assert POLICY_MESSAGE in run.output, run.output[-3000:]
             after = deployment(engine)
             assert after["spec"]["replicas"] == before["spec"]["replicas"] == 2
-            assert rolled_out(engine)
+            wait_rolled_out(engine)
         finally:
             plane.request("DELETE", f"{bindings}/{POLICY}")
             plane.request("DELETE", f"{policies}/{POLICY}")
             engine.config_set("tpu-vllm:gke.replicas", "2", "--path")
         # Without the policy and with the stack's own value, up succeeds again.
         engine.up(timeout=1200).check()
-        assert rolled_out(engine)
+        wait_rolled_out(engine)
+
+
+class DeleteWatch:
+    """Polls the API server while `pulumi destroy` runs: when the server pods were last seen,
+    and when each object they use was first seen gone."""
+
+    def __init__(self, engine: Engine, used: dict[str, str]) -> None:
+        self.plane = engine.fakes.plane
+        self.used = used
+        self.pods_seen_at = 0.0
+        self.gone_at: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        pods = (
+            f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/component=server"
+        )
+        while not self.stop.is_set():
+            now = time.monotonic()
+            if self.plane.request("GET", pods)[1].get("items"):
+                self.pods_seen_at = now
+            for name, path in self.used.items():
+                if name not in self.gone_at and self.plane.request("GET", path)[0] == 404:
+                    self.gone_at[name] = now
+            time.sleep(0.05)
+
+    def __enter__(self) -> DeleteWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def test_a_refresh_reads_back_without_waiting_for_a_load_balancer(life: Lifecycle) -> None:
+    """No cloud controller gives the Service an address here, as none has while GKE programs
+    the load balancer: the Service is not awaited on create, update or refresh (its
+    `pulumi.com/skipAwait`), and the readiness Job stays the gate."""
+    with life.step("refresh", after="no-changes"):
+        engine = life.engine
+        service = api(engine, f"/api/v1/namespaces/{NAMESPACE}/services/{k8s_manifests.SERVICE}")
+        assert not (service.get("status", {}).get("loadBalancer") or {}).get("ingress")
+        engine.pulumi("refresh", "--yes", timeout=600).check()
+        engine.up("--expect-no-changes", timeout=1200).check()
 
 
 def test_destroy_removes_the_pods_first_and_leaves_nothing(life: Lifecycle) -> None:
+    """The pods' owner is deleted in the foreground and awaited (components/gke/pod_owner.py):
+    the garbage collector removes the Deployment's pods first, so nothing they use (scripts,
+    secret mounts, identity, grants, the class) goes while they run."""
     with life.step("destroy", after="up"):
         engine = life.engine
+        mocked = run_program(STACK, {"tpu-vllm:gke.cluster": "shared"}, call=existing_cluster())
+        used = used_by_the_server_pods(mocked)
+        ns = f"/api/v1/namespaces/{NAMESPACE}"
+        watched = {
+            "vllm-ksa": f"{ns}/serviceaccounts/{k8s_manifests.KSA}",
+            "vllm-compute-class": f"/apis/cloud.google.com/v1/computeclasses/{CLASS}",
+            **{
+                name: f"/apis/secrets-store.csi.x-k8s.io/v1/namespaces/{NAMESPACE}/"
+                f"secretproviderclasses/{spc['metadata']['name']}"
+                for name, spc in in_state_named(engine, "SecretProviderClass").items()
+                if name in used
+            },
+            **{
+                name: f"{ns}/configmaps/{cm['metadata']['name']}"
+                for name, cm in in_state_named(engine, "ConfigMap").items()
+                if name in used
+            },
+        }
+        assert {"vllm-scripts", "vllm-server-secrets"} <= set(watched) <= used, sorted(watched)
         log = engine.work / "destroy.events.jsonl"
-        engine.pulumi("destroy", "--yes", "--event-log", str(log), timeout=1200).check()
+        with DeleteWatch(engine, watched) as watch:
+            engine.pulumi("destroy", "--yes", "--event-log", str(log), timeout=1200).check()
+            time.sleep(0.5)
+        assert watch.pods_seen_at > 0, "no server pod was ever seen"
+        assert set(watch.gone_at) == set(watched), watch.gone_at
+        early = {n: round(watch.pods_seen_at - t, 2) for n, t in watch.gone_at.items()
+                 if t <= watch.pods_seen_at}  # fmt: skip
+        assert early == {}, f"gone while a server pod still existed (seconds before): {early}"
+        # The engine's order for what the API server cannot show: the Google grants.
         done = [name for kind, op, name in steps(events(log)) if kind == "done" and op == "delete"]
-        # The pods' owner goes (foreground: after its pods) before what the pods mount or run as.
-        for needed in ("vllm-scripts", "vllm-server-secrets", "vllm-ksa", "vllm-namespace"):
-            assert done.index("vllm-pods-owner") < done.index(needed), done
+        for name in used & set(done):
+            assert done.index("vllm-pods-owner") < done.index(name), (name, done)
         plane = engine.fakes.plane
         deadline = time.monotonic() + 60
-        while plane.request("GET", f"/api/v1/namespaces/{NAMESPACE}")[0] != 404:
+        while plane.request("GET", ns)[0] != 404:
             assert time.monotonic() < deadline, "the namespace outlived the destroy"
             time.sleep(0.5)
+        # Every kind the stack made, in every namespace: none of its objects is left.
         for plural, prefix in NAMESPACED.items():
             left = plane.get(f"{prefix}/{plural}")["items"]
             mine = [i for i in left if i["metadata"].get("namespace") == NAMESPACE]
             assert mine == [], (plural, [i["metadata"]["name"] for i in mine])
-        classes = plane.get("/apis/cloud.google.com/v1/computeclasses")["items"]
-        assert classes == []
+        assert plane.get("/apis/cloud.google.com/v1/computeclasses")["items"] == []
         assert engine.resources() == [] or all(
             r["type"] in ("pulumi:pulumi:Stack", "pulumi:providers:pulumi-python")
             for r in engine.resources()
         )
+
+
+def in_state_named(engine: Engine, kind: str) -> dict[str, dict[str, Any]]:
+    """The state's Kubernetes objects of `kind`, by resource name, with their outputs."""
+    return {
+        str(r["urn"]).rsplit("::", 1)[-1]: r["outputs"]
+        for r in engine.resources()
+        if str(r["type"]).endswith(f":{kind}") and str(r["type"]).startswith("kubernetes:")
+    }
 
 
 def test_an_early_compute_class_crd_is_refused_before_any_object(life: Lifecycle) -> None:

@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from components import monitoring_bodies as bodies
@@ -24,7 +23,6 @@ from components.naming import resource_id
 from components.vm.queued_resource_spec import SLOTS, Spec
 from components.vm.tpu import node_ids
 from scripts.program_runner import UPTIME_CHECK_IPS
-from tests import gmp_crds
 from tests.discovery import violations
 from tests.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
 from tests.promql import parse_errors, prometheus_2_44_names
@@ -359,41 +357,6 @@ def test_gke_created_cluster_switches_managed_collection_on_and_scrapes_the_pods
     [plain] = off.of_type("gcp:container/cluster:Cluster")
     assert "monitoringConfig" not in plain.inputs
     assert not [r for r in off.resources if r.type.endswith(":PodMonitoring")]
-
-
-def test_the_pod_monitoring_fits_the_crd_schema_and_the_check_can_fail() -> None:
-    """prometheus-engine charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml, the
-    v1 openAPIV3Schema, from the Go module pinned in tests/gmp_crds/go.mod (tests/gmp_crds.py)."""
-    schema = gmp_crds.schema("podmonitorings")
-    run = run_program("v6e4-gke")
-    [monitor] = [r for r in run.resources if r.type.endswith(":PodMonitoring")]
-    manifest = {"apiVersion": "monitoring.googleapis.com/v1", "kind": "PodMonitoring",
-                "metadata": monitor.inputs["metadata"], "spec": monitor.inputs["spec"]}  # fmt: skip
-    jsonschema.Draft7Validator(schema).validate(manifest)
-    assert _unknown_fields(manifest["spec"], schema["properties"]["spec"]) == []
-    broken = json.loads(json.dumps(manifest))
-    del broken["spec"]["endpoints"][0]["port"]
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.Draft7Validator(schema).validate(broken)
-    spec_schema = schema["properties"]["spec"]
-    wrong = {"endpoints": [{"port": 1, "scrapeEvery": "1m"}]}
-    assert _unknown_fields(wrong, spec_schema) == ["endpoints[0].scrapeEvery"]
-
-
-def _unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """Fields the API server's structural-schema pruning would drop silently."""
-    found: list[str] = []
-    if isinstance(value, dict) and "properties" in schema:
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else key
-            if key not in schema["properties"]:
-                found.append(where)
-            else:
-                found += _unknown_fields(item, schema["properties"][key], where)
-    elif isinstance(value, list) and "items" in schema:
-        for index, item in enumerate(value):
-            found += _unknown_fields(item, schema["items"], f"{path}[{index}]")
-    return found
 
 
 def test_existing_cluster_without_managed_collection_warns_and_creates_no_pod_monitoring() -> None:

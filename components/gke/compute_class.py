@@ -16,9 +16,10 @@ GKE's docs advise setting it explicitly because its default changed in 1.33).
 
 Node pools are **created by the class** (`nodePoolAutoCreation.enabled: true`), not by the stack:
 - `nodeRecycling` exists only on a declarative priority. The one way to name a pool the stack
-  made is a `nodepools` priority, and the CRD refuses any other field beside it (its rule
-  "Nodepool field cannot be set along with other fields"), so a stack-made pool could not be
-  recycled through the class.
+  made is a `nodepools` priority, and the CRD refuses any other field beside it but
+  `allocationStrategy` and `priorityScore` (its rule "Nodepool field cannot be set along with
+  other nodepool configuration fields"; before June 2026 "... with other fields"), so a
+  stack-made pool could not be recycled through the class.
 - GoogleCloudPlatform/accelerated-platforms does the same for gemma-4-31b-it on v6e:
   platforms/gke/base/core/custom_compute_class/templates/manifests/tpu/v6e/
   custom-compute-tpu-v6e-2x2.yaml (`nodePoolAutoCreation.enabled`, a flexStart priority with
@@ -35,10 +36,10 @@ Pods select the class with `nodeSelector: {cloud.google.com/compute-class: NAME}
 toleration itself for pods that select a class; the pod spec carries it too, so it does not
 depend on the injection.
 
-Schema: no Kubernetes schema bundle holds this CRD (kubernetes-validate has only core kinds).
-The shapes used here were checked against the CRD's OpenAPI schema as datreeio/CRDs-catalog
-publishes it from GKE clusters (cloud.google.com/computeclass_v1.json, "from GKE 1.33" and
-later): tests/test_k8s_schema.py validates the manifest against the part of it this module uses.
+Schema: the CRD is GKE's own and no package ships it. The shapes used here were checked against
+GKE's ComputeClass reference and the API's Go types (GoogleCloudPlatform/compute-class-api):
+tests/compute_class_crd.py is the project's picture of that CRD, served by a real API server in
+tests/test_kube_compute_class.py, which accepts this module's classes as sent.
 """
 
 from __future__ import annotations

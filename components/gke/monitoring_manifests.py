@@ -3,8 +3,9 @@
 Shape: GoogleCloudPlatform/prometheus-engine `examples/vllm/pod-monitoring.yaml` (the manifest
 Cloud Monitoring's vLLM exporter page applies): `monitoring.googleapis.com/v1` PodMonitoring,
 `spec.selector.matchLabels` picking the server pods, `spec.endpoints[]` with `port`, `path`,
-`interval`; checked against the CRD's schema (prometheus-engine
-`charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`) in tests/test_k8s_schema.py.
+`interval`; accepted under that CRD (prometheus-engine
+`charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`, from its Go module) by a
+real API server with strict field validation in tests/test_kube_gke_objects.py.
 Its name becomes the `job` label of every series (prometheus-engine
 `pkg/operator/apis/monitoring/v1/pod_config.go`), so it is `tpu-vllm-STACK`, as on the VM.
 """

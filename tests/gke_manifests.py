@@ -1,0 +1,45 @@
+"""The GKE backend's Kubernetes objects as the `v6e4-gke` program renders them under mocks, for
+the tests that hand them to a real API server (tests/test_kube_*.py) and the one that lists them
+(tests/test_gke_manifests.py): the stack file and three variants that change what the objects
+carry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.pulumi_program import ProgramRun
+
+STACK = "v6e4-gke"
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "stack-file": {},
+    "spot-one-zone": {
+        "tpu-vllm:tpu.provisioning": "spot",
+        "tpu-vllm:tpu.maxRunDuration": None,
+        "tpu-vllm:tpu.zones": ["us-east5-b"],
+    },
+    "cache-off": {"tpu-vllm:cache.enabled": False},
+    "port-and-extra-args": {
+        "tpu-vllm:vllm.port": 8080,
+        "tpu-vllm:vllm.extraArgs": ["--disable-log-requests"],
+        "tpu-vllm:gke.replicas": 5,
+    },
+}
+
+
+def plain(value: Any) -> Any:
+    """Numbers cross the Pulumi engine as floats (`2` -> `2.0`); the API gets integers."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def manifests(run: ProgramRun) -> list[dict[str, Any]]:
+    found = [plain(r.inputs) for r in run.resources if r.type.startswith("kubernetes:")]
+    assert found, "no Kubernetes objects registered"
+    return found
