@@ -28,8 +28,12 @@ What is simplified:
   `nodePoolAutoCreation.enabled`, `whenUnsatisfiable`, and a priority's `machineType`, `tpu`,
   `location`, `flexStart`, `maxRunDurationSeconds` and `spot`), and the scalar fields that the
   carried rules name.
-- Only the CEL rules on a priority that touch those fields are carried. The spec-level rules
-  (Autopilot, confidential nodes, `priorityScore` all-or-none, minimum capacity) are left out.
+- Carried: the CEL rules on a priority the stack's classes meet (nodepools alone, machine
+  family or type, machine type or minimum size, flex-start or Spot, and the capacity-check or
+  early flex-start TPU rule). Left out, though some also name `machineType`: the rules on
+  particular machine series (ek, e4a), the minimum-capacity rule, and the spec-level rules
+  (Autopilot, confidential nodes, `priorityScore` all-or-none). The stack's classes meet none
+  of them.
 - Declared by name only, as `x-kubernetes-preserve-unknown-fields` objects (or lists of them):
   every other object field that GKE declares. A real server keeps such a field without
   checking its contents. These are `gpu`, `storage`, `reservations`, `nodeSystemConfig`,

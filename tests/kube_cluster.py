@@ -4,8 +4,9 @@ It runs the binaries `scripts/kube/build.sh` makes from the Go module proxy: etc
 (RBAC, its own CA and certificates, service-account tokens), kube-controller-manager (the
 controllers the stack's objects need), kube-scheduler, and kwok, which plays the nodes and their
 pods' lifecycles without a kubelet, with the stage configs of its own module
-(`kustomize/stage/node/fast`, `node/heartbeat-with-lease`, `pod/fast`: a scheduled pod becomes
-Running and Ready, a Job's pod then Succeeded; nothing in the containers runs).
+(`kustomize/stage/node/fast`, `node/heartbeat-with-lease`, `pod/fast` but its delete stage, and
+`pod/general`'s delete stage: a scheduled pod becomes Running and Ready, a Job's pod then
+Succeeded, a deleted pod lingers up to its grace period; nothing in the containers runs).
 
 The nodes are shaped like the ones the GKE stack gets (docs/gke.md): a v6e 2x2 slice node with
 the TPU node labels GKE sets (`cloud.google.com/gke-tpu-accelerator`, `...-topology`), the
@@ -109,10 +110,14 @@ def kwok_stage_files() -> list[Path]:
     files = sorted((stages / "node" / "fast").glob("node-*.yaml"))
     files += sorted((stages / "node" / "heartbeat-with-lease").glob("node-*.yaml"))
     # Pods start and complete at once (pod/fast), but a deleted pod lingers as a kubelet's does
-    # while its containers stop: pod/general's `pod-delete` removes it at a random moment
-    # between 1 s and its deletionTimestamp (the end of its grace period), and only once its
-    # finalizers are gone. pod/fast's would remove it at once, so nothing could show what
-    # else goes while pods are still terminating.
+    # while its containers stop: pod/general's `pod-delete` removes it, once its finalizers are
+    # gone, after 1 s plus a random part of what is left of its grace period (kwok
+    # pkg/utils/lifecycle `Delay`, the jitter up to `.metadata.deletionTimestamp`; at once when
+    # at most 1 s is left). Each update of the pod draws again, so the linger is the earliest
+    # of several draws. The API server itself deletes with grace 0 a pod that never ran or has
+    # finished (pkg/registry/core/pod/strategy.go `CheckGracefulDelete`): Job pods go at once.
+    # pod/fast's delete stage would remove every pod at once, so nothing could show what else
+    # goes while server pods are still terminating.
     files += [f for f in sorted((stages / "pod" / "fast").glob("pod-*.yaml"))
               if f.name != "pod-delete.yaml"]  # fmt: skip
     files.append(stages / "pod" / "general" / "pod-delete.yaml")

@@ -96,18 +96,18 @@ class GkeFakes:
             hub.add_token(HF_TOKEN, granted=("google/gemma-4-31B-it",))
             registry = nightly_registry(work)
             started.callback(registry.stop)
-            started.pop_all()  # running: stop() stops them from now on
-        # On the engine's PATH: the auth plugin, and pulumi-kubernetes' provider alone of the
-        # built tools (as tests/engine_cli.py links real tools one by one).
-        plugin_dir = work / "auth-plugin"
-        plugin_dir.mkdir()
-        write_auth_plugin(plugin_dir, token)
-        provider = bin_dir / "pulumi-resource-kubernetes"
-        (plugin_dir / provider.name).symlink_to(provider)
-        state, buckets = work / "standin-state", work / "buckets"
-        state.mkdir()
-        buckets.mkdir()
-        seed_cluster(state, plane)
+            # On the engine's PATH: the auth plugin, and pulumi-kubernetes' provider alone of the
+            # built tools (as tests/engine_cli.py links real tools one by one).
+            plugin_dir = work / "auth-plugin"
+            plugin_dir.mkdir()
+            write_auth_plugin(plugin_dir, token)
+            provider = bin_dir / "pulumi-resource-kubernetes"
+            (plugin_dir / provider.name).symlink_to(provider)
+            state, buckets = work / "standin-state", work / "buckets"
+            state.mkdir()
+            buckets.mkdir()
+            seed_cluster(state, plane)
+            started.pop_all()  # all up: stop() stops them from now on
         return cls(plane, secret_manager, hub, registry, state, buckets, plugin_dir)
 
     def env(self) -> dict[str, str]:

@@ -212,9 +212,11 @@ def test_with_an_existing_cluster_the_binding_has_no_cluster_to_wait_for() -> No
 
 
 # --- 3. what pulumi-kubernetes awaits: proven by the real provider -------------------------
-# tests/test_kube_engine_gke.py runs up, an update and a refresh with pulumi-kubernetes' own
-# provider against a Service no load balancer ever answers for: only the readiness Job is
-# awaited. The model of `provider/pkg/await/await.go` that stood here is retired.
+# tests/test_kube_engine_gke.py creates the Service, updates the Deployment and refreshes the
+# stack with pulumi-kubernetes' own provider, and no load balancer ever answers for the Service:
+# only the readiness Job is awaited. The Service itself is never updated there; the provider's
+# update takes the same skipAwait test as its create (`provider/pkg/await/await.go`
+# `ReadyCondition`). The model of that file that stood here is retired.
 
 
 # --- 4. the load balancer GKE recommends, on the reserved address by name ---------------------

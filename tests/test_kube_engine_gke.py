@@ -89,6 +89,17 @@ def rolled_out(engine: Engine) -> bool:
     )
 
 
+def job_awaited(engine: Engine) -> bool:
+    """The provider waited for the readiness Job to complete: its await (pulumi-kubernetes
+    `provider/pkg/await/job.go`) ends on the `Complete` condition, and the object it then
+    records, in the state, carries it. kwok completes the pod within a second, whether or not
+    anything waits, so the server's view alone would prove nothing."""
+    found = engine.resource(JOB)
+    status = (found or {}).get("outputs", {}).get("status") or {}
+    complete = [c for c in status.get("conditions") or [] if c.get("type") == "Complete"]
+    return bool(complete and complete[0].get("status") == "True" and status.get("succeeded") == 1)
+
+
 def wait_rolled_out(engine: Engine, timeout: float = 90.0) -> None:
     """Until the rollout is complete: a replaced pod lingers through its grace period (kwok's
     pod-delete stage, tests/kube_cluster.py), and kwok completes the readiness Job without
@@ -136,10 +147,45 @@ def test_up_creates_the_workload_on_the_real_api_server(life: Lifecycle) -> None
         # The readiness Job ran to completion on the system node, awaited by the provider.
         job = api(engine, f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}")
         assert job["status"].get("succeeded") == 1, job["status"]
+        assert job_awaited(engine)
         done = [name for kind, op, name in steps(events(log)) if kind == "done"]
         assert done.index("vllm-crds") < done.index("vllm-compute-class")
         assert done.index("vllm-deployment") < done.index("vllm-ready")
         assert_no_sentinel(run.output, life, "the output of `pulumi up`")
+
+
+def allowed(engine: Engine, verb: str, resource: str, name: str = "") -> bool:
+    """RBAC's answer for the pods' KSA, which the readiness Job runs as (a SubjectAccessReview:
+    the API server's own authorizer, as the Job's reads would meet it)."""
+    attributes = {"namespace": NAMESPACE, "verb": verb, "group": "apps", "resource": resource}
+    if name:
+        attributes["name"] = name
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{NAMESPACE}:{k8s_manifests.KSA}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
+            "resourceAttributes": attributes,
+        },
+    }
+    path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+    status, answer = engine.fakes.plane.request("POST", path, review)
+    assert status == 201, answer
+    return bool(answer["status"].get("allowed"))
+
+
+def test_the_readiness_job_may_read_its_deployment_and_nothing_else(life: Lifecycle) -> None:
+    """kwok never runs the Job's script, so its reads are asked of RBAC directly: `get` on the
+    one Deployment (the rollout it waits for), and no list, watch, other name or write."""
+    with life.step("rbac", after="up"):
+        engine = life.engine
+        assert allowed(engine, "get", "deployments", DEPLOYMENT)
+        assert not allowed(engine, "list", "deployments")
+        assert not allowed(engine, "watch", "deployments", DEPLOYMENT)
+        assert not allowed(engine, "get", "deployments", "another")
+        assert not allowed(engine, "patch", "deployments", DEPLOYMENT)
+        assert not allowed(engine, "get", "replicasets")
 
 
 def test_outputs_meet_the_contract(life: Lifecycle) -> None:
@@ -173,16 +219,23 @@ def test_a_second_up_reports_no_changes(life: Lifecycle) -> None:
 
 
 def test_a_flag_change_rolls_the_deployment_and_replaces_the_job(life: Lifecycle) -> None:
-    """A new server flag: a new pod template, rolled one replica at a time under the budget
-    (maxSurge 1, maxUnavailable 0), and a new readiness Job, whose template is immutable:
-    pulumi-kubernetes replaces it (delete first, as the program asks) and never updates it."""
+    """A new server flag: a new pod template, rolled one replica at a time (maxSurge 1,
+    maxUnavailable 0: sampled from the server while `up` runs, never fewer than two available
+    replicas nor more than three), and a new readiness Job, whose template is immutable:
+    pulumi-kubernetes replaces it (delete first, as the program asks) and never updates it. The
+    Deployment controller does not read the PodDisruptionBudget; the budget guards evictions
+    (a node drain), which this step does not make."""
     with life.step("flag-change", after="no-changes"):
         engine = life.engine
         before = deployment(engine)
         old_job = api(engine, f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}")
         engine.config_set("tpu-vllm:vllm.maxNumBatchedTokens", "2048", "--path")
         log = engine.work / "flag-up.events.jsonl"
-        run = engine.up(events=log, timeout=1200).check()
+        with RolloutWatch(engine) as watch:
+            run = engine.up(events=log, timeout=1200).check()
+            wait_rolled_out(engine)
+        assert watch.samples > 0 and watch.min_available >= 2 and watch.max_pods <= 3, vars(watch)
+        assert job_awaited(engine)
         ops = {(op, name) for kind, op, name in steps(events(log)) if kind == "done"}
         assert ("update", "vllm-deployment") in ops, (ops, run.output[-3000:])
         assert not any(name == "vllm-ready" and op == "update" for op, name in ops), ops
@@ -238,16 +291,21 @@ def test_a_deployment_the_server_refuses_fails_up_with_its_message(life: Lifecyc
         plane = engine.fakes.plane
         policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
         bindings = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
-        plane.request("POST", policies, replica_policy())
-        plane.request("POST", bindings, replica_policy(binding=True))
+        for path, body in ((policies, replica_policy()), (bindings, replica_policy(True))):
+            status, answer = plane.request("POST", path, body)
+            assert status == 201, (status, answer.get("message"))
         # The policy takes effect once the API server has loaded it (asynchronously): wait for a
         # dry run of the change to be refused.
         before = deployment(engine)
         path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}?dryRun=All"
-        probe = {**before, "spec": {**before["spec"], "replicas": 3}}
+        meta = {k: v for k, v in before["metadata"].items() if k != "resourceVersion"}
+        probe = {**before, "metadata": meta, "spec": {**before["spec"], "replicas": 3}}
         deadline = time.monotonic() + 60
-        while plane.request("PUT", path, probe)[0] == 200:
-            assert time.monotonic() < deadline, "the admission policy never took effect"
+        while True:
+            status, answer = plane.request("PUT", path, probe)
+            if status == 422 and POLICY_MESSAGE in str(answer.get("message")):
+                break
+            assert time.monotonic() < deadline, ("the policy never took effect", status, answer)
             time.sleep(0.5)
         engine.config_set("tpu-vllm:gke.replicas", "3", "--path")
         try:
@@ -266,11 +324,48 @@ def test_a_deployment_the_server_refuses_fails_up_with_its_message(life: Lifecyc
         wait_rolled_out(engine)
 
 
+class RolloutWatch:
+    """Samples the Deployment's status and its pods while an update runs."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.samples = 0
+        self.min_available = 1 << 30
+        self.max_pods = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            status = deployment(self.engine).get("status") or {}
+            self.min_available = min(self.min_available, status.get("availableReplicas", 0))
+            self.max_pods = max(self.max_pods, len(server_pods(self.engine, running=True)))
+            self.samples += 1
+            time.sleep(0.1)
+
+    def __enter__(self) -> RolloutWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def server_pods(engine: Engine, *, running: bool = False) -> list[dict[str, Any]]:
+    """The server's pods (not the Job's); `running`: only those not being deleted."""
+    selector = "labelSelector=app.kubernetes.io/component=server"
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods?{selector}"
+    found = list(engine.fakes.plane.get(path)["items"])
+    return [p for p in found if not running or not p["metadata"].get("deletionTimestamp")]
+
+
 class DeleteWatch:
     """Polls the API server while `pulumi destroy` runs: when the server pods were last seen,
     and when each object they use was first seen gone."""
 
     def __init__(self, engine: Engine, used: dict[str, str]) -> None:
+        self.engine = engine
         self.plane = engine.fakes.plane
         self.used = used
         self.pods_seen_at = 0.0
@@ -279,16 +374,15 @@ class DeleteWatch:
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
     def _poll(self) -> None:
-        pods = (
-            f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/component=server"
-        )
         while not self.stop.is_set():
-            now = time.monotonic()
-            if self.plane.request("GET", pods)[1].get("items"):
-                self.pods_seen_at = now
+            # Stamped before the pods are read and after an object is seen gone, so a pod seen
+            # and an object gone in one round never count as "gone while a pod existed".
+            before = time.monotonic()
+            if server_pods(self.engine):
+                self.pods_seen_at = before
             for name, path in self.used.items():
                 if name not in self.gone_at and self.plane.request("GET", path)[0] == 404:
-                    self.gone_at[name] = now
+                    self.gone_at[name] = time.monotonic()
             time.sleep(0.05)
 
     def __enter__(self) -> DeleteWatch:
@@ -344,7 +438,7 @@ def test_destroy_removes_the_pods_first_and_leaves_nothing(life: Lifecycle) -> N
         assert watch.pods_seen_at > 0, "no server pod was ever seen"
         assert set(watch.gone_at) == set(watched), watch.gone_at
         early = {n: round(watch.pods_seen_at - t, 2) for n, t in watch.gone_at.items()
-                 if t <= watch.pods_seen_at}  # fmt: skip
+                 if t < watch.pods_seen_at}  # fmt: skip
         assert early == {}, f"gone while a server pod still existed (seconds before): {early}"
         # The engine's order for what the API server cannot show: the Google grants.
         done = [name for kind, op, name in steps(events(log)) if kind == "done" and op == "delete"]
@@ -355,11 +449,12 @@ def test_destroy_removes_the_pods_first_and_leaves_nothing(life: Lifecycle) -> N
         while plane.request("GET", ns)[0] != 404:
             assert time.monotonic() < deadline, "the namespace outlived the destroy"
             time.sleep(0.5)
-        # Every kind the stack made, in every namespace: none of its objects is left.
+        # Every kind the stack made, in every namespace (not only its own, which the namespace
+        # controller has emptied): no object carrying the stack's label is left.
+        mine = f"labelSelector=app.kubernetes.io/instance={NAMESPACE}"
         for plural, prefix in NAMESPACED.items():
-            left = plane.get(f"{prefix}/{plural}")["items"]
-            mine = [i for i in left if i["metadata"].get("namespace") == NAMESPACE]
-            assert mine == [], (plural, [i["metadata"]["name"] for i in mine])
+            left = plane.get(f"{prefix}/{plural}?{mine}")["items"]
+            assert left == [], (plural, [i["metadata"]["name"] for i in left])
         assert plane.get("/apis/cloud.google.com/v1/computeclasses")["items"] == []
         assert engine.resources() == [] or all(
             r["type"] in ("pulumi:pulumi:Stack", "pulumi:providers:pulumi-python")
@@ -394,6 +489,8 @@ def test_an_early_compute_class_crd_is_refused_before_any_object(life: Lifecycle
         assert run.returncode != 0, run.output[-3000:]
         assert "older than the class the stack sends" in run.output, run.output[-3000:]
         assert "spec.priorities[].location" in run.output
+        assert compute_class_crd.FLEX_TPU_RULE["message"] in run.output, run.output[-3000:]
+        assert "gcloud container clusters upgrade" in run.output
         assert plane.request("GET", f"/api/v1/namespaces/{NAMESPACE}")[0] == 404
         assert plane.get("/apis/cloud.google.com/v1/computeclasses")["items"] == []
         # The state agrees: no Kubernetes object was recorded (the provider itself may be).
