@@ -174,11 +174,14 @@ def test_without_a_key_file_variable_the_job_fails_at_once_naming_it(
     assert server.paths() == []  # it asked nothing
 
 
+@pytest.mark.parametrize("refused", [401, 403])
 def test_a_refused_key_fails_the_job_and_names_the_key(
-    program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path
+    program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path, refused: int
 ) -> None:
-    """vLLM answers 401 to a key it was not started with: a wrong or rotated key. That fails
-    the Job (never skipped as "answered"), within the grace, saying the key is the cause."""
+    """vLLM answers 401 to a key it was not started with: a wrong or rotated key; a proxy in
+    front of it answers 403. Either fails the Job (never skipped as "answered"), within the
+    grace, saying the key is the cause."""
+    server.refused_status = refused
     began = time.monotonic()
     done = run_job(
         program,
@@ -190,11 +193,11 @@ def test_a_refused_key_fails_the_job_and_names_the_key(
     )
     assert done.returncode != 0, done.stdout
     assert time.monotonic() - began < 30  # the grace, not the 90-minute deadline
-    assert "/v1/models answered HTTP 401: the API key is the likely cause" in done.stdout
+    assert f"/v1/models answered HTTP {refused}: the API key is the likely cause" in done.stdout
     assert "FAILED:" in done.stderr and "a wrong or rotated key" in done.stderr
     assert "rollout restart deploy/vllm" in done.stderr
     assert "ready:" not in done.stdout
-    assert [c.status for c in server.calls("/v1/models")][-1] == 401
+    assert [c.status for c in server.calls("/v1/models")][-1] == refused
     assert "a-rotated-key" not in done.stdout + done.stderr  # the key never reaches the log
 
 
@@ -267,7 +270,7 @@ def test_an_update_is_ready_only_once_every_old_pod_is_replaced(
     steps = [
         "waiting for the Deployment controller to observe generation 2 (observed: 1)",
         "1 of 2 replicas of generation 2 created, one at a time; the old ones serve",
-        "2 replicas of generation 2, 1 old ones still serving until the last new one",
+        "2 replicas of generation 2, 1 old one still running: they serve until the last new one",
         "rollout: generation 2 rolled out, 2 of 2 replicas Ready",
         READY,
     ]
@@ -310,6 +313,23 @@ def test_a_new_build_that_never_answers_times_out_and_leaves_the_old_serving(
     assert "Old replicas, if any, keep serving" in done.stderr
     assert f"kubectl -n {NS} rollout status deploy/vllm" in done.stderr
     assert "ready:" not in done.stdout
+    assert server.paths() == []
+
+
+def test_old_replicas_still_running_hold_the_job_back(
+    program: ProgramRun, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Every new replica exists (updatedReplicas == spec.replicas) but an old one still runs
+    (replicas > updatedReplicas): the last new pod has not become available, so the controller
+    keeps the old one (maxUnavailable 0). Not rolled out: the Job says so and never "ready"."""
+    waiting = [Rollout(2, 2, 2, 3, 2, 2)]
+    with FakeDeploymentApi(NS, "vllm", POD_TOKEN, waiting) as api:
+        done = run_job(
+            program, server, tmp_path, key=SERVER_KEY, api=api, changes={"DEADLINE_SECONDS": "3"}
+        )
+    assert done.returncode != 0, done.stdout
+    assert "2 replicas of generation 2, 1 old one still running" in done.stderr
+    assert "ready:" not in done.stdout and "rolled out" not in done.stdout
     assert server.paths() == []
 
 

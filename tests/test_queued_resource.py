@@ -892,36 +892,65 @@ def test_an_unexpected_error_after_the_create_still_deletes_it(
     assert not creates_in(tpu_env, "us-east5-a")
 
 
+class ScriptedTpuApi:
+    """The three TPU API calls the delete makes, answering a script: the states successive reads
+    find ("GONE": 404), and whether each DELETE is refused as another delete is under way."""
+
+    def __init__(self, states: list[str], *, refuse_deletes: int, after_delete: list[str]) -> None:
+        self.states = states
+        self.refuse_deletes = refuse_deletes
+        self.after_delete = after_delete
+        self.deletes = 0
+        self.reads: list[str] = []
+
+    def delete_queued_resource(self, name: str) -> dict[str, object]:
+        from components.vm.tpu_api import ApiError
+
+        self.deletes += 1
+        if self.deletes <= self.refuse_deletes:
+            raise ApiError(400, "FAILED_PRECONDITION", "another delete is in progress")
+        self.states = list(self.after_delete)
+        return {"name": f"{name}/operations/op-{self.deletes}", "done": True}
+
+    def get_queued_resource(self, name: str) -> dict[str, object]:
+        from components.vm.tpu_api import ApiError
+
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        self.reads.append(state)
+        if state == "GONE":
+            raise ApiError(404, "NOT_FOUND", "gone")
+        return {"state": {"state": state}}
+
+    def get_operation(self, name: str) -> dict[str, object]:
+        return {"name": name, "done": True}
+
+
+def delete_and_wait(api: ScriptedTpuApi) -> None:
+    from components.vm import queued_resource_delete
+    from components.vm.queued_resource_spec import Timing
+
+    timing = Timing(poll_seconds=0.01, delete_timeout_seconds=5.0)
+    queued_resource_delete._delete_and_wait(api, "qr-1", timing)  # type: ignore[arg-type]
+
+
 def test_another_clients_failed_delete_is_followed_by_ours_not_waited_out() -> None:
     """Our delete is refused because another client's is under way (the node reads DELETING);
     that one fails and the node goes back to ACTIVE. Ours is sent again at once instead of
     polling the node, ACTIVE, until the 30-minute bound says "still ACTIVE" (issue 29 item 9)."""
-    from components.vm import queued_resource_delete
-    from components.vm.queued_resource_spec import Timing
-    from components.vm.tpu_api import ApiError
-
-    class Api:
-        def __init__(self) -> None:
-            self.deletes = 0
-            self.states = ["DELETING", "DELETING", "ACTIVE", "ACTIVE"]
-
-        def delete_queued_resource(self, name: str) -> dict[str, object]:
-            self.deletes += 1
-            if self.deletes == 1:
-                raise ApiError(400, "FAILED_PRECONDITION", "another delete is in progress")
-            self.states = ["DELETING", "GONE"]
-            return {"name": f"{name}/operations/op-2", "done": True}
-
-        def get_queued_resource(self, name: str) -> dict[str, object]:
-            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
-            if state == "GONE":
-                raise ApiError(404, "NOT_FOUND", "gone")
-            return {"state": {"state": state}}
-
-        def get_operation(self, name: str) -> dict[str, object]:
-            return {"name": name, "done": True}
-
-    api = Api()
-    timing = Timing(poll_seconds=0.01, delete_timeout_seconds=5.0)
-    queued_resource_delete._delete_and_wait(api, "qr-1", timing)  # type: ignore[arg-type]
+    api = ScriptedTpuApi(
+        ["DELETING", "DELETING", "ACTIVE", "ACTIVE"],
+        refuse_deletes=1,
+        after_delete=["DELETING", "GONE"],
+    )
+    delete_and_wait(api)
     assert api.deletes == 2
+
+
+def test_a_delete_that_meets_another_clients_delete_returns_only_once_it_is_gone() -> None:
+    """Our delete is refused because another client's is under way (the node reads DELETING).
+    `pulumi destroy` must not report success while the TPU still exists and bills: the delete
+    returns only after a read says the queued resource is gone (issue 31 item 6)."""
+    api = ScriptedTpuApi(["DELETING"] * 5 + ["GONE"], refuse_deletes=1, after_delete=[])
+    delete_and_wait(api)
+    assert api.reads[-1] == "GONE" and api.reads.count("DELETING") == 5, api.reads
+    assert api.deletes == 1  # the other client's delete was waited for, not ours sent again

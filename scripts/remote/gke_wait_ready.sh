@@ -132,7 +132,9 @@ rollout_done() {
   elif [ "$updated" -lt "$spec" ]; then
     note "rollout: ${updated} of ${spec} replicas of generation ${want} created, one at a time; the old ones serve until each new one has answered"
   elif [ "$replicas" -gt "$updated" ]; then
-    note "rollout: ${updated} replicas of generation ${want}, $((replicas - updated)) old ones still serving until the last new one has answered"
+    old=$((replicas - updated))
+    [ "$old" -eq 1 ] && olds="1 old one" || olds="${old} old ones"
+    note "rollout: ${updated} replicas of generation ${want}, ${olds} still running: they serve until the last new one has answered, then terminate"
   elif [ "$ready" -lt 1 ]; then
     note "rollout: ${updated} replicas of generation ${want}, none Ready yet (a new flex-start node is found first)"
   else

@@ -34,7 +34,8 @@ Knobs (attributes, change them at any time): ``api_key``, ``model``, ``reply`` (
 answer), ``malformed_tool_call`` (one of ``MALFORMED_VARIANTS`` or None), ``empty_content``
 (content ``null``), ``reasoning`` (text for the reasoning fields, or None), ``delay`` (seconds
 to wait before answering any request), ``auto_tool_choice`` (False mimics a server started
-without ``--enable-auto-tool-choice``), ``auth_error_shape``, ``health_status``,
+without ``--enable-auto-tool-choice``), ``auth_error_shape``, ``refused_status`` (401, vLLM's;
+403 as an authorizing proxy in front of it would answer), ``health_status``,
 ``internal_error`` (chat completions answer vLLM's HTTP 500 ``ErrorResponse``, as its serving
 layer does for a ``GenerationError``). ``requests``
 records every request; ``paths()`` lists their paths.
@@ -100,6 +101,8 @@ class FakeOpenAI(LoopbackHttpServer):
         self.delay = 0.0
         self.auto_tool_choice = True
         self.auth_error_shape: AuthErrorShape = "vllm"
+        #: The status of a refused key: vLLM's own 401, or 403 as a proxy in front answers.
+        self.refused_status = 401
         self.health_status = 200
         self.internal_error = False
         #: Prompt and generation tokens served (what /metrics' counters say).
@@ -148,7 +151,7 @@ class FakeOpenAI(LoopbackHttpServer):
             # server's model and the tokens it served (tests/fixtures/vllm_metrics).
             return 200, metrics_page(self.model, *self.tokens).encode()
         if path.startswith("/v1") and not self._authorized(headers):
-            return 401, self._auth_error()
+            return self.refused_status, self._auth_error()
         if method == "GET" and path == "/v1/models":
             return 200, self._models()
         if method == "POST" and path == "/v1/chat/completions":
