@@ -277,3 +277,39 @@ def test_deleting_the_owner_in_the_foreground_removes_the_pods_first(
     )
     pods = plane.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")["items"]
     assert pods == []
+
+
+def test_the_readiness_job_runs_where_every_node_is_tainted(
+    plane: kube_cluster.ControlPlane, created: dict[str, dict[str, Any]]
+) -> None:
+    """An existing cluster whose every pool is tainted (issue 31 item 1): here the system node
+    is tainted for another team, so the stack's own TPU nodes, with their `google.com/tpu` and
+    class taints, are the only place left. The Job tolerates both and runs there."""
+    [job] = [v for k, v in created.items() if k.startswith("Job/")]
+    node_path = "/api/v1/nodes/system-0"
+    node = plane.get(node_path)
+    taint = {"key": "dedicated", "value": "another-team", "effect": "NoSchedule"}
+    node["spec"]["taints"] = [*(node["spec"].get("taints") or []), taint]
+    assert plane.request("PUT", node_path, node)[0] == 200
+    copy_of = copy.deepcopy(job)
+    meta = copy_of["metadata"]
+    copy_of["metadata"] = {"name": "vllm-ready-tainted", "namespace": meta["namespace"]}
+    spec = copy_of["spec"]
+    spec.pop("selector", None)
+    spec["template"]["metadata"] = {"labels": {"app.kubernetes.io/component": "readiness"}}
+    try:
+        plane.apply(copy_of)
+        namespace = meta["namespace"]
+        pods = f"/api/v1/namespaces/{namespace}/pods?labelSelector=job-name=vllm-ready-tainted"
+
+        def placed() -> bool:
+            items = plane.get(pods)["items"]
+            return bool(items and items[0]["spec"].get("nodeName"))
+
+        plane.wait_for("the Job's pod to be scheduled", placed, 60)
+        [pod] = plane.get(pods)["items"]
+        assert pod["spec"]["nodeName"].startswith("tpu-"), pod["spec"]["nodeName"]
+    finally:
+        node = plane.get(node_path)
+        node["spec"]["taints"] = [t for t in node["spec"].get("taints") or [] if t != taint]
+        plane.request("PUT", node_path, node)

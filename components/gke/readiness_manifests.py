@@ -35,7 +35,7 @@ import pulumi
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.gke import k8s_manifests
+from components.gke import compute_class, k8s_manifests
 from components.gke.k8s_manifests import (
     DEPLOYMENT,
     KSA,
@@ -43,6 +43,7 @@ from components.gke.k8s_manifests import (
     SCRIPTS_DIR,
     SECRETS_DIR,
     SERVICE,
+    TPU_TOLERATION,
     _meta,
     ksa_role_binding,
     labels,
@@ -54,6 +55,9 @@ from scripts.remote import wait_ready
 READINESS_JOB = "vllm-ready"
 #: A small image with curl for the readiness Job (Alpine; /bin/sh is busybox ash).
 PROBE_IMAGE = "curlimages/curl:8.11.1"
+#: The label GKE puts on every TPU node (GKE docs "Plan TPUs in GKE": the node selector
+#: `cloud.google.com/gke-tpu-accelerator`); the Job prefers nodes without it.
+TPU_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
 ROLLOUT_READER = "tpu-vllm-rollout-reader"
 
 
@@ -167,6 +171,28 @@ def readiness_job(
                     # Its token reads the Deployment's rollout (the Role above).
                     "automountServiceAccountToken": True,
                     "restartPolicy": "Never",
+                    # Schedulable wherever the stack runs: on an existing cluster whose every
+                    # pool is tainted, the only nodes sure to exist are the class's TPU nodes,
+                    # which carry the `google.com/tpu` and class taints (the kube-scheduler's
+                    # TaintToleration filter places a pod only where it tolerates every
+                    # NoSchedule taint). It asks for no TPU and little else, so it may share a
+                    # TPU node with a replica; an untainted node serves as well.
+                    "tolerations": [TPU_TOLERATION, compute_class.toleration(config)],
+                    # ... but an untainted node first: the TPU hosts are the servers'.
+                    "affinity": {
+                        "nodeAffinity": {
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "weight": 100,
+                                    "preference": {
+                                        "matchExpressions": [
+                                            {"key": TPU_NODE_LABEL, "operator": "DoesNotExist"},
+                                        ]
+                                    },
+                                },
+                            ]
+                        }
+                    },
                     "containers": [
                         {
                             "name": "wait-ready",
