@@ -97,6 +97,11 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
     read-back is any other state is tried again at once, and raised only if that try is
     refused with such a state read back too.
 
+    A refusal proves the queued resource exists, so a read-back of 404 right after one is not
+    taken as "gone" within `consistency_grace_seconds` of the first try: a resource created a
+    moment ago may not be visible to reads yet, and a cleanup that believed the read would
+    leave a billing TPU behind. The delete is sent again until it is accepted or answers 404.
+
     A refusal may also come later: `queuedResources.delete` answers a long-running Operation
     (the TPU v2alpha1 discovery document: "response": {"$ref": "Operation"}), which ends with
     `error` (a google.rpc.Status) when the delete failed. That error takes the same path as one
@@ -119,6 +124,15 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
             report(f"{name} is already gone")
             return
         state = _state_or_gone(api, name)
+        if state == "GONE" and time.monotonic() - start < timing.consistency_grace_seconds:
+            # The refusal says it exists; a read that says otherwise so soon may only not see
+            # it yet (a resource just created is not at once visible to reads: the create's
+            # own 404 grace, queued_resource_create `_wait_active`). Believe the DELETE: ask it
+            # again until it is accepted or answers 404 itself.
+            report(f"{name}: delete refused ({refusal}) but not visible to reads yet; retrying")
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 120.0)
+            continue
         if state == "GONE":
             report(f"{name} is already gone")
             return
