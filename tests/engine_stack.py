@@ -164,14 +164,7 @@ class Fakes:
             "TPU_API_ENDPOINT": self.tpu.base_url,
             # The Org Policy v2 reads follow it when ORG_POLICY_API_ENDPOINT is not set.
             "RESOURCE_MANAGER_API_ENDPOINT": self.resource_manager.url,
-            "SECRET_MANAGER_API_ENDPOINT": self.secret_manager.url,
-            "GOOGLE_SECRET_MANAGER_CUSTOM_ENDPOINT": f"{self.secret_manager.url}/v1/",
-            "HF_ENDPOINT": self.hub.url,
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "NO_PROXY": "127.0.0.1,localhost",
-            "TPU_VLLM_STANDIN_STATE": str(self.standin_state),
-            "TPU_VLLM_STANDIN_GCS_ROOT": str(self.buckets),
-            "TPU_VLLM_STANDIN_PYTHON": sys.executable,
+            **shared_env(self.secret_manager, self.hub, self.standin_state, self.buckets),
         }
 
     def problems(self) -> str:
@@ -189,6 +182,23 @@ class Fakes:
             with contextlib.suppress(Exception):
                 fake.stop()
         self.secret_manager.stop()
+
+
+def shared_env(
+    secret_manager: FakeSecretManager, hub: FakeHfHub, standin_state: Path, buckets: Path
+) -> dict[str, str]:
+    """What every stack's engine run points at the same way: Secret Manager (the scripts' client
+    and the gcp stand-in's), the Hugging Face Hub, and the stand-in providers' state."""
+    return {
+        "SECRET_MANAGER_API_ENDPOINT": secret_manager.url,
+        "GOOGLE_SECRET_MANAGER_CUSTOM_ENDPOINT": f"{secret_manager.url}/v1/",
+        "HF_ENDPOINT": hub.url,
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "TPU_VLLM_STANDIN_STATE": str(standin_state),
+        "TPU_VLLM_STANDIN_GCS_ROOT": str(buckets),
+        "TPU_VLLM_STANDIN_PYTHON": sys.executable,
+    }
 
 
 def nightly_registry(work: Path) -> Registry:

@@ -21,6 +21,7 @@ Flags are the ones kube-apiserver, kube-controller-manager and kube-scheduler v1
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -83,6 +85,26 @@ def tools_bin() -> Path:
     if done.returncode != 0:
         raise KubeToolsMissing(done.stderr.strip() or "scripts/kube/build.sh --print-bin failed")
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+def tools_or_skip() -> Path:
+    """`tools_bin()`, or a skip naming the build (a failure under TPU_VLLM_REQUIRE_KUBE=1,
+    tests/conftest.py)."""
+    try:
+        return tools_bin()
+    except KubeToolsMissing as err:
+        pytest.skip(f"the Kubernetes tools are not built ({err}); run scripts/kube/build.sh")
+
+
+@contextlib.contextmanager
+def running(work: Path, *, deployer_token: str | None = None) -> Iterator[ControlPlane]:
+    """A started control plane in `work`, stopped on the way out whatever happens."""
+    plane = ControlPlane(work, bin_dir=tools_or_skip(), deployer_token=deployer_token)
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
 
 
 def kwok_stage_files() -> list[Path]:

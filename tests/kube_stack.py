@@ -35,10 +35,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from tests import engine_cli, kube_cluster, kube_crds
-from tests.engine_stack import HF_TOKEN, PROJECT, EngineStack, copy_project, nightly_registry
+from tests.engine_stack import (
+    HF_TOKEN,
+    PROJECT,
+    EngineStack,
+    copy_project,
+    nightly_registry,
+    shared_env,
+)
 from tests.fakes.hf_hub import FakeHfHub
 from tests.fakes.kube_api import write_auth_plugin
 from tests.fakes.secret_manager import FakeSecretManager
@@ -69,19 +74,15 @@ class GkeFakes:
     standin_state: Path
     buckets: Path
     plugin_dir: Path
+    #: What stops them all, last started first.
+    running: contextlib.ExitStack
 
     @classmethod
     def start(cls, work: Path, compute_class: str) -> GkeFakes:
-        try:
-            bin_dir = kube_cluster.tools_bin()
-        except kube_cluster.KubeToolsMissing as err:
-            pytest.skip(f"the Kubernetes tools are not built ({err}); run scripts/kube/build.sh")
         token = secrets.token_urlsafe(24)
         with contextlib.ExitStack() as started:
             (work / "kube").mkdir()
-            plane = kube_cluster.ControlPlane(work / "kube", bin_dir=bin_dir, deployer_token=token)
-            started.callback(plane.stop)
-            plane.start()
+            plane = started.enter_context(kube_cluster.running(work / "kube", deployer_token=token))
             plane.add_node(kube_cluster.system_node("system-0"))
             for i in range(TPU_NODES):
                 plane.add_node(kube_cluster.tpu_node(f"tpu-{i}", compute_class))
@@ -101,25 +102,21 @@ class GkeFakes:
             plugin_dir = work / "auth-plugin"
             plugin_dir.mkdir()
             write_auth_plugin(plugin_dir, token)
-            provider = bin_dir / "pulumi-resource-kubernetes"
+            provider = plane.bin / "pulumi-resource-kubernetes"
             (plugin_dir / provider.name).symlink_to(provider)
             state, buckets = work / "standin-state", work / "buckets"
             state.mkdir()
             buckets.mkdir()
             seed_cluster(state, plane)
-            started.pop_all()  # all up: stop() stops them from now on
-        return cls(plane, secret_manager, hub, registry, state, buckets, plugin_dir)
+            # All up: stop() stops them from now on (the stack is kept, not dropped, so the
+            # control plane's context is exited only then).
+            running = started.pop_all()
+        return cls(plane, secret_manager, hub, registry, state, buckets, plugin_dir, running)
 
     def env(self) -> dict[str, str]:
         return {
             "GOOGLE_OAUTH_ACCESS_TOKEN": self.secret_manager.token,
-            "SECRET_MANAGER_API_ENDPOINT": self.secret_manager.url,
-            "GOOGLE_SECRET_MANAGER_CUSTOM_ENDPOINT": f"{self.secret_manager.url}/v1/",
-            "HF_ENDPOINT": self.hub.url,
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "NO_PROXY": "127.0.0.1,localhost",
-            "TPU_VLLM_STANDIN_STATE": str(self.standin_state),
-            "TPU_VLLM_STANDIN_GCS_ROOT": str(self.buckets),
+            **shared_env(self.secret_manager, self.hub, self.standin_state, self.buckets),
         }
 
     def problems(self) -> str:
@@ -129,10 +126,7 @@ class GkeFakes:
         )
 
     def stop(self) -> None:
-        for fake in (self.registry, self.hub, self.secret_manager):
-            with contextlib.suppress(Exception):
-                fake.stop()
-        self.plane.stop()
+        self.running.close()
 
 
 def seed_cluster(state: Path, plane: kube_cluster.ControlPlane) -> None:

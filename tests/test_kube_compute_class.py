@@ -101,18 +101,11 @@ class ServedClass:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kube_cluster.ControlPlane]:
-    try:
-        bin_dir = kube_cluster.tools_bin()
-    except kube_cluster.KubeToolsMissing as err:
-        pytest.skip(f"the Kubernetes tools are not built ({err}); run scripts/kube/build.sh")
-    cp = kube_cluster.ControlPlane(tmp_path_factory.mktemp("kube"), bin_dir=bin_dir).start()
-    try:
+    with kube_cluster.running(tmp_path_factory.mktemp("kube")) as cp:
         # What GKE would have installed (tests/kube_crds.py), the ComputeClass picture among them.
         for crd in kube_crds.gke_crds():
             cp.install_crd(crd)
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture(scope="module")

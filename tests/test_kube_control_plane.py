@@ -24,18 +24,11 @@ COMPUTE_CLASS = "tpu-vllm-v6e4"
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kube_cluster.ControlPlane]:
-    try:
-        bin_dir = kube_cluster.tools_bin()
-    except kube_cluster.KubeToolsMissing as err:
-        pytest.skip(f"the Kubernetes tools are not built ({err}); run scripts/kube/build.sh")
-    cp = kube_cluster.ControlPlane(tmp_path_factory.mktemp("kube"), bin_dir=bin_dir).start()
-    print(f"control plane up in {cp.started_seconds:.1f} s")
-    try:
+    with kube_cluster.running(tmp_path_factory.mktemp("kube")) as cp:
+        print(f"control plane up in {cp.started_seconds:.1f} s")
         cp.add_node(kube_cluster.system_node("system-0"))
         cp.add_node(kube_cluster.tpu_node("tpu-0", COMPUTE_CLASS))
         yield cp
-    finally:
-        cp.stop()
 
 
 def _wait_pod(

@@ -13,7 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -324,32 +324,48 @@ def test_a_deployment_the_server_refuses_fails_up_with_its_message(life: Lifecyc
         wait_rolled_out(engine)
 
 
-class RolloutWatch:
-    """Samples the Deployment's status and its pods while an update runs."""
+class Watch:
+    """Reads the API server every `interval` seconds on a thread while a command runs (a
+    context manager); subclasses say what one round reads."""
+
+    interval = 0.1
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.samples = 0
-        self.min_available = 1 << 30
-        self.max_pods = 0
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _poll(self) -> None:
+    def round(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
         while not self.stop.is_set():
-            status = deployment(self.engine).get("status") or {}
-            self.min_available = min(self.min_available, status.get("availableReplicas", 0))
-            self.max_pods = max(self.max_pods, len(server_pods(self.engine, running=True)))
-            self.samples += 1
-            time.sleep(0.1)
+            self.round()
+            time.sleep(self.interval)
 
-    def __enter__(self) -> RolloutWatch:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stop.set()
         self.thread.join(timeout=10)
+
+
+class RolloutWatch(Watch):
+    """The Deployment's available replicas and its running pods, while an update runs."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.samples = 0
+        self.min_available = 1 << 30
+        self.max_pods = 0
+
+    def round(self) -> None:
+        status = deployment(self.engine).get("status") or {}
+        self.min_available = min(self.min_available, status.get("availableReplicas", 0))
+        self.max_pods = max(self.max_pods, len(server_pods(self.engine, running=True)))
+        self.samples += 1
 
 
 def server_pods(engine: Engine, *, running: bool = False) -> list[dict[str, Any]]:
@@ -360,38 +376,28 @@ def server_pods(engine: Engine, *, running: bool = False) -> list[dict[str, Any]
     return [p for p in found if not running or not p["metadata"].get("deletionTimestamp")]
 
 
-class DeleteWatch:
-    """Polls the API server while `pulumi destroy` runs: when the server pods were last seen,
-    and when each object they use was first seen gone."""
+class DeleteWatch(Watch):
+    """While `pulumi destroy` runs: when the server pods were last seen, and when each object
+    they use was first seen gone."""
+
+    interval = 0.05
 
     def __init__(self, engine: Engine, used: dict[str, str]) -> None:
-        self.engine = engine
-        self.plane = engine.fakes.plane
+        super().__init__(engine)
         self.used = used
         self.pods_seen_at = 0.0
         self.gone_at: dict[str, float] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
 
-    def _poll(self) -> None:
-        while not self.stop.is_set():
-            # Stamped before the pods are read and after an object is seen gone, so a pod seen
-            # and an object gone in one round never count as "gone while a pod existed".
-            before = time.monotonic()
-            if server_pods(self.engine):
-                self.pods_seen_at = before
-            for name, path in self.used.items():
-                if name not in self.gone_at and self.plane.request("GET", path)[0] == 404:
-                    self.gone_at[name] = time.monotonic()
-            time.sleep(0.05)
-
-    def __enter__(self) -> DeleteWatch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
+    def round(self) -> None:
+        # Stamped before the pods are read and after an object is seen gone, so a pod seen and
+        # an object gone in one round never count as "gone while a pod existed".
+        before = time.monotonic()
+        if server_pods(self.engine):
+            self.pods_seen_at = before
+        plane = self.engine.fakes.plane
+        for name, path in self.used.items():
+            if name not in self.gone_at and plane.request("GET", path)[0] == 404:
+                self.gone_at[name] = time.monotonic()
 
 
 def test_a_refresh_reads_back_without_waiting_for_a_load_balancer(life: Lifecycle) -> None:

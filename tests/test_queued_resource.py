@@ -553,7 +553,9 @@ def test_a_404_after_the_grace_period_is_gone_and_cleaned_up(tpu_env: FakeTpuApi
         QueuedResourceProvider().create(props)
     # Deleted although reads never showed it (the delete itself sees it). A delete sent while
     # the fake still holds it PROVISIONING is refused and sent again: whichever comes first on
-    # a loaded machine, the last one is accepted and every earlier one was such a refusal.
+    # a loaded machine, the last one is accepted and every earlier one was such a refusal. This
+    # leans on the fake leaving PROVISIONING within the 0.3 s the cleanup keeps retrying; the
+    # retry itself is pinned without timing by the scripted tests below.
     statuses = [r.status for r in tpu_env.requests_for("DELETE")]
     assert statuses[-1] == 200 and set(statuses[:-1]) <= {400}, statuses
     name = "projects/test-project/locations/us-west4-a/queuedResources/tpu-vllm-v5e1"
@@ -899,10 +901,24 @@ class ScriptedTpuApi:
     """The three TPU API calls the delete makes, answering a script: the states successive reads
     find ("GONE": 404), and whether each DELETE is refused as another delete is under way."""
 
-    def __init__(self, states: list[str], *, refuse_deletes: int, after_delete: list[str]) -> None:
+    def __init__(
+        self,
+        states: list[str],
+        *,
+        refuse_deletes: int,
+        after_delete: list[str],
+        refusal: int = 400,
+        operations: list[list[dict[str, object]]] | None = None,
+    ) -> None:
         self.states = states
         self.refuse_deletes = refuse_deletes
         self.after_delete = after_delete
+        #: The refused DELETEs' status; for each accepted one in turn, its Operation's reads
+        #: (the last one stays); without any, the Operation is done at once.
+        self.refusal = refusal
+        self.scripts = list(operations or [])
+        self.operations: list[dict[str, object]] = []
+        self.operation_reads = 0
         self.deletes = 0
         self.reads: list[str] = []
 
@@ -911,9 +927,11 @@ class ScriptedTpuApi:
 
         self.deletes += 1
         if self.deletes <= self.refuse_deletes:
-            raise ApiError(400, "FAILED_PRECONDITION", "another delete is in progress")
+            reason = "FAILED_PRECONDITION" if self.refusal in (400, 409) else "PERMISSION_DENIED"
+            raise ApiError(self.refusal, reason, "refused")
         self.states = list(self.after_delete)
-        return {"name": f"{name}/operations/op-{self.deletes}", "done": True}
+        self.operations = self.scripts.pop(0) if self.scripts else []
+        return {"name": f"{name}/operations/op-{self.deletes}", "done": not self.operations}
 
     def get_queued_resource(self, name: str) -> dict[str, object]:
         from components.vm.tpu_api import ApiError
@@ -925,15 +943,17 @@ class ScriptedTpuApi:
         return {"state": {"state": state}}
 
     def get_operation(self, name: str) -> dict[str, object]:
-        return {"name": name, "done": True}
+        self.operation_reads += 1
+        found = self.operations.pop(0) if len(self.operations) > 1 else self.operations[0]
+        return {"name": name, **found}
 
 
-def delete_and_wait(api: ScriptedTpuApi) -> None:
+def delete_and_wait(api: ScriptedTpuApi, **timing: float) -> None:
     from components.vm import queued_resource_delete
     from components.vm.queued_resource_spec import Timing
 
-    timing = Timing(poll_seconds=0.01, delete_timeout_seconds=5.0)
-    queued_resource_delete._delete_and_wait(api, "qr-1", timing)  # type: ignore[arg-type]
+    values = {"poll_seconds": 0.01, "delete_timeout_seconds": 5.0, **timing}
+    queued_resource_delete._delete_and_wait(api, "qr-1", Timing(**values))  # type: ignore[arg-type]
 
 
 def test_another_clients_failed_delete_is_followed_by_ours_not_waited_out() -> None:
@@ -968,3 +988,35 @@ def test_a_refused_delete_whose_read_back_is_404_is_sent_again_not_taken_as_gone
     delete_and_wait(api)
     assert api.deletes == 2, api.reads
     assert api.reads[-2:] == ["DELETING", "GONE"], api.reads
+
+
+def test_a_404_during_our_own_unfinished_delete_waits_for_its_operation() -> None:
+    """Our DELETE is accepted, but reads cannot see the resource yet (404) while the
+    Operation runs; it then fails. Its end decides, not the read: the failure is a refusal,
+    and the delete is sent again (issue 31 item 7, after the audit)."""
+    failed = {"done": True, "error": {"code": 9, "message": "still provisioning"}}
+    api = ScriptedTpuApi(
+        ["GONE"],
+        refuse_deletes=0,
+        after_delete=["GONE"],
+        operations=[[{"done": False}, {"done": False}, failed], [{"done": True}]],
+    )
+    delete_and_wait(api)
+    assert api.operation_reads >= 3 and api.deletes == 2, (api.operation_reads, api.deletes)
+
+
+def test_a_refusal_that_says_nothing_of_existence_gets_no_grace() -> None:
+    """A 403 comes whether or not the resource exists (AIP-211): with a 404 read after it, the
+    resource is gone at once, the delete not sent again."""
+    api = ScriptedTpuApi(["GONE"], refuse_deletes=1, after_delete=[], refusal=403)
+    delete_and_wait(api)
+    assert api.deletes == 1
+
+
+def test_the_grace_never_outlasts_the_delete_deadline() -> None:
+    """A grace longer than the delete's own bound ends with the bound, without a flood of
+    DELETEs: refused (the API says it exists) and read 404 every time, it is let go."""
+    api = ScriptedTpuApi(["GONE"], refuse_deletes=10_000, after_delete=[])
+    began = time.monotonic()
+    delete_and_wait(api, consistency_grace_seconds=60.0, delete_timeout_seconds=0.3)
+    assert time.monotonic() - began < 5 and api.deletes < 60, api.deletes

@@ -160,6 +160,19 @@ def readiness_job(
         ),
         "spec": {
             "backoffLimit": 0,
+            # A disruption is not a failure: on a TPU node the Job's pod may be evicted (the
+            # cluster autoscaler removing an emptied node, a flex-start node's recycling,
+            # memory pressure); the Job then makes a new pod instead of failing `up`. The
+            # Job controller counts a pod with the `DisruptionTarget` condition against no
+            # limit under `Ignore` (Kubernetes docs "Pod failure policy", GA in 1.31).
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    }
+                ]
+            },
             "activeDeadlineSeconds": job_seconds(config, cache_restore_seconds) + 60,
             "template": {
                 "metadata": {

@@ -87,6 +87,10 @@ def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
     return None
 
 
+#: Refusals that show the API found the resource: it judged its state (FAILED_PRECONDITION).
+EXISTS_REFUSALS = frozenset({400, 409})
+
+
 def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
     """Force-delete (nodes first) and wait until it is gone; gone already counts as success.
 
@@ -97,10 +101,12 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
     read-back is any other state is tried again at once, and raised only if that try is
     refused with such a state read back too.
 
-    A refusal proves the queued resource exists, so a read-back of 404 right after one is not
-    taken as "gone" within `consistency_grace_seconds` of the first try: a resource created a
-    moment ago may not be visible to reads yet, and a cleanup that believed the read would
-    leave a billing TPU behind. The delete is sent again until it is accepted or answers 404.
+    A precondition refusal (400 or 409: the API judged the resource's state, so it exists) is
+    not undone by a 404 read right after it, within `consistency_grace_seconds` of the first
+    try: a resource created a moment ago may not be visible to reads yet, and a cleanup that
+    believed the read would leave a billing TPU behind. The delete is sent again until it is
+    accepted or answers 404. A 403, 429 or 5xx says nothing of existence (AIP-211: a 403 comes
+    whether or not the resource exists) and gets no such grace.
 
     A refusal may also come later: `queuedResources.delete` answers a long-running Operation
     (the TPU v2alpha1 discovery document: "response": {"$ref": "Operation"}), which ends with
@@ -108,6 +114,11 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
     the request itself got, instead of waiting out the whole timeout for a node that stays."""
     start = time.monotonic()
     deadline = start + timing.delete_timeout_seconds
+    # Until when a 404 read after a refusal (or during our accepted delete) may only mean "not
+    # visible yet": the project's own bound, the one the create applies to a new resource's
+    # 404s; no TPU API page documents read-after-create consistency.
+    unsure_until = min(start + timing.consistency_grace_seconds, deadline)
+    unsure_delays = poll_delays(timing.poll_seconds)
     delay = timing.poll_seconds
     tried_again = False  # the last refusal's read-back was a deletable state
     while True:
@@ -117,21 +128,28 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
         except ApiError as error:
             refusal = error
         else:
-            refusal = _wait_gone(api, name, operation, timing=timing, since=start, until=deadline)
+            refusal = _wait_gone(
+                api,
+                name,
+                operation,
+                timing=timing,
+                since=start,
+                until=deadline,
+                unsure_until=unsure_until,
+            )
             if refusal is None:
                 return
         if refusal.http_status == 404:
             report(f"{name} is already gone")
             return
         state = _state_or_gone(api, name)
-        if state == "GONE" and time.monotonic() - start < timing.consistency_grace_seconds:
-            # The refusal says it exists; a read that says otherwise so soon may only not see
-            # it yet (a resource just created is not at once visible to reads: the create's
-            # own 404 grace, queued_resource_create `_wait_active`). Believe the DELETE: ask it
-            # again until it is accepted or answers 404 itself.
-            report(f"{name}: delete refused ({refusal}) but not visible to reads yet; retrying")
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 120.0)
+        unsure = refusal.http_status in EXISTS_REFUSALS and time.monotonic() < unsure_until
+        if state == "GONE" and unsure:
+            # A precondition refusal says it exists; a read that says otherwise so soon may
+            # only not see it yet (a resource just created is not at once visible to reads).
+            # Believe the DELETE: ask again until it is accepted or answers 404 itself.
+            report(f"{name}: delete refused ({refusal}) but not visible to reads; retrying")
+            time.sleep(max(0.0, min(next(unsure_delays), unsure_until - time.monotonic())))
             continue
         if state == "GONE":
             report(f"{name} is already gone")
@@ -177,12 +195,14 @@ def _wait_gone(
     timing: Timing,
     since: float,
     until: float,
+    unsure_until: float = 0.0,
 ) -> ApiError | None:
     """Wait until the queued resource is gone (None), reading its state and, while it has not
     ended, the delete's Operation (`operations.get` on its name); an Operation that ends with
     an `error` is returned as the refusal it is. Without an Operation (another client's
     delete), a node that leaves DELETING for anything but gone is that delete's failure,
-    returned as a refusal too. Past the deadline, raise."""
+    returned as a refusal too. While our Operation has not ended, a 404 read before
+    `unsure_until` is not taken as gone. Past the deadline, raise."""
     last = ""
     watching_other = operation is None
     last_deleting = False
@@ -192,6 +212,12 @@ def _wait_gone(
         if isinstance(operation, Mapping) and operation.get("error"):
             return ApiError.from_status(operation["error"])
         state = _state_or_gone(api, name)
+        if state == "GONE" and operation is not None and time.monotonic() < unsure_until:
+            # Our delete's Operation has not ended: a 404 this soon may only mean the resource
+            # is not visible to reads yet, and the Operation may still fail. Its end decides.
+            time.sleep(next(delays))
+            operation = _read_operation(api, operation)
+            continue
         if state == "GONE":
             report(f"{name} deleted after {time.monotonic() - since:.0f} s")
             return None

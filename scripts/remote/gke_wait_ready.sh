@@ -21,7 +21,8 @@
 #    (`ask_model` below; CHAT_BODY and TOOL_BODY from the Job's env).
 # The API key and the service-account token go from their mounted files down a pipe into curl's
 # header (`-H @-`): never an argument, a variable or a log line. Values come from the Job's env.
-# A refused /v1/models (HTTP 401/403: vLLM's answer to a key it was not started with) is never
+# A refused /v1/models (HTTP 401, vLLM's answer to a key it was not started with; or 403, from a
+# proxy or mesh policy in front of the pods, which the message names too) is never
 # skipped: it fails the Job, naming the key as the likely cause, once it has lasted
 # AUTH_GRACE_SECONDS (default 60) or at the deadline, whichever comes first; a refused Deployment
 # read (no RBAC) fails it the same way, naming the Role.
@@ -225,7 +226,7 @@ while :; do
         note "/v1/models answered without ${MODEL}"
         ;;
       401 | 403)
-        refused "/v1/models answered HTTP ${code}: the API key is the likely cause (the pods serve with another key than the Job's ${key_file}: a wrong or rotated key)" \
+        refused "/v1/models answered HTTP ${code}: the API key is the likely cause (the pods serve with another key than the Job's ${key_file}: a wrong or rotated key; a 403 may also come from a proxy or mesh policy in front of the pods)" \
           "Clients with the stack's api_key are refused too. Fix: restart the pods so they read the current key (kubectl -n ${POD_NAMESPACE} rollout restart deploy/vllm), then run pulumi up again"
         ;;
       *)
