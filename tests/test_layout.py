@@ -50,13 +50,26 @@ def modules() -> Iterator[Path]:
     yield from sorted(COMPONENTS.rglob("*.py"))
 
 
+def parse(path: Path) -> ast.Module:
+    """`ast.parse` of a file, once more on CPython 3.11.7's spurious "AST constructor recursion
+    depth mismatch" SystemError, which another thread's compile at the same moment can cause
+    (the AST validator's depth counter is shared; CPython gh-106905). Seen once in a full run."""
+    text = path.read_text()
+    try:
+        return ast.parse(text)
+    except SystemError as error:
+        if "recursion depth mismatch" not in str(error):
+            raise
+        return ast.parse(text)
+
+
 def imports_of(path: Path, root: Path = ROOT) -> set[str]:
     """Every module `path` imports, as absolute names; `from A import b` counts as both `A`
     and `A.b` (b may be a submodule), relative imports resolved against the package."""
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -135,7 +148,7 @@ def test_the_layout_rules_see_a_violation(tmp_path: Path) -> None:
 def test_a_state_alias_only_reexports_its_provider_and_nothing_imports_it(name: str) -> None:
     path = ROOT / f"{name.replace('.', '/')}.py"
     new = name.replace("components.", "components.vm.")
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     code = [n for n in tree.body if not (isinstance(n, ast.Expr) and n is tree.body[0])]
     [imported, exported] = code
     assert isinstance(imported, ast.ImportFrom) and imported.module == new
