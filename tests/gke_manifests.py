@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.gke.pod_admission import whole_numbers
 from tests.pulumi_program import ProgramRun
 
 STACK = "v6e4-gke"
@@ -28,15 +29,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def plain(value: Any) -> Any:
-    """Numbers cross the Pulumi engine as floats (`2` -> `2.0`); the API gets integers."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
+#: The `v6e4-gke` stack moved to one v5e chip serving E2B (seed 000's model and flags).
+V5E1_ON_GKE: dict[str, Any] = {
+    "tpu-vllm:tpu.chip": "v5e-1",
+    "tpu-vllm:tpu.zones": ["us-west4-a"],
+    "tpu-vllm:model.id": "google/gemma-4-E2B-it",
+    "tpu-vllm:vllm.tensorParallelSize": 1,
+    "tpu-vllm:vllm.kvCacheDtype": "auto",
+    "tpu-vllm:vllm.maxModelLen": 32768,
+}
+
+#: Numbers cross the Pulumi engine as floats (`2` -> `2.0`); the API gets integers.
+plain = whole_numbers
 
 
 def manifests(run: ProgramRun) -> list[dict[str, Any]]:

@@ -319,11 +319,18 @@ def tpu_node(name: str, compute_class: str) -> dict[str, Any]:
                 },
             ]
         },
-        # ct6e-standard-4t: 4 chips, 180 vCPU, 720 GiB (GKE's TPU machine shapes); kwok's
-        # node-initialize stage keeps a status it is given.
+        # ct6e-standard-4t: 4 chips, 180 vCPU, 720 GB (GKE's TPU machine shapes); allocatable
+        # as GKE Standard reserves (GKE docs "Plan GKE node sizes": 0.52 vCPU; 20.3 GiB of
+        # 670.6 GiB, and 100 MiB for eviction). kwok's node-initialize stage keeps a status it
+        # is given.
         "status": {
-            "allocatable": {"cpu": "179", "memory": "700Gi", "pods": "110", "google.com/tpu": "4"},
-            "capacity": {"cpu": "180", "memory": "720Gi", "pods": "110", "google.com/tpu": "4"},
+            "allocatable": {
+                "cpu": "179480m",
+                "memory": "650Gi",
+                "pods": "110",
+                "google.com/tpu": "4",
+            },
+            "capacity": {"cpu": "180", "memory": "720G", "pods": "110", "google.com/tpu": "4"},
         },
     }
 

@@ -18,6 +18,7 @@ from pulumi.runtime import mocks
 
 from components import catalog
 from components.config import ConfigError
+from tests.gke_manifests import V5E1_ON_GKE
 from tests.mock_outputs import API_KEY_SENTINEL, CLUSTER_ENDPOINT, LB_ADDRESS
 from tests.pulumi_program import ROOT, InvokeFailure, ProgramRun, run_program, stack_file_config
 
@@ -182,8 +183,8 @@ def test_deployment_rolls_one_replica_at_a_time_and_skips_the_all_replicas_await
 def test_pods_ask_for_the_whole_slice_on_a_matching_tpu_node(run: ProgramRun) -> None:
     container = server_container(run)
     tp = dict(itertools.pairwise(run.outputs["vllm_args"]))["--tensor-parallel-size"]
-    assert container["resources"]["limits"] == {"google.com/tpu": tp}
-    assert container["resources"]["requests"] == {"google.com/tpu": tp}
+    assert container["resources"]["limits"]["google.com/tpu"] == tp
+    assert container["resources"]["requests"]["google.com/tpu"] == tp
     assert tp == "4"
     pod = server_pod(run)
     # The class alone (item 3 of issue 22): the class's rule names the slice.
@@ -267,23 +268,13 @@ def test_a_starting_replica_stays_out_of_the_load_balancer_until_it_serves(
 
 
 def test_v5e1_on_gke_uses_the_v5e_machine_type_and_labels() -> None:
-    run = run_program(
-        STACK,
-        {
-            "tpu-vllm:tpu.chip": "v5e-1",
-            "tpu-vllm:tpu.zones": ["us-west4-a"],
-            "tpu-vllm:model.id": "google/gemma-4-E2B-it",
-            "tpu-vllm:vllm.tensorParallelSize": 1,
-            "tpu-vllm:vllm.kvCacheDtype": "auto",
-            "tpu-vllm:vllm.maxModelLen": 32768,
-        },
-    )
+    run = run_program(STACK, V5E1_ON_GKE)
     rule = tpu_rule(run)
     assert rule["machineType"] == "ct5lp-hightpu-1t"
     assert rule["tpu"] == {"type": "tpu-v5-lite-podslice", "count": 1, "topology": "1x1"}
     assert rule["location"] == {"zones": ["us-west4-a"]}
     assert server_pod(run)["nodeSelector"] == {"cloud.google.com/compute-class": NS}
-    assert server_container(run)["resources"]["limits"] == {"google.com/tpu": "1"}
+    assert server_container(run)["resources"]["limits"]["google.com/tpu"] == "1"
 
 
 def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
@@ -306,7 +297,7 @@ def test_vllm_flags_and_entrypoint_are_the_vm_paths(run: ProgramRun) -> None:
     # (components/gke/k8s_manifests.py).
     assert env["HF_TOKEN_PATH"] == "/etc/tpu-vllm/secrets/hf_token"
     volumes = {v["name"]: v for v in server_pod(run)["volumes"]}
-    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
     assert mounts["dshm"] == "/dev/shm"
     assert mounts["vllm-cache"] == "/root/.cache/vllm"  # the VM's ~/.cache/vllm mount

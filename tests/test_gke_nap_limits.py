@@ -17,6 +17,7 @@ import pytest
 
 from components import catalog
 from components.config import ConfigError
+from tests.gke_manifests import V5E1_ON_GKE
 from tests.pulumi_program import run_program
 from tests.test_gke_backend import COMPUTE_CLASS, STACK, existing_cluster
 
@@ -105,12 +106,7 @@ def test_v5e_counts_either_name_of_its_tpu_resource_type() -> None:
     """xpk and accelerated-platforms name the v5e limit `tpu-v5-lite-podslice`, cluster-toolkit
     `tpu-v5e-slice`: either binds."""
     v5e = {
-        "tpu-vllm:tpu.chip": "v5e-1",
-        "tpu-vllm:tpu.zones": ["us-west4-a"],
-        "tpu-vllm:model.id": "google/gemma-4-E2B-it",
-        "tpu-vllm:vllm.tensorParallelSize": 1,
-        "tpu-vllm:vllm.kvCacheDtype": "auto",
-        "tpu-vllm:vllm.maxModelLen": 32768,
+        **V5E1_ON_GKE,
         "tpu-vllm:gke.cluster": "projects/test-project/locations/us-west4/clusters/shared",
     }
     roomy = {"cpu": 100000, "memory": 100000}

@@ -10,6 +10,7 @@ change that rolls the Deployment, bad input, destroy.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -127,6 +128,12 @@ def test_up_creates_the_workload_on_the_real_api_server(life: Lifecycle) -> None
         life.memo["up_output"] = run.output
         # The CRD wait asked the real server, through the auth plugin, and saw them served.
         assert f"{CLUSTER_PATH}: CRDs served after" in run.output, run.output[-3000:]
+        # Before the pods: the cluster would admit them (Pod Security, QoS); beside the Job:
+        # where its pod was placed (components/gke/pod_admission.py, readiness_watch.py).
+        assert "admits the pods (QoS: server Burstable, readiness Burstable)" in run.output
+        assert re.search(r"readiness pod vllm-ready-\S+ scheduled on node \S+", run.output), (
+            run.output[-3000:]
+        )
         plugin_calls = (engine.fakes.plugin_dir / "plugin.log").read_text().splitlines()
         assert plugin_calls, "nothing authenticated through gke-gcloud-auth-plugin"
         cluster = api(engine, f"/apis/cloud.google.com/v1/computeclasses/{CLASS}")
@@ -366,6 +373,41 @@ class RolloutWatch(Watch):
         self.min_available = min(self.min_available, status.get("availableReplicas", 0))
         self.max_pods = max(self.max_pods, len(server_pods(self.engine, running=True)))
         self.samples += 1
+
+
+def test_a_namespace_set_to_restricted_stops_up_before_the_deployment_changes(
+    life: Lifecycle,
+) -> None:
+    """Issue 31 item 3 through the engine: someone sets the stack's namespace to enforce Pod
+    Security "restricted", which the root TPU server cannot meet. The next `up` with new pods
+    stops at the admission check (components/gke/pod_admission.py) with the reason and the fix,
+    and the Deployment that serves is left as it was; relabelled, `up` goes through."""
+    with life.step("pod-security", after="server-refusal"):
+        engine = life.engine
+        plane = engine.fakes.plane
+        path = f"/api/v1/namespaces/{NAMESPACE}"
+
+        def enforce(level: str) -> None:
+            found = plane.get(path)
+            found["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = level
+            status, answer = plane.request("PUT", path, found)
+            assert status == 200, answer.get("message")
+
+        before = deployment(engine)
+        enforce("restricted")
+        engine.config_set("tpu-vllm:vllm.maxNumBatchedTokens", "1024", "--path")
+        try:
+            run = engine.up(timeout=1200)
+            assert run.returncode != 0, run.output[-3000:]
+            assert "enforces Pod Security 'restricted'" in run.output, run.output[-3000:]
+            assert "kubectl label --overwrite namespace" in run.output
+            after = deployment(engine)
+            assert after["metadata"]["generation"] == before["metadata"]["generation"]
+        finally:
+            enforce("baseline")
+        engine.up(timeout=1200).check()
+        wait_rolled_out(engine)
+        assert "1024" in json.dumps(deployment(engine)["spec"]["template"]["spec"]["containers"])
 
 
 def server_pods(engine: Engine, *, running: bool = False) -> list[dict[str, Any]]:

@@ -210,6 +210,9 @@ def test_replicas_land_on_tpu_nodes_and_become_available(
     assert len(pods) == want
     assert all(n.startswith("tpu-") for n in nodes)
     assert len(nodes) == want  # 4 chips each: one replica per node
+    # Their CPU and memory requests fit a GKE-shaped node and make them Burstable, not the
+    # BestEffort pods the kubelet evicts first (components/gke/pod_resources.py).
+    assert {p["status"]["qosClass"] for p in pods} == {"Burstable"}
     # The PDB's status is kept by the disruption controller from those pods.
     [pdb] = [v for k, v in created.items() if k.startswith("PodDisruptionBudget/")]
 

@@ -338,8 +338,9 @@ RESOURCE_COUNTS = {
     "v6e4": 30,
     # no TPU node pool; the ComputeClass, the PodDisruptionBudget, the CRD wait, the readiness
     # Job's rollout Role and binding, the pods' owner; monitoring: the PodMonitoring, the
-    # StackMonitoring component, its dashboard; the image pin (and no pod-reader Role/binding)
-    "v6e4-gke": 35,
+    # StackMonitoring component, its dashboard; the image pin (and no pod-reader Role/binding);
+    # the pods' admission check and the readiness Job's watch
+    "v6e4-gke": 37,
 }
 
 

@@ -11,10 +11,13 @@ Its part of the flow: `__main__.py` calls `backend.build_gke`, which registers:
   (crd_wait, a dynamic provider; kube_api reads the cluster as the deployer, crd_schema judges
   the served schema), the stack's ComputeClass (compute_class: GKE creates and recycles the
   flex-start TPU nodes), the namespace, the Deployment, the Service, the PodDisruptionBudget
-  and the readiness Job, all built as plain manifests (k8s_manifests; cache_manifests for the
-  compile cache's init container and sidecar; readiness_manifests for the readiness Job and its
-  Role; pod_owner for the owner whose delete waits for the pods, so `pulumi destroy` removes
-  them first); then returns its `BackendOutputs`.
+  and the readiness Job, all built as plain manifests (k8s_manifests; pod_resources and
+  pod_security for the pods' requests and security contexts; cache_manifests for the compile
+  cache's init container and sidecar; readiness_manifests for the readiness Job and its Role;
+  pod_owner for the owner whose delete waits for the pods, so `pulumi destroy` removes them
+  first), a dry run of the pods before they change (pod_admission) and a watch that reports the
+  Job's pod's scheduling (readiness_watch; both dynamic providers, progress lines through
+  progress); then returns its `BackendOutputs`.
 
 May import: the shared top of components/ (components.config, catalog, naming, secrets,
 compile_cache, jax_cache_env, remote_scripts, dns, renewal, outputs, messages) and its own

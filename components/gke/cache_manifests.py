@@ -10,10 +10,14 @@ they extend (`PodExtras`).
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import pulumi
 
 from components import remote_scripts
 from components.config import StackConfig
+from components.gke import pod_resources, pod_security
 from components.gke.k8s_manifests import (
     SCRIPTS_DIR,
     VLLM_CACHE_DIR,
@@ -46,6 +50,15 @@ def cache_script_files() -> dict[str, str]:
     }
 
 
+def _limits() -> dict[str, Any]:
+    """What both cache containers ask and may do (components/gke/pod_resources.py,
+    components/gke/pod_security.py): small requests, the server's security context."""
+    return {
+        "resources": copy.deepcopy(pod_resources.CACHE_CONTAINER),
+        "securityContext": dict(pod_security.SERVER_CONTAINER),
+    }
+
+
 def compile_cache_extras(
     config: StackConfig, image: pulumi.Input[str], prefix: str, timeout_seconds: int
 ) -> PodExtras:
@@ -73,6 +86,7 @@ def compile_cache_extras(
             {"name": "SERVER_IMAGE", "value": image},
         ],
         "volumeMounts": mounts,
+        **_limits(),
     }
     save = {
         "name": SAVE_CONTAINER,
@@ -85,6 +99,7 @@ def compile_cache_extras(
             {"name": "CACHE_STOP_TIMEOUT", "value": str(STOP_SAVE_SECONDS)},
         ],
         "volumeMounts": mounts,
+        **_limits(),
     }
     return PodExtras(
         init_containers=(restore,),

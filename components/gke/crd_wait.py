@@ -21,9 +21,7 @@ built (the cluster's endpoint and CA, and `gke-gcloud-auth-plugin`, the same cre
 pulumi-kubernetes uses; components/gke/kube_api.py) and polls
 `GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/NAME` until `Established` is True
 and the version is served (components/gke/crd_schema.py), bounded by `timeout_seconds`, with a
-progress line on stderr every minute (in the dynamic provider host `pulumi.log` has no engine
-and prints to stderr itself, pulumi/log.py; the engine shows a plugin's stderr in the CLI,
-sdk/go/common/resource/plugin/plugin.go `runtrace`). Reading the CRD itself, not API
+progress line every minute (components/gke/progress.py). Reading the CRD itself, not API
 discovery, gives its schema too: the ComputeClass spec the stack sends is checked against it,
 so a cluster whose CRD would drop `priorities[].location` or refuse flex-start TPUs stops here,
 before the class is applied.
@@ -37,7 +35,6 @@ roles/container.admin, which docs/gke.md asks for).
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -46,6 +43,7 @@ import pulumi
 import pulumi.dynamic as dyn
 
 from components.gke import crd_schema
+from components.gke.cluster_check import ClusterCheckProvider
 from components.gke.kube_api import (
     KubeApi,
     KubeApiError,
@@ -54,6 +52,7 @@ from components.gke.kube_api import (
     parse_kubeconfig,
 )
 from components.gke.kube_api import status_message as _status_message
+from components.gke.progress import minutes, report
 
 COMPUTE_CLASS_CRD = "computeclasses.cloud.google.com"
 SECRET_PROVIDER_CLASS_CRD = "secretproviderclasses.secrets-store.csi.x-k8s.io"  # noqa: S105
@@ -93,11 +92,6 @@ INSTALLERS: Mapping[str, tuple[str, str]] = {
 }
 
 
-def _report(message: str) -> None:
-    """Progress for the operator: the dynamic provider host's stderr reaches the Pulumi CLI."""
-    print(f"tpu-vllm: {message}", file=sys.stderr, flush=True)
-
-
 def _pause(seconds: float) -> None:
     """Sleep between polls (one place, so a test can see how long the wait asked for)."""
     time.sleep(seconds)
@@ -108,10 +102,6 @@ def _delays(cap: float) -> Iterator[float]:
     while True:
         yield delay
         delay = min(delay * 2, cap)
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def _cluster_parts(cluster: str) -> tuple[str, str]:
@@ -157,7 +147,7 @@ def _not_served(cluster: str, name: str, why: str, timeout: float) -> str:
     installer, fix = INSTALLERS.get(name, ("", "check with `kubectl get crd {crd}`"))
     short, location = _cluster_parts(cluster)
     return (
-        f"{cluster}: the CRD {name} was not served within {_minutes(timeout)} (last: {why}). "
+        f"{cluster}: the CRD {name} was not served within {minutes(timeout)} (last: {why}). "
         f"{installer}; pulumi-kubernetes alone would give up on the objects of that kind after "
         "about a minute. Nothing that bills TPU time was created. Fix: "
         + fix.format(crd=name, name=short, location=location)
@@ -234,9 +224,9 @@ def wait_for_crds(props: Mapping[str, Any]) -> dict[str, Any]:
                 raise Exception(_not_served(cluster, name, why, timeout))
             if time.monotonic() >= next_report:
                 lines = "; ".join(f"{n}: {w}" for n, w in waiting.items())
-                _report(
-                    f"{cluster}: waiting for CRDs, {_minutes(elapsed)} of at most "
-                    f"{_minutes(timeout)} ({lines})"
+                report(
+                    f"{cluster}: waiting for CRDs, {minutes(elapsed)} of at most "
+                    f"{minutes(timeout)} ({lines})"
                 )
                 next_report = time.monotonic() + every
             hold = (throttled.retry_after or 0.0) if throttled else 0.0
@@ -253,29 +243,20 @@ def wait_for_crds(props: Mapping[str, Any]) -> dict[str, Any]:
         if problem:
             raise Exception(problem)
     waited = time.monotonic() - start
-    _report(f"{cluster}: CRDs served after {_minutes(waited)}: {', '.join(sorted(wanted))}")
+    report(f"{cluster}: CRDs served after {minutes(waited)}: {', '.join(sorted(wanted))}")
     return {"served": dict(wanted), "waited_seconds": round(waited, 1)}
 
 
-#: The inputs whose change means: wait (and check the schema) again.
-_WATCHED = ("kubeconfig", "crds", "compute_class_spec")
+class ServedCrdsProvider(ClusterCheckProvider):
+    """Waits for the CRDs (and checks the schema) again when these inputs change."""
 
+    watched = ("kubeconfig", "crds", "compute_class_spec")
 
-class ServedCrdsProvider(dyn.ResourceProvider):
-    """create/update wait for the CRDs; read, diff and delete ask nothing of the cluster."""
+    def run(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        return wait_for_crds(props)
 
-    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        outs = {k: v for k, v in props.items() if k != "__provider"}
-        found = wait_for_crds(props)
-        return dyn.CreateResult(id_=f"{props.get('cluster')}/crds", outs={**outs, **found})
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
-        changed = [k for k in _WATCHED if olds.get(k) != news.get(k)]
-        return dyn.DiffResult(changes=bool(changed))
-
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        outs = {k: v for k, v in news.items() if k != "__provider"}
-        return dyn.UpdateResult(outs={**outs, **wait_for_crds(news)})
+    def resource_id(self, props: Mapping[str, Any]) -> str:
+        return f"{props.get('cluster')}/crds"
 
 
 class ServedCrds(dyn.Resource):

@@ -33,7 +33,7 @@ import pulumi
 
 from components import catalog, jax_cache_env, remote_scripts
 from components.config import StackConfig
-from components.gke import compute_class, server_probes
+from components.gke import compute_class, pod_resources, pod_security, server_probes
 from components.naming import resource_id
 
 APP = "tpu-vllm"
@@ -117,7 +117,11 @@ def namespace(config: StackConfig) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": namespace_name(config.stack), "labels": labels(config)},
+        "metadata": {
+            "name": namespace_name(config.stack),
+            # The Pod Security level the pods meet (components/gke/pod_security.py).
+            "labels": {**labels(config), **pod_security.namespace_labels()},
+        },
     }
 
 
@@ -297,7 +301,6 @@ def deployment(
     replica serving then.
     """
     extras = extras or PodExtras()
-    chips = str(config.tpu.chip.chips)
     command, args = server_command(config)
     container = {
         "name": CONTAINER,
@@ -319,10 +322,10 @@ def deployment(
             *({"name": k, "value": v} for k, v in jax_cache_env.container_env(config).items()),
         ],
         "ports": [{"name": "http", "containerPort": config.vllm.port, "protocol": "TCP"}],
-        "resources": {
-            "requests": {catalog.GKE_TPU_RESOURCE: chips},
-            "limits": {catalog.GKE_TPU_RESOURCE: chips},
-        },
+        # The chips, and CPU and memory sized from the node and the weights: Burstable, not
+        # BestEffort (components/gke/pod_resources.py).
+        "resources": pod_resources.server_resources(config.tpu.chip, config.model),
+        "securityContext": dict(pod_security.SERVER_CONTAINER),
         **server_probes.probes(config, SECRETS_DIR, SCRIPTS_DIR),
         # Keep answering while the Service drops this pod (DRAIN_SECONDS), then stop.
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(DRAIN_SECONDS)]}}},
@@ -344,10 +347,11 @@ def deployment(
         "nodeSelector": node_selector(config),
         "tolerations": [TPU_TOLERATION, compute_class.toleration(config)],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": dict(pod_security.POD),
         "containers": [container, *extras.sidecars],
         "volumes": [
             # Seed 000's `-v /dev/shm:/dev/shm --shm-size 10gb`, and HF_HOME, in memory.
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            pod_resources.shm_volume(config, "dshm"),
             # The XLA compile cache (~/.cache/vllm): restored from GCS before the server starts.
             {"name": "vllm-cache", "emptyDir": {}},
             secrets_volume("secrets", SERVER_SECRETS),

@@ -40,8 +40,10 @@ from components.gke import (
     compute_class,
     crd_wait,
     monitoring_manifests,
+    pod_admission,
     pod_owner,
     readiness_manifests,
+    readiness_watch,
 )
 from components.gke import k8s_manifests as m
 from components.gke.cluster import cluster_path
@@ -198,12 +200,32 @@ class GkeWorkload(pulumi.ComponentResource):
                 )
             ],
         )
+        revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
+        restore = args.cache_restore_timeout_seconds if args.cache_prefix else 0
+        job = readiness_manifests.readiness_job(
+            config, revision, m.scripts_config_map_name(m.scripts_digest(files)), restore
+        )
+        # Would the cluster admit these pods? Asked before either changes, so a namespace that
+        # enforces more than the pods meet stops the run with nothing changed.
+        self.admission = pod_admission.PodAdmission(
+            f"{name}-pod-admission",
+            kubeconfig=args.kubeconfig,
+            namespace=m.namespace_name(config.stack),
+            pods=[
+                pod_admission.pod_of("server", deployment["spec"]["template"]),
+                pod_admission.pod_of("readiness", job["spec"]["template"]),
+            ],
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.namespace, self.service_account]
+            ),
+        )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=_k8s(deployment["metadata"]),
             spec=_k8s(deployment["spec"]),
             opts=pulumi.ResourceOptions.merge(
-                in_ns, pulumi.ResourceOptions(depends_on=[*used, self.pods_owner])
+                in_ns,
+                pulumi.ResourceOptions(depends_on=[*used, self.pods_owner, self.admission]),
             ),
         )
         # Not awaited (`pulumi.com/skipAwait`, see `k8s_manifests.service`): GKE programs the
@@ -247,11 +269,13 @@ class GkeWorkload(pulumi.ComponentResource):
             readiness_manifests.rollout_reader_binding(config),
             in_ns,
         )
-        revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
-        restore = args.cache_restore_timeout_seconds if args.cache_prefix else 0
-        job = readiness_manifests.readiness_job(
-            config, revision, m.scripts_config_map_name(m.scripts_digest(files)), restore
-        )
+        job_after: list[pulumi.Resource] = [
+            self.deployment,
+            self.service,
+            self.probe_secrets,
+            self.admission,
+            *rollout_reader,
+        ]
         wait = f"{readiness_manifests.job_seconds(config, restore) + AWAIT_MARGIN_SECONDS}s"
         self.ready = k8s.batch.v1.Job(
             f"{name}-ready",
@@ -263,17 +287,22 @@ class GkeWorkload(pulumi.ComponentResource):
                     # The Deployment first: on an update, a Job created before the new pod
                     # template is applied would wait for the old generation, and pass against
                     # the old pods; and its Role, or its first read is refused.
-                    depends_on=[
-                        self.deployment,
-                        self.service,
-                        self.probe_secrets,
-                        *rollout_reader,
-                    ],
+                    depends_on=job_after,
                     custom_timeouts=pulumi.CustomTimeouts(create=wait, update=wait),
                     # The Job's name is fixed: the old one goes before a new one runs.
                     delete_before_replace=True,
                 ),
             ),
+        )
+        # Beside the Job, not after it: says where its pod stands while pulumi-kubernetes waits.
+        self.readiness_watch = readiness_watch.ReadinessWatch(
+            f"{name}-ready-watch",
+            kubeconfig=args.kubeconfig,
+            namespace=m.namespace_name(config.stack),
+            job=readiness_manifests.READINESS_JOB,
+            revision=revision,
+            timeout_seconds=readiness_manifests.job_seconds(config, restore) + AWAIT_MARGIN_SECONDS,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=job_after),
         )
         self.pod_monitoring: k8s.apiextensions.CustomResource | None = None
         if args.managed_collection:

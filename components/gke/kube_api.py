@@ -205,11 +205,16 @@ class KubeApi:
             return self._refresh_token()
         return self._token
 
-    def _request(self, path: str, token: str) -> tuple[int, Any, float | None]:
-        """(status, JSON body or None, Retry-After seconds or None) of one GET."""
+    def _request(self, path: str, token: str, body: Any = None) -> tuple[int, Any, float | None]:
+        """(status, JSON body or None, Retry-After seconds or None) of one GET, or of one POST
+        of `body` when it is given."""
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
         request = urllib.request.Request(  # noqa: S310 - https only (parse_kubeconfig)
-            self.target.server.rstrip("/") + path,
-            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            self.target.server.rstrip("/") + path, data=data, headers=headers
         )
         try:
             with urllib.request.urlopen(  # noqa: S310 - https only (parse_kubeconfig)
@@ -235,9 +240,16 @@ class KubeApi:
         """(HTTP status, JSON body) of `GET path`; a 401 runs the plugin again once, as client-go
         does when a token was revoked or expired early. 5xx and no answer raise Unreachable; 429
         raises Throttled with the answer's Retry-After."""
-        status, body, wait = self._request(path, self._bearer())
+        return self._answer(path, None)
+
+    def post(self, path: str, body: Any) -> tuple[int, Any]:
+        """`get`'s answer for `POST path` with a JSON body (a dry-run create, here)."""
+        return self._answer(path, body)
+
+    def _answer(self, path: str, sent: Any) -> tuple[int, Any]:
+        status, body, wait = self._request(path, self._bearer(), sent)
         if status == 401:
-            status, body, wait = self._request(path, self._refresh_token())
+            status, body, wait = self._request(path, self._refresh_token(), sent)
         if status == 429:
             after = "" if wait is None else f", Retry-After {wait:.0f} s"
             raise Throttled(f"{self.target.server} answered 429 Too Many Requests{after}", wait)

@@ -28,6 +28,7 @@ its API key's Workload Identity mount. Pure functions, beside components/gke/k8s
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -35,7 +36,7 @@ import pulumi
 
 from components import remote_scripts
 from components.config import StackConfig
-from components.gke import compute_class, k8s_manifests
+from components.gke import compute_class, k8s_manifests, pod_resources, pod_security
 from components.gke.k8s_manifests import (
     DEPLOYMENT,
     KSA,
@@ -59,6 +60,8 @@ PROBE_IMAGE = "curlimages/curl:8.11.1"
 #: `cloud.google.com/gke-tpu-accelerator`); the Job prefers nodes without it.
 TPU_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
 ROLLOUT_READER = "tpu-vllm-rollout-reader"
+#: scripts/remote/gke_wait_ready.sh's scratch directory (its TMPDIR default).
+SCRATCH_DIR = "/tmp"  # noqa: S108 - the pod's own emptyDir
 
 
 #: What a replica needs beyond its own start, as an update replaces it: the old pod's
@@ -184,6 +187,8 @@ def readiness_job(
                     # Its token reads the Deployment's rollout (the Role above).
                     "automountServiceAccountToken": True,
                     "restartPolicy": "Never",
+                    # Pod Security "restricted" (components/gke/pod_security.py).
+                    "securityContext": dict(pod_security.READINESS_POD),
                     # Schedulable wherever the stack runs: on an existing cluster whose every
                     # pool is tainted, the only nodes sure to exist are the class's TPU nodes,
                     # which carry the `google.com/tpu` and class taints (the kube-scheduler's
@@ -227,15 +232,20 @@ def readiness_job(
                                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
                                 },
                             ],
+                            "resources": copy.deepcopy(pod_resources.READINESS_CONTAINER),
+                            "securityContext": dict(pod_security.READINESS_CONTAINER),
                             "volumeMounts": [
                                 {"name": "api-key", "mountPath": SECRETS_DIR, "readOnly": True},
                                 {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},
+                                # The script's scratch files, under a read-only root.
+                                {"name": "tmp", "mountPath": SCRATCH_DIR},
                             ],
                         }
                     ],
                     "volumes": [
                         secrets_volume("api-key", PROBE_SECRETS),
                         {"name": "scripts", "configMap": {"name": scripts_config_map}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
                     ],
                 },
             },

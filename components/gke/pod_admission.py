@@ -1,0 +1,190 @@
+"""PodAdmission: at `pulumi up`, before the Deployment or the Job changes, ask the cluster
+whether it would admit their pods.
+
+Why: admission judges pods, not Deployments. A namespace that enforces Pod Security
+"restricted" (or a policy webhook) refuses the server's pods only when the ReplicaSet makes
+them; the refusal is a FailedCreate event no `pulumi up` shows, and the readiness Job would
+wait its whole deadline. A server-side dry run of each pod (`POST .../pods?dryRun=All`) goes
+through the same admission chain (Pod Security included) and is then forgotten, so the refusal
+comes at once, quoted, with the fix (components/gke/pod_security.py says which level the pods
+meet and why). The answer also carries the QoS class the API server gave the pod
+(components/gke/pod_resources.py), which is reported.
+
+Like components/gke/crd_wait.py: a Python dynamic provider reading the cluster as the
+deployer (components/gke/kube_api.py), asking nothing at preview, read or delete; `diff`
+reports a change when the pods change, so it runs exactly when new pods are coming. Needs
+`container.pods.create` in the namespace (roles/container.admin, which docs/gke.md asks for).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pulumi
+import pulumi.dynamic as dyn
+
+from components.gke import pod_security
+from components.gke.cluster_check import ClusterCheckProvider
+from components.gke.kube_api import (
+    KubeApi,
+    KubeApiError,
+    Throttled,
+    Unreachable,
+    parse_kubeconfig,
+    status_message,
+)
+from components.gke.progress import report
+
+#: How long an unanswering API may keep the check waiting (a new cluster's control plane
+#: restarts while it resizes).
+TIMEOUT_SECONDS = 300.0
+POLL_SECONDS = 10.0
+
+
+def whole_numbers(value: Any) -> Any:
+    """`value` with integral floats as ints: numbers reach a dynamic provider through the
+    engine as protobuf doubles (`8000` as `8000.0`), and the API server refuses a float where
+    its schema has an int32 (a port, a probe's seconds)."""
+    if isinstance(value, Mapping):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _dry_run(api: KubeApi, namespace: str, pod: Mapping[str, Any]) -> tuple[int, Any]:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{pod['what']}-admission-",
+            "namespace": namespace,
+            "labels": dict(pod.get("labels") or {}),
+            "annotations": dict(pod.get("annotations") or {}),
+        },
+        "spec": whole_numbers(pod["spec"]),
+    }
+    return api.post(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", body)
+
+
+def _enforced(api: KubeApi, namespace: str) -> str:
+    """The namespace's enforced Pod Security level, "" when it sets none (or is unreadable)."""
+    status, body = api.get(f"/api/v1/namespaces/{namespace}")
+    if status != 200 or not isinstance(body, dict):
+        return ""
+    labels = body.get("metadata", {}).get("labels") or {}
+    return str(labels.get(pod_security.ENFORCE_LABEL) or "")
+
+
+def _refusal(namespace: str, what: str, message: str, enforced: str) -> str:
+    if "PodSecurity" in message:
+        level = f"enforces Pod Security {enforced!r}" if enforced else "enforces Pod Security"
+        return (
+            f"namespace {namespace} {level}, which refuses the {what} pods: {message}. The "
+            f"vLLM TPU server runs as root (the image's user), which only the "
+            f"{pod_security.LEVEL!r} level allows; the stack labels its namespace so. Fix: "
+            f"`kubectl label --overwrite namespace {namespace} "
+            f"{pod_security.ENFORCE_LABEL}={pod_security.LEVEL}` (or have the cluster's "
+            "policy exempt it), then `pulumi up` again; nothing was changed"
+        )
+    if "cannot create resource" in message:
+        return (
+            f"dry-running the {what} pods in namespace {namespace} was refused: {message}. "
+            "Fix: your account needs container.pods.create on the cluster "
+            "(roles/container.admin has it)"
+        )
+    return (
+        f"namespace {namespace} refuses the {what} pods: {message}. Fix: the policy that "
+        "refuses them (an admission webhook, a ValidatingAdmissionPolicy) must allow them; "
+        "nothing was changed"
+    )
+
+
+def check_admission(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Dry-run every pod in `props["pods"]`; raise with the reason and the fix on a refusal."""
+    namespace = str(props["namespace"])
+    timeout = float(props.get("timeout_seconds") or TIMEOUT_SECONDS)
+    poll = float(props.get("poll_seconds") or POLL_SECONDS)
+    api = KubeApi(parse_kubeconfig(str(props["kubeconfig"])))
+    start = time.monotonic()
+    qos: dict[str, str] = {}
+    try:
+        for pod in props.get("pods") or []:
+            what = str(pod["what"])
+            while True:
+                try:
+                    status, body = _dry_run(api, namespace, pod)
+                    break
+                except (Unreachable, Throttled) as error:
+                    if time.monotonic() - start >= timeout:
+                        raise Exception(
+                            f"namespace {namespace}: the cluster's API did not judge the {what} "
+                            f"pods within {timeout:.0f} s ({error}). Fix: check the cluster, "
+                            "then `pulumi up` again"
+                        ) from None
+                    time.sleep(poll)
+            if status not in (200, 201):
+                message = status_message(body) or f"HTTP {status}"
+                raise Exception(_refusal(namespace, what, message, _enforced(api, namespace)))
+            qos[what] = str((body.get("status") or {}).get("qosClass") or "")
+    except KubeApiError as error:
+        raise Exception(f"namespace {namespace}: the pods cannot be judged: {error}.") from None
+    classes = ", ".join(f"{what} {cls}" for what, cls in qos.items())
+    report(f"namespace {namespace} admits the pods (QoS: {classes})")
+    return {"qos": qos}
+
+
+class PodAdmissionProvider(ClusterCheckProvider):
+    """Judges the pods again when they (or the namespace, or the cluster) change."""
+
+    watched = ("kubeconfig", "namespace", "pods")
+
+    def run(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        return check_admission(props)
+
+    def resource_id(self, props: Mapping[str, Any]) -> str:
+        return f"{props['namespace']}/admission"
+
+
+def pod_of(what: str, template: Mapping[str, Any]) -> dict[str, Any]:
+    """One entry of `pods`: a pod template's labels, annotations and spec."""
+    meta = template.get("metadata") or {}
+    return {
+        "what": what,
+        "labels": meta.get("labels") or {},
+        "annotations": meta.get("annotations") or {},
+        "spec": template["spec"],
+    }
+
+
+class PodAdmission(dyn.Resource):
+    """Done once the cluster would admit every pod in `pods` (`pod_of` entries)."""
+
+    qos: pulumi.Output[dict[str, str]]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kubeconfig: pulumi.Input[str],
+        namespace: str,
+        pods: Sequence[Mapping[str, Any]],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(
+            PodAdmissionProvider(),
+            name,
+            {
+                "kubeconfig": kubeconfig,
+                "namespace": namespace,
+                "pods": list(pods),
+                "timeout_seconds": TIMEOUT_SECONDS,
+                "poll_seconds": POLL_SECONDS,
+                "qos": None,
+            },
+            opts,
+        )

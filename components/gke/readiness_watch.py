@@ -1,0 +1,182 @@
+"""ReadinessWatch: while `pulumi up` waits on the readiness Job, say where its pod stands.
+
+Why: pulumi-kubernetes' Job await shows only Warning and Error events of the Job's pods
+(pulumi-kubernetes `provider/pkg/await/watchers.go`, PodAggregator), and a pod the scheduler
+cannot place is a status condition, not an event it forwards, so a Job with nowhere to run
+said nothing until its ~90 minute deadline. This resource runs beside the Job (it depends on
+what the Job depends on, not on the Job), reads the Job's pods of this revision
+(`tpu-vllm/server-revision`) and reports their `PodScheduled` condition: at once when it
+changes, then every REPORT_SECONDS while the pod stays unscheduled, with the scheduler's
+message ("0/3 nodes are available: 3 node(s) had untolerated taint(s)"). It is done once a pod
+is scheduled or the Job has ended; when the Job ends failed with its pod never scheduled, it
+fails with the scheduler's reason, which the Job's own failure (DeadlineExceeded) does not say.
+
+A dynamic provider like components/gke/crd_wait.py, reading as the deployer
+(components/gke/kube_api.py; `container.pods.list` and `container.jobs.get`, in
+roles/container.admin). Nothing at preview, read or delete.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+import pulumi.dynamic as dyn
+
+from components.gke.cluster_check import ClusterCheckProvider
+from components.gke.kube_api import (
+    KubeApi,
+    KubeApiError,
+    Throttled,
+    Unreachable,
+    parse_kubeconfig,
+)
+from components.gke.progress import minutes, report
+
+REVISION_ANNOTATION = "tpu-vllm/server-revision"
+POLL_SECONDS = 5.0
+REPORT_SECONDS = 60.0
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for found in (obj.get("status") or {}).get("conditions") or []:
+        if found.get("type") == kind:
+            return dict(found)
+    return {}
+
+
+def _ours(obj: Mapping[str, Any], revision: str) -> bool:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(REVISION_ANNOTATION) == revision
+
+
+def _job_state(api: KubeApi, namespace: str, job: str, revision: str) -> str:
+    """ "" while the Job of `revision` runs (or is not made yet), else "Complete" or "Failed"."""
+    status, body = api.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}")
+    if status != 200 or not isinstance(body, dict):
+        return ""
+    template = (body.get("spec") or {}).get("template") or {}
+    if not _ours(template, revision):
+        return ""
+    for kind in ("Complete", "Failed"):
+        if _condition(body, kind).get("status") == "True":
+            return kind
+    return ""
+
+
+def _pods(api: KubeApi, namespace: str, job: str, revision: str) -> list[Mapping[str, Any]]:
+    # `job-name` is set by the Job controller on every pod it makes (beside the newer
+    # `batch.kubernetes.io/job-name`, kubernetes `pkg/controller/job`).
+    selector = urllib.parse.quote(f"job-name={job}")
+    status, body = api.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
+    if status != 200 or not isinstance(body, dict):
+        return []
+    return [p for p in body.get("items") or [] if _ours(p, revision)]
+
+
+def _where(pod: Mapping[str, Any]) -> tuple[bool, str]:
+    """(scheduled, a line on it) for one pod."""
+    name = (pod.get("metadata") or {}).get("name", "?")
+    scheduled = _condition(pod, "PodScheduled")
+    node = (pod.get("spec") or {}).get("nodeName")
+    if scheduled.get("status") == "True" or node:
+        return True, f"readiness pod {name} scheduled on node {node}"
+    if not scheduled:
+        return False, f"readiness pod {name} waits for the scheduler"
+    reason = scheduled.get("reason") or "not scheduled"
+    return False, f"readiness pod {name} not scheduled ({reason}): {scheduled.get('message', '')}"
+
+
+def watch(props: Mapping[str, Any]) -> dict[str, Any]:
+    namespace, job = str(props["namespace"]), str(props["job"])
+    revision = str(props["revision"])
+    timeout = float(props["timeout_seconds"])
+    poll = float(props.get("poll_seconds") or POLL_SECONDS)
+    every = float(props.get("report_seconds") or REPORT_SECONDS)
+    api = KubeApi(parse_kubeconfig(str(props["kubeconfig"])))
+    start = time.monotonic()
+    said, said_at, last_unscheduled = "", 0.0, ""
+    while time.monotonic() - start < timeout:
+        try:
+            state = _job_state(api, namespace, job, revision)
+            pods = _pods(api, namespace, job, revision)
+        except (Unreachable, Throttled) as error:
+            state, pods = "", []
+            line = f"readiness Job {job}: the cluster's API did not answer ({error})"
+        except KubeApiError as error:
+            report(f"readiness Job {job}: cannot be watched ({error}); the Job itself is awaited")
+            return {"scheduled": ""}
+        else:
+            placed = [_where(p) for p in pods]
+            if any(done for done, _ in placed):
+                line = next(text for done, text in placed if done)
+                report(f"{line}, after {minutes(time.monotonic() - start)}")
+                return {"scheduled": line}
+            line = "; ".join(text for _, text in placed) or f"readiness Job {job}: no pod yet"
+            if placed:
+                last_unscheduled = line
+        if state == "Complete":
+            return {"scheduled": ""}
+        if state == "Failed":
+            if last_unscheduled:
+                raise Exception(
+                    f"the readiness Job failed and its pod was never scheduled: "
+                    f"{last_unscheduled}. Fix: give the cluster a node the pod may use (it "
+                    "tolerates the TPU and class taints and asks 50m CPU and 64 MiB), or lift "
+                    "what the message names, then `pulumi up` again"
+                )
+            return {"scheduled": ""}
+        now = time.monotonic()
+        if line != said or now - said_at >= every:
+            report(f"{line} ({minutes(now - start)})")
+            said, said_at = line, now
+        time.sleep(poll)
+    return {"scheduled": ""}
+
+
+class ReadinessWatchProvider(ClusterCheckProvider):
+    """Watches again for each new Job (a new revision of the pods)."""
+
+    watched = ("kubeconfig", "namespace", "job", "revision")
+
+    def run(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        return watch(props)
+
+    def resource_id(self, props: Mapping[str, Any]) -> str:
+        return f"{props['namespace']}/{props['job']}"
+
+
+class ReadinessWatch(dyn.Resource):
+    """Reports the readiness Job's pod's scheduling until it is placed or the Job ends."""
+
+    scheduled: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kubeconfig: pulumi.Input[str],
+        namespace: str,
+        job: str,
+        revision: pulumi.Input[str],
+        timeout_seconds: int,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(
+            ReadinessWatchProvider(),
+            name,
+            {
+                "kubeconfig": kubeconfig,
+                "namespace": namespace,
+                "job": job,
+                "revision": revision,
+                "timeout_seconds": timeout_seconds,
+                "poll_seconds": POLL_SECONDS,
+                "report_seconds": REPORT_SECONDS,
+                "scheduled": None,
+            },
+            opts,
+        )
