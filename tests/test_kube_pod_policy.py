@@ -201,3 +201,16 @@ def test_a_job_that_fails_unscheduled_fails_the_watch_with_the_schedulers_reason
         assert "untolerated taint" in str(failed.value)
     finally:
         taint(plane, on=False)
+
+
+def test_a_job_that_never_appears_is_given_up_on_not_waited_out(
+    plane: Plane, objects: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Job's own create was refused (its step says why): the watch stops after its short
+    bound instead of holding `pulumi up` for the Job's whole timeout."""
+    job = job_copy(objects, "vllm-ready-never-made")
+    props = {**watch_props(plane, job, 600), "appear_seconds": 2}
+    start = time.monotonic()
+    assert readiness_watch.watch(props) == {"scheduled": ""}
+    assert time.monotonic() - start < 30
+    assert "none of this revision after 2 s" in capsys.readouterr().err

@@ -81,6 +81,15 @@ def _enforced(api: KubeApi, namespace: str) -> str:
 
 
 def _refusal(namespace: str, what: str, message: str, enforced: str) -> str:
+    if "PodSecurity" in message and enforced == pod_security.LEVEL:
+        return (
+            f"namespace {namespace} is labelled {pod_security.ENFORCE_LABEL}="
+            f"{pod_security.LEVEL}, yet Pod Security refuses the {what} pods: {message}. Fix: "
+            f"check the namespace's other pod-security.kubernetes.io labels (a pinned "
+            f"enforce-version) with `kubectl get namespace {namespace} -o yaml`, and the "
+            "cluster's Pod Security admission configuration, then `pulumi up` again; nothing "
+            "was changed"
+        )
     if "PodSecurity" in message:
         level = f"enforces Pod Security {enforced!r}" if enforced else "enforces Pod Security"
         return (

@@ -9,7 +9,8 @@ which makes it Burstable and, under pressure, last in line; `/dev/shm` is a memo
 with a `sizeLimit`, which bounds the tmpfs (Kubernetes API `EmptyDirVolumeSource.sizeLimit`:
 "the minimum value between the SizeLimit specified here and the sum of memory limits of all
 containers"). The memory limit is the node's whole budget, never below what the pod uses: it
-keeps a runaway from pushing the node into pressure, which would evict the DaemonSets too.
+keeps a runaway from pushing the node into pressure, which would evict the DaemonSets too (and
+there is none when the request had to be capped at the budget).
 No CPU limit: a limit throttles vLLM's engine loop for nothing on a node it has alone.
 
 The node: catalog.GKE_MACHINE_SHAPES, less what GKE Standard reserves (GKE docs "Plan GKE
@@ -59,7 +60,8 @@ RUNTIME_MEMORY_GIB = 6.0
 SHM_HEADROOM = 0.10
 #: The compile-cache init container and sidecar: a Python process moving cache files.
 CACHE_CONTAINER = {"requests": {"cpu": "250m", "memory": "512Mi"}}
-#: The readiness Job: busybox sh and curl. Its limit equals its request: Guaranteed for memory.
+#: The readiness Job: busybox sh and curl; a memory limit at its request (curl and sh need no
+#: more), no CPU limit.
 READINESS_CONTAINER = {
     "requests": {"cpu": "50m", "memory": "64Mi"},
     "limits": {"memory": "64Mi"},
@@ -134,17 +136,22 @@ def server_cpu(chip: Chip) -> int:
 def server_resources(chip: Chip, model: ModelSettings) -> dict[str, dict[str, str]]:
     """The server container's requests and limits: the TPU chips, CPU and memory."""
     chips = str(chip.chips)
-    # A model near the HBM limit on the smallest host can need more than the node offers: the
-    # request then takes the whole budget, so the pod still fits a node.
-    limit = math.floor(node_budget(chip).memory_gib)
-    need = min(server_memory_gib(model), limit)
+    budget = math.floor(node_budget(chip).memory_gib)
+    need = server_memory_gib(model)
+    limits = {catalog.GKE_TPU_RESOURCE: chips, "memory": f"{budget}Gi"}
+    if need > budget:
+        # A model near the HBM limit on the smallest host: the request takes the whole budget,
+        # so the pod still fits a node, and there is no memory limit, which the sizing says it
+        # could cross while the weights load (an OOM kill, not a safe bound).
+        need = budget
+        del limits["memory"]
     return {
         "requests": {
             catalog.GKE_TPU_RESOURCE: chips,
             "cpu": str(server_cpu(chip)),
             "memory": f"{need}Gi",
         },
-        "limits": {catalog.GKE_TPU_RESOURCE: chips, "memory": f"{limit}Gi"},
+        "limits": limits,
     }
 
 

@@ -8,10 +8,11 @@ ReplicaSet only records FailedCreate, and `pulumi up` would wait out the readine
   capabilities, the runtime's default seccomp profile, a read-only root with its own /tmp.
   The Secret Manager add-on writes the key file 0644 (kubernetes-sigs/secrets-store-csi-driver
   `pkg/secrets-store/nodeserver.go`, `permission`), so any user reads it.
-- The server and the cache containers meet "baseline" and as much of "restricted" as is known
-  safe on a TPU: no privilege escalation (vLLM runs no setuid program) and RuntimeDefault
-  seccomp (GKE Autopilot applies the containerd default profile to every pod, TPU pods
-  included: GKE docs "Seccomp in GKE"). Not "restricted": the vLLM TPU image runs as root (its
+- The server and the cache containers meet "baseline" and two parts of "restricted": no
+  privilege escalation (vLLM runs no setuid program) and RuntimeDefault seccomp (GKE Autopilot
+  applies the containerd default profile to all workloads, GKE docs "About seccomp in GKE", and
+  Autopilot runs TPU workloads; on Standard it is this stack's choice, not yet run on a TPU
+  node). Not "restricted": the vLLM TPU image runs as root (its
   paths, `/root/.cache/vllm` among them, are root's) and libtpu under another user, or with
   every capability dropped, is not verified anywhere. So the namespace the stack creates says
   `enforce: baseline`, which keeps a cluster-wide "restricted" default from refusing the pods,

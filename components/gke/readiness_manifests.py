@@ -193,8 +193,8 @@ def readiness_job(
                     # pool is tainted, the only nodes sure to exist are the class's TPU nodes,
                     # which carry the `google.com/tpu` and class taints (the kube-scheduler's
                     # TaintToleration filter places a pod only where it tolerates every
-                    # NoSchedule taint). It asks for no TPU and little else, so it may share a
-                    # TPU node with a replica; an untainted node serves as well.
+                    # NoSchedule and NoExecute taint). It asks for no TPU and little else, so it
+                    # may share a TPU node with a replica; an untainted node serves as well.
                     "tolerations": [TPU_TOLERATION, compute_class.toleration(config)],
                     # ... but an untainted node first: the TPU hosts are the servers'.
                     "affinity": {

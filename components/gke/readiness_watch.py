@@ -1,10 +1,10 @@
 """ReadinessWatch: while `pulumi up` waits on the readiness Job, say where its pod stands.
 
-Why: pulumi-kubernetes' Job await shows only Warning and Error events of the Job's pods
-(pulumi-kubernetes `provider/pkg/await/watchers.go`, PodAggregator), and a pod the scheduler
-cannot place is a status condition, not an event it forwards, so a Job with nowhere to run
-said nothing until its ~90 minute deadline. This resource runs beside the Job (it depends on
-what the Job depends on, not on the Job), reads the Job's pods of this revision
+Why: pulumi-kubernetes' Job await shows only the Warning and Error messages its PodAggregator
+derives from the Job's pods' status (pulumi-kubernetes `provider/pkg/await/watchers.go`), and
+a pod the scheduler cannot place yields a Status-level message, which is filtered out, so a Job
+with nowhere to run said nothing until its ~90 minute deadline. This resource runs beside the
+Job (it depends on what the Job depends on, not on the Job), reads the Job's pods of this revision
 (`tpu-vllm/server-revision`) and reports their `PodScheduled` condition: at once when it
 changes, then every REPORT_SECONDS while the pod stays unscheduled, with the scheduler's
 message ("0/3 nodes are available: 3 node(s) had untolerated taint(s)"). It is done once a pod
@@ -39,6 +39,11 @@ from components.gke.progress import minutes, report
 REVISION_ANNOTATION = "tpu-vllm/server-revision"
 POLL_SECONDS = 5.0
 REPORT_SECONDS = 60.0
+#: How long the watch waits for a Job of its revision to appear at all: the Job is created
+#: beside it, within seconds; one never seen was refused or not made (its own step says why),
+#: and a watch that waited its whole timeout would hold `pulumi up` after that step failed
+#: (the engine waits for steps in flight).
+APPEAR_SECONDS = 300.0
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
@@ -64,12 +69,12 @@ def _job_state(api: KubeApi, namespace: str, job: str, revision: str) -> str:
     for kind in ("Complete", "Failed"):
         if _condition(body, kind).get("status") == "True":
             return kind
-    return ""
+    return "Running"
 
 
 def _pods(api: KubeApi, namespace: str, job: str, revision: str) -> list[Mapping[str, Any]]:
-    # `job-name` is set by the Job controller on every pod it makes (beside the newer
-    # `batch.kubernetes.io/job-name`, kubernetes `pkg/controller/job`).
+    # `job-name` is on every pod of a Job (beside the newer `batch.kubernetes.io/job-name`): the
+    # API server's Job strategy adds both to the pod template (`LegacyJobNameLabel`).
     selector = urllib.parse.quote(f"job-name={job}")
     status, body = api.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
     if status != 200 or not isinstance(body, dict):
@@ -99,6 +104,8 @@ def watch(props: Mapping[str, Any]) -> dict[str, Any]:
     api = KubeApi(parse_kubeconfig(str(props["kubeconfig"])))
     start = time.monotonic()
     said, said_at, last_unscheduled = "", 0.0, ""
+    seen = False
+    appear = float(props.get("appear_seconds") or APPEAR_SECONDS)
     while time.monotonic() - start < timeout:
         try:
             state = _job_state(api, namespace, job, revision)
@@ -118,6 +125,12 @@ def watch(props: Mapping[str, Any]) -> dict[str, Any]:
             line = "; ".join(text for _, text in placed) or f"readiness Job {job}: no pod yet"
             if placed:
                 last_unscheduled = line
+        seen = seen or bool(state or pods)
+        if not seen and time.monotonic() - start >= appear:
+            report(
+                f"readiness Job {job}: none of this revision after {minutes(appear)}; not watched"
+            )
+            return {"scheduled": ""}
         if state == "Complete":
             return {"scheduled": ""}
         if state == "Failed":
@@ -138,9 +151,16 @@ def watch(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ReadinessWatchProvider(ClusterCheckProvider):
-    """Watches again for each new Job (a new revision of the pods)."""
+    """Watches again for each new Job (a new revision of the pods), and on the next `up` after
+    a watch that never saw the pod placed: pulumi-kubernetes then replaces a failed Job of the
+    same revision (`pulumi.com/replaceUnready`), whose pod is worth watching again."""
 
     watched = ("kubeconfig", "namespace", "job", "revision")
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        if not olds.get("scheduled"):
+            return dyn.DiffResult(changes=True)
+        return super().diff(_id, olds, news)
 
     def run(self, props: Mapping[str, Any]) -> dict[str, Any]:
         return watch(props)

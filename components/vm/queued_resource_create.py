@@ -370,7 +370,7 @@ class _ZoneAttempt:
     def clean_up(self) -> None:
         """Delete what this attempt may have created and wait until it is gone."""
         if self.maybe_created:
-            _delete_and_wait(self.api, self.name, self.spec.timing)
+            _delete_and_wait(self.api, self.name, self.spec.timing, just_created=True)
 
     def clean_up_after_crash(self) -> None:
         if self.maybe_created:

@@ -91,7 +91,7 @@ def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
 EXISTS_REFUSALS = frozenset({400, 409})
 
 
-def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
+def _delete_and_wait(api: TpuApi, name: str, timing: Timing, *, just_created: bool = False) -> None:
     """Force-delete (nodes first) and wait until it is gone; gone already counts as success.
 
     Seed 000 says a PROVISIONING queued resource cannot be deleted but not with which error
@@ -106,7 +106,13 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
     try: a resource created a moment ago may not be visible to reads yet, and a cleanup that
     believed the read would leave a billing TPU behind. The delete is sent again until it is
     accepted or answers 404. A 403, 429 or 5xx says nothing of existence (AIP-211: a 403 comes
-    whether or not the resource exists) and gets no such grace.
+    whether or not the resource exists) and gets no such grace. Any 400 counts, not only
+    FAILED_PRECONDITION: seed 000 does not say which code a state refusal carries, and the
+    price of a grace not needed is a few retries, of one missed a billing TPU.
+
+    `just_created`: the cleanup of this run's own create. A 404 from the DELETE itself, within
+    the grace, may then only mean the new resource is not visible yet, like a read's: it is
+    sent again until the grace ends.
 
     A refusal may also come later: `queuedResources.delete` answers a long-running Operation
     (the TPU v2alpha1 discovery document: "response": {"$ref": "Operation"}), which ends with
@@ -139,6 +145,10 @@ def _delete_and_wait(api: TpuApi, name: str, timing: Timing) -> None:
             )
             if refusal is None:
                 return
+        if refusal.http_status == 404 and just_created and time.monotonic() < unsure_until:
+            report(f"{name}: the delete found nothing yet (404), but it was just created; retrying")
+            time.sleep(max(0.0, min(next(unsure_delays), unsure_until - time.monotonic())))
+            continue
         if refusal.http_status == 404:
             report(f"{name} is already gone")
             return
@@ -272,7 +282,7 @@ def _cleanup_after_crash(api: TpuApi, name: str, timing: Timing) -> None:
     """A create that fails after the request went out must not leave a billing TPU behind:
     Pulumi records nothing for a failed dynamic create, so it would never be deleted."""
     try:
-        _delete_and_wait(api, name, timing)
+        _delete_and_wait(api, name, timing, just_created=True)
     except Exception as error:  # noqa: BLE001 - the original error matters more
         report(
             f"could not delete {name} after a failed create ({error}). It may still bill: "
