@@ -8,19 +8,25 @@ with its inputs, the remote scripts one flag per line, secrets masked. A script 
 where it runs, with a content hash; anywhere else it appears (the `triggers` that re-run a
 command when another's script changes) it is named by that hash instead of repeated. The same
 inputs give the same bytes, so diffing the plans of the base and head commits shows a reviewer
-exactly what a change does (`.github/workflows/preview.yml` does that).
+exactly what a change does (`.github/workflows/preview.yml` does that). `--summary` prints only
+the summary, the warnings and the outputs' names (what `scripts/quickstart.sh` shows without the
+Pulumi CLI); with `--out FILE` the full plan still goes to FILE.
 
-    python scripts/plan.py v5e1 [v6e4 ...] [--project P] [--out FILE]
+    python scripts/plan.py v5e1 [v6e4 ...] [--project P] [--out FILE] [--summary]
     python scripts/plan.py Pulumi.v5e1.yaml        # a stack file's path works too
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import hashlib
 import json
+import os
 import shlex
 import sys
+import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -227,13 +233,8 @@ def render_summary(config: StackConfig, args: list[str]) -> list[str]:
     return lines
 
 
-def render_plan(run: ProgramRun, stack: str, config: StackConfig | None = None) -> str:
-    """The plan text: summary, warnings, resources sorted by name, then outputs."""
-    lines = [
-        f"# tpu-vllm plan for stack {stack}",
-        "# made under Pulumi mocks: no credentials, no network; <name.field> is known after apply",
-        "",
-    ]
+def _summary_and_warnings(run: ProgramRun, config: StackConfig | None) -> list[str]:
+    lines: list[str] = []
     if config is not None:
         lines.extend(render_summary(config, list(run.outputs.get("vllm_args") or [])))
         lines.append("")
@@ -241,6 +242,50 @@ def render_plan(run: ProgramRun, stack: str, config: StackConfig | None = None) 
         lines.append("warnings:")
         lines.extend(f"  - {w}" for w in run.warnings)
         lines.append("")
+    return lines
+
+
+#: The width the brief plan wraps its list of output names at.
+BRIEF_WIDTH = 96
+
+
+def render_brief(run: ProgramRun, stack: str, config: StackConfig | None = None) -> str:
+    """The plan in brief (`--summary`): the summary, the warnings and the outputs' names, what a
+    reader checks before anything else; the resources and the outputs' values stay in the full
+    plan (`render_plan`)."""
+    lines = [
+        f"# tpu-vllm plan for stack {stack}, in brief (the full plan adds its "
+        f"{len(run.resources)} resources)",
+        "# made under Pulumi mocks: no credentials, no network",
+        "",
+        *_summary_and_warnings(run, config),
+        f"outputs ({len(run.outputs)}; after `pulumi up`: pulumi stack output NAME -s {stack}, "
+        "a [secret] with --show-secrets):",
+    ]
+    names = [
+        f"{name}\N{NO-BREAK SPACE}[secret]" if name in run.secret_outputs else name
+        for name in sorted(run.outputs)
+    ]
+    wrapped = textwrap.wrap(
+        ", ".join(names),
+        width=BRIEF_WIDTH,
+        initial_indent="  ",
+        subsequent_indent="  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    lines.extend(line.replace("\N{NO-BREAK SPACE}", " ") for line in wrapped)
+    return "\n".join(lines) + "\n"
+
+
+def render_plan(run: ProgramRun, stack: str, config: StackConfig | None = None) -> str:
+    """The plan text: summary, warnings, resources sorted by name, then outputs."""
+    lines = [
+        f"# tpu-vllm plan for stack {stack}",
+        "# made under Pulumi mocks: no credentials, no network; <name.field> is known after apply",
+        "",
+        *_summary_and_warnings(run, config),
+    ]
     lines.append(f"resources ({len(run.resources)}):")
     ordered = sorted(run.resources, key=lambda r: (r.name, r.type))
     masked = [(r, _mask(r.inputs)) for r in ordered]
@@ -275,6 +320,18 @@ def plan(
     outputs_for: Callable[[mocks.MockResourceArgs], dict[str, Any]] = after_apply,
 ) -> str:
     """Run the program for `stack` under mocks and render its plan."""
+    run, config = run_for_plan(stack, project=project, changes=changes, outputs_for=outputs_for)
+    return render_plan(run, stack, config)
+
+
+def run_for_plan(
+    stack: str,
+    *,
+    project: str | None = None,
+    changes: Mapping[str, Any] | None = None,
+    outputs_for: Callable[[mocks.MockResourceArgs], dict[str, Any]] = after_apply,
+) -> tuple[ProgramRun, StackConfig]:
+    """Run the program for `stack` under mocks: what `render_plan` and `render_brief` show."""
 
     def lookup_only(args: mocks.MockCallArgs) -> dict[str, Any]:
         # The HF secret and a dns.managedZone are assumed to exist; preview checks them for
@@ -288,7 +345,7 @@ def plan(
         project = PLACEHOLDER_PROJECT  # the stack file leaves it to `pulumi config set`
     config = summary_config(stack, project, changes)
     run = run_program(stack, changes, project=project, outputs_for=outputs_for, call=lookup_only)
-    return render_plan(run, stack, config)
+    return run, config
 
 
 def summary_config(
@@ -323,7 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=Path,
-        help="write the plan(s) to this file instead of stdout (default: stdout)",
+        help="write the full plan(s) to this file instead of stdout (default: stdout)",
+    )
+    parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="print only each plan's summary, warnings and output names to stdout (with --out, "
+        "the full plan(s) still go to FILE)",
     )
     args = parser.parse_args(argv)
     try:
@@ -332,10 +395,13 @@ def main(argv: list[str] | None = None) -> int:
         print(operator_line(PROG, f"error: {error}"), file=sys.stderr)
         return 2
     texts: list[str] = []
+    briefs: list[str] = []
     status = 0
     for stack in stacks:
         try:
-            texts.append(plan(stack, project=args.project))
+            run, config = run_for_plan(stack, project=args.project)
+            texts.append(render_plan(run, stack, config))
+            briefs.append(render_brief(run, stack, config))
         except ConfigError as error:
             print(f"{PROG}: {stack}: {error}", file=sys.stderr)
             status = 1
@@ -346,11 +412,36 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
     text = "\n".join(texts)
     if args.out:
-        args.out.write_text(text)
-    else:
+        write_whole(args.out, text)
+    if args.summary:
+        sys.stdout.write("\n".join(briefs))
+    elif not args.out:
         sys.stdout.write(text)
     return status
 
 
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path`; a regular file is replaced at once, so a reader (another run
+    writing the same plan file) never sees half of it."""
+    if path.exists() and not path.is_file():  # /dev/stdout, a pipe
+        path.write_text(text)
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def close_idle_event_loops() -> None:
+    """Close the event loops the SDK's `_sync_await` opened (one per thread that awaited, none
+    closed). Left to the interpreter's exit, a loop whose self-pipe socket was collected first
+    prints "Exception ignored in: <function BaseEventLoop.__del__>" and a 25-line ValueError
+    traceback on stderr, in about one run in four."""
+    for found in gc.get_objects():
+        if isinstance(found, asyncio.BaseEventLoop) and not found.is_running():
+            found.close()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_status = main()
+    close_idle_event_loops()
+    raise SystemExit(exit_status)

@@ -4,13 +4,14 @@
 #
 #   scripts/quickstart.sh [STACK] [--preview]      STACK defaults to v5e1
 #
-# The Pulumi CLI: the one on PATH (your install: it has its language hosts and fetches the
-# providers it lacks), else the one scripts/engine/build.sh built from the Go module proxy, when
-# that build has the Python language host this program needs. It says which one it uses.
-# Without either it still does the offline part: the full plan of the stack from
-# scripts/plan.py (the program under mocks: no cloud, no credentials), and how to install the
-# CLI for the real run. State backend: the one you are logged in to, or PULUMI_BACKEND_URL;
-# else a local one inside the project (file://$PWD/.pulumi-state, git-ignored).
+# The Pulumi CLI: the one on PATH, the one you installed (it has its language hosts and fetches
+# the providers it lacks); it says which one it uses. Without it, it still does the offline part:
+# the plan of the stack from scripts/plan.py (the program under mocks: no cloud, no
+# credentials), in brief on the terminal (the summary, the warnings, the outputs) and in full in
+# .pulumi-state/plans/STACK.txt (git-ignored; TPU_VLLM_PLAN_DIR=DIR for another directory), and
+# the steps before the real run, the CLI's install last. State backend: the one you are logged in
+# to, or PULUMI_BACKEND_URL; else a local one inside the project (file://$PWD/.pulumi-state,
+# git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +33,8 @@ fi
 # (docs/gke.md, "Prerequisites"), which the real run needs on PATH.
 GKE_PLUGIN_HINT=""
 if grep -Eq '^[[:space:]]*tpu-vllm:backend:[[:space:]]*gke[[:space:]]*$' "Pulumi.$STACK.yaml"; then
-  GKE_PLUGIN_HINT="gcloud components install gke-gcloud-auth-plugin (backend gke: kubectl access);"
+  GKE_PLUGIN_HINT="
+     gcloud components install gke-gcloud-auth-plugin (backend gke: kubectl access)"
 fi
 
 VENV="${VENV:-.venv}"
@@ -42,35 +44,32 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements.txt
 fi
 
-BUILT_NOTE=""
-if command -v pulumi >/dev/null; then
-  echo "quickstart: using the Pulumi CLI on PATH: $(command -v pulumi)"
-elif built_bin="$(scripts/engine/build.sh --print-bin 2>/dev/null)"; then
-  if [ -x "$built_bin/pulumi-language-python" ]; then
-    PATH="$built_bin:$PATH"
-    echo "quickstart: using the Pulumi CLI built by scripts/engine/build.sh: $built_bin/pulumi"
-  else
-    BUILT_NOTE="The CLI that scripts/engine/build.sh built ($built_bin/pulumi) has no Python
-language host (pulumi-language-python; scripts/engine/build.sh --status says why), so it cannot
-run this program.
-"
-  fi
-fi
-
 if ! command -v pulumi >/dev/null; then
-  "$VENV/bin/python" scripts/plan.py "$STACK"
+  plan_dir="${TPU_VLLM_PLAN_DIR:-$PWD/.pulumi-state/plans}"
+  mkdir -p "$plan_dir"
+  plan_file="$plan_dir/$STACK.txt"
+  "$VENV/bin/python" scripts/plan.py "$STACK" --summary --out "$plan_file"
   cat <<HINT
 
-quickstart: the Pulumi CLI is not installed, so this was the offline part: the plan above is
-what \`pulumi up -s $STACK\` would create (made under Pulumi mocks: no cloud, no credentials).
-${BUILT_NOTE}For the real run:
-  1. install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh
-     (other ways: https://www.pulumi.com/docs/install/), then open a new shell;
-  2. gcloud auth application-default login; ${GKE_PLUGIN_HINT}
-  3. run this again: scripts/quickstart.sh $STACK
+quickstart: no Pulumi CLI on PATH, so this was the offline part: the plan in brief of what
+\`pulumi up -s $STACK\` would create (made under Pulumi mocks: no cloud, no credentials).
+The full plan, every resource and its inputs: $plan_file
+Before the real run, once (steps 1 and 2 write into Pulumi.$STACK.yaml: edit it by hand, or
+run them once the CLI of step 5 is in):
+  1. pulumi config set gcp:project YOUR_PROJECT -s $STACK
+  2. who may connect (not the example range): the endpoint's clients and your own address for SSH
+     pulumi config set --path 'tpu-vllm:access.allowedCidrs[0]' YOUR.OWN.ADDRESS/32 -s $STACK
+     pulumi config set --path 'tpu-vllm:access.sshCidrs[0]' YOUR.OWN.ADDRESS/32 -s $STACK
+  3. .venv/bin/python scripts/save_hf_token.py --stack $STACK
+     (the Hugging Face token, into Secret Manager with step 4's credentials)
+  4. gcloud auth application-default login${GKE_PLUGIN_HINT}
+  5. install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh
+     (other ways: https://www.pulumi.com/docs/install/), then open a new shell
+Then run this again: scripts/quickstart.sh $STACK
 HINT
   exit 0
 fi
+echo "quickstart: using the Pulumi CLI on PATH: $(command -v pulumi)"
 if [ -n "$GKE_PLUGIN_HINT" ] && ! command -v gke-gcloud-auth-plugin >/dev/null; then
   echo "quickstart: Pulumi.$STACK.yaml uses backend gke, whose Kubernetes access needs" \
     "gke-gcloud-auth-plugin on PATH. Fix: gcloud components install gke-gcloud-auth-plugin," \

@@ -342,8 +342,8 @@ class Tester:
                     "api_key output, the key vLLM was started with"
                 )
             detail = (
-                f"401 Unauthorized: the server rejected {cause} (e.g. the stack was renewed or "
-                "the key rotated since); re-read it with `pulumi stack output api_key "
+                f"401 Unauthorized: the server rejected {cause} (e.g. the key was rotated "
+                "since; a renewal never changes it); re-read it with `pulumi stack output api_key "
                 f"--show-secrets -s {self.target.stack or 'STACK'}`"
             )
             return None, took, Result(name, False, took, detail, True)

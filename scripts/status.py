@@ -272,8 +272,25 @@ def status(stack: str, *, timeout: float, window: float, ssh_port: int = 22,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("stack")
+    parser = argparse.ArgumentParser(
+        description=(
+            "One screen on a running stack: its TPU and the time left in its run, the endpoint's "
+            "/health, model, load and tokens/s, the server's last startup phase, and its "
+            "dashboard and log command. Every network wait is bounded by --timeout."
+        ),
+        epilog=(
+            "Exit status: 0 the screen was shown (a node or endpoint that does not answer is a "
+            "line of it, not a failure); 2 the stack's outputs could not be read (`pulumi stack "
+            "output` failed: no pulumi CLI, no such stack, not logged in to its backend), or the "
+            "arguments are wrong."
+        ),
+    )
+    parser.add_argument(
+        "stack",
+        metavar="STACK",
+        help="the Pulumi stack to show, e.g. v5e1; read with `pulumi stack output --json "
+        "--show-secrets -s STACK` (the API key and SSH key stay in memory, never printed)",
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
     parser.add_argument(
         "--window",

@@ -52,6 +52,7 @@ fi
 # drain), so workers that wait leave the cores to the others. Each engine file's tests run on one
 # worker in order (one stack's steps), every other test on its own (tests/conftest.py); tests
 # that need a fixed port or user take their own (tests/fakes/tpu_vm.py). Arguments given here
-# come last: `-n 0` runs serially.
+# come last: `-n 0` runs serially. The run ends with the skipped tests counted by reason, or
+# "skipped tests: none" (tests/conftest.py), so a layer that skipped is never silent.
 workers="${TPU_VLLM_TEST_WORKERS:-$(($(nproc) * 2))}"
 exec "$VENV/bin/python" -m pytest -q -n "$workers" --dist load "$@"

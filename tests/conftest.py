@@ -97,7 +97,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return StackScheduling(config, log)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Two summaries at the end of every run: which engine tools ran, then the skipped tests,
+    by reason (last: only pytest's own short summary and counts follow)."""
+    _engine_tools_summary(terminalreporter)
+    _skip_summary(terminalreporter)
+
+
+def _engine_tools_summary(terminalreporter: Any) -> None:
     """Which language host and pulumi-command the engine tests ran: a real one or the suite's
     stand-in (tests/engine_cli.py). Printed whenever an engine stack test ran, also under -q."""
     reports = [r for reports in terminalreporter.stats.values() for r in reports]
@@ -111,6 +119,37 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.section("engine tools")
     for pick in engine_cli.chosen().values():
         terminalreporter.write_line(pick.describe())
+
+
+SKIPPED_PREFIX = "Skipped: "
+
+
+def skip_reason(report: Any) -> str:
+    """A skipped test's reason, as `pytest.skip(reason)` or a skip mark gave it. A skip's longrepr
+    is `(path, line, "Skipped: reason")`; through pytest-xdist it may arrive as a list."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, (tuple, list)) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+    else:
+        reason = str(longrepr)
+    return reason.removeprefix(SKIPPED_PREFIX)
+
+
+def _skip_summary(terminalreporter: Any) -> None:
+    """The skipped tests grouped by reason, a count for each, most first, so a skipped layer (the
+    engine, the Kubernetes control plane) is never silent, also under -q. One line when nothing
+    skipped. Under pytest-xdist the workers' reports reach this, the controller's, reporter."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if not hasattr(r, "wasxfail")]
+    if not skipped:
+        terminalreporter.write_line("skipped tests: none")
+        return
+    counts: dict[str, int] = {}
+    for report in skipped:
+        reason = skip_reason(report)
+        counts[reason] = counts.get(reason, 0) + 1
+    terminalreporter.section(f"skipped tests by reason: {len(skipped)} skipped")
+    for reason, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        terminalreporter.write_line(f"{count:4d} x {reason}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -66,14 +66,18 @@ class Tools:
                 pytest.skip(f"{name} {version} is not built: {state}")
 
 
+#: How to get the engine tools.
+BUILD_FIX = "scripts/engine/build.sh (needs Go 1.26.7 or later; scripts/test.sh runs it)"
+
+
 def _missing(reason: str) -> Tools:
     if os.environ.get(REQUIRE_ENV, "") == "1":
         pytest.fail(
             f"{reason}, but {REQUIRE_ENV}=1 (set by .ci/run) requires the engine layer. "
-            "Fix: scripts/engine/build.sh (needs Go 1.26; scripts/test.sh runs it)",
+            f"Fix: {BUILD_FIX}",
             pytrace=False,
         )
-    pytest.skip(f"{reason}. Fix: scripts/engine/build.sh (needs Go 1.26; scripts/test.sh runs it)")
+    pytest.skip(f"{reason}. Fix: {BUILD_FIX}")
 
 
 @functools.cache

@@ -34,8 +34,8 @@ def go_command(why: str) -> str:
     )
     if go is None:
         raise RuntimeError(
-            f"These tests need the Go toolchain (`go` on PATH) {why} (Debian: apt-get install "
-            "golang-go, or go.dev/dl)."
+            f"These tests need the Go toolchain (`go` on PATH) {why}: Go 1.26.7 or later from "
+            "go.dev/dl (distribution packages are older)."
         )
     return go
 

@@ -12,10 +12,34 @@ from scripts import budget
 from tests.pulumi_program import ROOT
 
 
-def test_readme_table_matches_the_stack_files_catalog_and_timeouts() -> None:
+def test_operations_tables_match_the_stack_files_catalog_and_timeouts() -> None:
     expected = budget.render_table(budget.all_stacks())
-    found = budget.readme_table((ROOT / "README.md").read_text())
+    found = budget.generated((ROOT / "docs" / "operations.md").read_text())
     assert found == expected, "run `.venv/bin/python scripts/budget.py --update-readme`"
+
+
+def test_readme_first_screen_names_the_cost_per_hour_run_and_day() -> None:
+    """Issue 32: before any scrolling (the first 40 lines), the hourly, per-run and per-day
+    cost of every stack, as the program's own figures give them."""
+    first = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
+    assert budget.summary_table(budget.all_stacks()) in first, (
+        "run `.venv/bin/python scripts/budget.py --update-readme`"
+    )
+    for column in ("per hour", "one run, at most", "a day kept alive, at most"):
+        assert column in first
+    assert "pulumi up`, worst case" in first
+    # The lead the prose names is the stack's own.
+    assert f"`renewal.lead` ({budget.duration(budget.budget('v5e1').lead_s)} for `v5e1`)" in (
+        first.replace("\n", " ")
+    )
+
+
+def test_a_day_kept_alive_costs_the_runs_that_fit_in_it() -> None:
+    """v5e1: a new 4 h run at most every 4 h - 1 h 20 min = 2 h 40 min, each billed up to
+    4 h: 9 runs a day of $2.408, against $14.45 for 24 h without overlap."""
+    b = budget.budget("v5e1")
+    assert b.day_usd == pytest.approx(9 * 0.602 * 4)
+    assert budget.day_usd(0.602, None, 0) == pytest.approx(24 * 0.602)
 
 
 def test_v5e1_worst_case_adds_up_from_its_parts() -> None:

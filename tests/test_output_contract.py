@@ -7,10 +7,10 @@ and `require_output` would find it. Each output is therefore either always prese
 documented empty value when it does not apply, or documented as optional.
 
 The contract itself is in tests/output_contract.py, shared with the engine stack tests. To add
-an output: add it to `CONTRACT` there (and to README "Outputs"); if it can lack a value, give it
-an `empty` value or mark it `optional`, say in `expected` which config empties it (or in
-`BACKEND_EMPTY`/`BACKEND_ABSENT` which backend), and add a situation to `SITUATIONS` here that
-produces that.
+an output: add it to `CONTRACT` there (and to docs/outputs.md "The contract"); if it can lack
+a value, give it an `empty` value or mark it `optional`, say in `expected` which config
+empties it (or in `BACKEND_EMPTY`/`BACKEND_ABSENT` which backend), and add a situation to
+`SITUATIONS` here that produces that.
 """
 
 from __future__ import annotations
@@ -266,24 +266,24 @@ def test_the_runner_drops_none_outputs_as_the_engine_does(tmp_path: Path) -> Non
 
 
 def _readme_outputs() -> dict[str, tuple[str, str]]:
-    """README "Outputs" table (the one table of the contract): name -> (type, meaning)."""
-    table = section(read_doc("README"), "Outputs: the contract other services read")
+    """docs/outputs.md's table (the one table of the contract): name -> (type, meaning)."""
+    table = section(read_doc("outputs"), "The contract")
     rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \| (.+) \|$", table, re.MULTILINE)
     return {name: (kind.strip(), meaning.strip()) for name, kind, meaning in rows}
 
 
 def test_readme_outputs_table_matches_the_contract() -> None:
     table = _readme_outputs()
-    assert set(table) == set(CONTRACT), "README Outputs table and CONTRACT differ"
+    assert set(table) == set(CONTRACT), "docs/outputs.md table and CONTRACT differ"
     for name, out in CONTRACT.items():
         kind, meaning = table[name]
         assert "null" not in kind + meaning, f"{name}: outputs are never null"
-        assert ("optional" in kind) == out.optional, f"{name}: README must say optional iff it is"
+        assert ("optional" in kind) == out.optional, f"{name}: say optional iff it is"
         assert ("**secret**" in kind) == out.secret, name
         if out.empty == "":
-            assert '`""`' in meaning, f'{name}: README must name its empty value ""'
+            assert '`""`' in meaning, f'{name}: docs/outputs.md must name its empty value ""'
         elif out.empty == {}:
-            assert "`{}`" in meaning, f"{name}: README must name its empty value {{}}"
+            assert "`{}`" in meaning, f"{name}: docs/outputs.md must name its empty value {{}}"
 
 
 CONSUMER = ROOT / "examples" / "consumer" / "__main__.py"

@@ -1,8 +1,8 @@
 """The README's two commands for a fresh machine: `scripts/quickstart.sh` and `scripts/test.sh`.
 
-The quickstart runs here without the Pulumi CLI (the offline plan and how to install the CLI),
-and with a fake `pulumi` on PATH that records its argv, to check the login, stack and deploy
-commands it would give the real CLI.
+The quickstart runs here without the Pulumi CLI (the offline plan in brief, the full plan in a
+file it names, and the steps before the real run), and with a fake `pulumi` on PATH that records
+its argv, to check the login, stack and deploy commands it would give the real CLI.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def _path_without_pulumi() -> str:
 
 
 def _run(
-    tmp_path: Path, *args: str, fake: bool, **env: str
+    tmp_path: Path, *args: str, fake: bool, **env: str | None
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the quickstart; an `env` value of None removes that variable."""
     log = tmp_path / "pulumi-argv.log"
     path = _path_without_pulumi()
     if fake:
@@ -53,17 +54,21 @@ def _run(
     clean = {
         k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "GOOGLE_CLOUD_PROJECT"))
     }
-    full_env = {
+    settings: dict[str, str | None] = {
         **clean,
         "PATH": path,
         # The interpreter running the tests has every dependency: no venv is created.
         "VENV": sys.prefix,
         "FAKE_PULUMI_LOG": str(log),
         "TPU_VLLM_STATE_DIR": str(tmp_path / "state"),
-        # An empty engine cache: no CLI built by scripts/engine/build.sh unless a test makes one.
+        # The offline run's full plan: the test's own file, not the checkout's.
+        "TPU_VLLM_PLAN_DIR": str(tmp_path / "plans"),
+        # The engine cache scripts/engine/build.sh would use: the test's own, empty unless a test
+        # lays out a built CLI there (which the quickstart must not use).
         "TPU_VLLM_ENGINE_CACHE": str(tmp_path / "engine-cache"),
         **env,
     }
+    full_env = {k: v for k, v in settings.items() if v is not None}
     result = subprocess.run(
         ["bash", str(QUICKSTART), *args],
         env=full_env,
@@ -76,20 +81,89 @@ def _run(
     return result, argv
 
 
-def test_without_the_cli_it_prints_the_full_plan_and_how_to_install_the_cli(
-    tmp_path: Path,
+#: "At most about 60 lines" (issue 32, item 4): the brief plan and the closing steps together.
+OFFLINE_MAX_LINES = 60
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4", "v6e4-gke"])
+def test_without_the_cli_it_prints_the_plan_in_brief_and_writes_the_full_plan_to_a_named_file(
+    tmp_path: Path, stack: str
 ) -> None:
-    result, _ = _run(tmp_path, "v6e4", fake=False)
+    result, _ = _run(tmp_path, stack, fake=False)
     assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
     out = result.stdout
-    # The full plan of the stack: its resources and the rendered server flags.
-    for resource in ("tpu-qr", "tpu-ssh", "secrets-fetch", "vllm-start", "vllm-ready"):
-        assert resource in out, resource
-    assert "--tensor-parallel-size" in out and "google/gemma-4-31B-it" in out
-    # And what to do next, for the real run.
-    assert "the Pulumi CLI is not installed" in out
+    assert len(out.splitlines()) <= OFFLINE_MAX_LINES, out
+    # The summary, the warnings and the outputs, in that order ...
+    assert out.index("summary:") < out.index("warnings:") < out.index("\noutputs (")
+    assert f"  stack: {stack} (Pulumi.{stack}.yaml)" in out and "  cost: $" in out
+    assert "openai_base_url" in out and "api_key [secret]" in out
+    # ... but not the resources and their inputs: those are in the file the run names.
+    assert "\nresources (" not in out and "(pulumi-python:dynamic:Resource)" not in out
+    plan_file = tmp_path / "plans" / f"{stack}.txt"
+    assert f"The full plan, every resource and its inputs: {plan_file}\n" in out
+    full = plan_file.read_text()
+    assert full.startswith(f"# tpu-vllm plan for stack {stack}\n")
+    assert "\nresources (" in full and "\noutputs:\n" in full
+    assert "(gcp:serviceaccount/account:Account)" in full  # a resource type the brief omits
+    # The same summary in both.
+    summary = out[out.index("summary:") : out.index("\noutputs (")]
+    assert summary in full
+    # What to do next, for the real run; nothing was logged in to or created.
+    assert "no Pulumi CLI on PATH" in out
     assert "https://get.pulumi.com" in out and "https://www.pulumi.com/docs/install/" in out
     assert not (tmp_path / "state").exists()
+
+
+def test_by_default_the_full_plan_goes_to_a_git_ignored_file_in_the_project(
+    tmp_path: Path,
+) -> None:
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: nothing to check .gitignore with")
+    result, _ = _run(tmp_path, "v5e1", fake=False, TPU_VLLM_PLAN_DIR=None)
+    assert result.returncode == 0, result.stderr
+    plan_file = ROOT / ".pulumi-state" / "plans" / "v5e1.txt"
+    assert f"The full plan, every resource and its inputs: {plan_file}\n" in result.stdout
+    assert "\nresources (" in plan_file.read_text()
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", "--no-index", str(plan_file.relative_to(ROOT))],
+        cwd=ROOT,
+        check=False,
+    )
+    assert ignored.returncode == 0, f"{plan_file} is not git-ignored"
+
+
+#: The closing steps, in their order (issue 32, item 5): the project, who may connect, the
+#: Hugging Face token, Google credentials, the Pulumi CLI; then the quickstart again.
+NEXT_STEPS = (
+    "  1. pulumi config set gcp:project YOUR_PROJECT -s {stack}\n",
+    "pulumi config set --path 'tpu-vllm:access.allowedCidrs[0]' YOUR.OWN.ADDRESS/32 -s {stack}\n",
+    "pulumi config set --path 'tpu-vllm:access.sshCidrs[0]' YOUR.OWN.ADDRESS/32 -s {stack}\n",
+    "  3. .venv/bin/python scripts/save_hf_token.py --stack {stack}\n",
+    "  4. gcloud auth application-default login\n",
+    "  5. install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh\n",
+    "Then run this again: scripts/quickstart.sh {stack}\n",
+)
+
+
+@pytest.mark.parametrize("stack", ["v5e1", "v6e4-gke"])
+def test_the_closing_hint_lists_the_real_next_steps_in_order(tmp_path: Path, stack: str) -> None:
+    result, _ = _run(tmp_path, stack, fake=False)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    places = [out.find(step.format(stack=stack)) for step in NEXT_STEPS]
+    assert -1 not in places, [s for s, at in zip(NEXT_STEPS, places, strict=True) if at == -1]
+    assert places == sorted(places)
+    assert out.rstrip("\n").endswith(NEXT_STEPS[-1].format(stack=stack).rstrip("\n"))
+    # A GKE stack's kubectl access is part of step 4, the credentials.
+    plugin = out.find("gcloud components install gke-gcloud-auth-plugin")
+    if stack == "v6e4-gke":
+        assert places[4] < plugin < places[5]
+    else:
+        assert plugin == -1
+    # Only the user's own CLI is offered: none built into a cache outside the clone.
+    for gone in (".cache/tpu-vllm", "scripts/engine/build.sh", "language host"):
+        assert gone not in out, gone
 
 
 def test_fresh_machine_logs_in_to_a_local_backend_then_runs_up(tmp_path: Path) -> None:
@@ -198,8 +272,9 @@ def test_docs_run_python_one_way_only(page: Path) -> None:
 def test_gke_stack_offline_plan_and_the_plugin_it_will_need(tmp_path: Path) -> None:
     result, _ = _run(tmp_path, "v6e4-gke", fake=False)
     assert result.returncode == 0, result.stderr
+    full = (tmp_path / "plans" / "v6e4-gke.txt").read_text()
     for resource in ("vllm-compute-class", "vllm-deployment", "vllm-service", "vllm-ready"):
-        assert resource in result.stdout, resource
+        assert f"\n{resource}  (" in full, resource
     assert "gcloud components install gke-gcloud-auth-plugin" in result.stdout
     # A VM stack's hint does not mention it.
     vm, _ = _run(tmp_path, "v5e1", fake=False)
@@ -289,27 +364,18 @@ def test_the_cli_on_path_is_preferred_to_the_built_one_and_named(tmp_path: Path)
     assert argv[-1] == "up -s v5e1"
 
 
-def test_without_a_cli_on_path_the_built_one_runs_up_and_is_named(tmp_path: Path) -> None:
-    built = _built_cli(tmp_path, language_host=True)
+@pytest.mark.parametrize("language_host", [True, False])
+def test_a_cli_built_into_the_engine_cache_is_never_used_nor_named(
+    tmp_path: Path, language_host: bool
+) -> None:
+    """The engine layer's CLI (scripts/engine/build.sh, in a cache outside the clone) is the
+    tests' tool, not the user's: without a `pulumi` on PATH the quickstart does the offline part
+    and offers the install, whatever that cache holds."""
+    built = _built_cli(tmp_path, language_host=language_host)
     result, argv = _run(tmp_path, "v5e1", fake=False, FAKE_WHOAMI_RC="0", FAKE_CONFIG_GET_RC="0")
     assert result.returncode == 0, result.stderr
-    assert f"using the Pulumi CLI built by scripts/engine/build.sh: {built / 'pulumi'}" in (
-        result.stdout
-    )
-    assert argv == [
-        "whoami",
-        "stack select --create v5e1",
-        "config get gcp:project -s v5e1",
-        "up -s v5e1",
-    ]
-
-
-def test_a_built_cli_without_the_language_host_is_not_used_and_says_why(tmp_path: Path) -> None:
-    built = _built_cli(tmp_path, language_host=False)
-    result, argv = _run(tmp_path, "v5e1", fake=False)
-    assert result.returncode == 0, result.stderr
-    assert argv == []  # never run: `pulumi up` would fail on the missing language host
-    assert "the Pulumi CLI is not installed" in result.stdout  # so the offline plan
-    assert "tpu-qr" in result.stdout
-    assert f"({built / 'pulumi'}) has no Python" in result.stdout
-    assert "scripts/engine/build.sh --status" in result.stdout
+    assert argv == []  # the built fake CLI never ran
+    assert "no Pulumi CLI on PATH, so this was the offline part" in result.stdout
+    assert (tmp_path / "plans" / "v5e1.txt").is_file()
+    assert str(built) not in result.stdout + result.stderr
+    assert "scripts/engine/build.sh" not in result.stdout + result.stderr

@@ -183,7 +183,7 @@ def test_wrong_key_is_an_auth_failure(fake: FakeOpenAI, shape: Any) -> None:
     result = run_script(*explicit(fake), key="not-the-key")
     assert result.code == 1
     (fail,) = result.lines("FAIL chat")
-    assert "401" in fail and "api_key output" in fail and "renewed" in fail
+    assert "401" in fail and "api_key output" in fail and "rotated" in fail
     assert result.lines("SKIP tool-call")
     assert "not-the-key" not in result.stdout + result.stderr
 

@@ -82,8 +82,8 @@ main() {
     PATH="/usr/local/go/bin:$PATH"
   fi
   if ! command -v go >/dev/null; then
-    echo "engine-build: the go command is not on PATH; the engine is built with Go >= 1.26.6." \
-      "Fix: install Go 1.26 (https://go.dev/doc/install, or your distribution's golang package)," \
+    echo "engine-build: the go command is not on PATH; the engine is built with Go >= 1.26.7." \
+      "Fix: install Go 1.26.7 (https://go.dev/doc/install; distribution packages are older)," \
       "then run this again." >&2
     exit 3
   fi

@@ -60,8 +60,8 @@ main() {
     PATH="/usr/local/go/bin:$PATH"
   fi
   if ! command -v go >/dev/null; then
-    echo "kube-build: the go command is not on PATH; these tools are built with Go >= 1.26.6." \
-      "Fix: install Go 1.26 (https://go.dev/doc/install), then run this again." >&2
+    echo "kube-build: the go command is not on PATH; these tools are built with Go >= 1.26.7." \
+      "Fix: install Go 1.26.7 (https://go.dev/doc/install), then run this again." >&2
     exit 3
   fi
 
