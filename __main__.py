@@ -41,7 +41,7 @@ backend = (
     else build_vm(config, managed_zone, pin.image)
 )
 
-# The output contract other stacks read (README "Outputs"): never rename silently. No value is
+# The output contract other stacks read (docs/outputs.md): never rename silently. No value is
 # ever None, which the engine would drop: "" / {} mean "not applicable", and the optional
 # outputs are exported only when they have a value.
 pulumi.export("endpoint", backend.endpoint)

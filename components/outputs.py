@@ -4,7 +4,7 @@ The Pulumi engine drops a stack output whose value is None (pulumi/runtime/rpc.p
 `serialize_properties` skips properties that serialize to None), so `pulumi stack output NAME`
 and `StackReference.require_output(NAME)` would fail on it. Every always-present output goes
 through one of the helpers below at the export boundary, so "not applicable" is a documented
-empty value (README, "Outputs") instead of a missing name. Components keep None internally where
+empty value (docs/outputs.md) instead of a missing name. Components keep None internally where
 it means "not known yet" (a connection host before the node exists).
 
 Both backends fill every field of `BackendOutputs`, so `__main__.py` exports one contract

@@ -30,12 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from components import catalog  # noqa: E402
 from components.config import parse_duration  # noqa: E402
 from components.gke import cluster as gke  # noqa: E402
 from components.gke import k8s_workload, readiness_manifests  # noqa: E402
 from components.ssh_dial import dial_budget_seconds  # noqa: E402
 from components.vm.queued_resource_spec import Timing  # noqa: E402
-from scripts.plan import PLACEHOLDER_PROJECT, after_apply  # noqa: E402
+from scripts.plan import PLACEHOLDER_PROJECT, after_apply, usd  # noqa: E402
 from scripts.program_runner import ProgramRun, run_program, stack_file_config  # noqa: E402
 
 COMMAND = "command:remote:Command"
@@ -116,15 +117,22 @@ def _metrics_row(stacks: Sequence[Any]) -> tuple[str, list[str]]:
     )
 
 
+DAY_SECONDS = 24 * 3600
+
+
 def day_usd(hourly: float, max_run_hours: float | None, lead_s: float) -> float:
-    """24 h of the price, and the renewals' overlaps on top. Each run's successor starts at the
-    earliest `lead` before the run ends, so a new run starts at most every `maxRun - lead` and
-    each bills at most `maxRun`: a day costs at most 24 h x price x maxRun / (maxRun - lead).
-    Without a run end (spot, on-demand) nothing overlaps: 24 h x price."""
+    """The most any 24 hours of a stack kept alive can bill, TPU only. A run's successor
+    starts at the earliest `lead` before the run ends, so runs start at most every
+    P = maxRun - lead and two bill at once for at most `lead` of each P. A day holds n = 24 h // P
+    whole periods and r = 24 h % P more; the worst-placed window bills n x maxRun + r +
+    min(r, lead). Without a run end (spot, on-demand) nothing overlaps: 24 h of the price."""
     if not max_run_hours or not lead_s:
         return hourly * 24
     run_s = max_run_hours * 3600
-    return hourly * 24 * run_s / (run_s - lead_s)
+    period = run_s - lead_s
+    whole, rest = divmod(DAY_SECONDS, period)
+    billed = whole * run_s + rest + min(rest, lead_s)
+    return hourly * billed / 3600
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class Budget:
 
     stack: str
     chip: str
+    model: str
     provisioning: str
     hourly_usd: float
     max_run_hours: float | None
@@ -210,6 +219,7 @@ class GkeBudget:
 
     stack: str
     chip: str
+    model: str
     provisioning: str
     replicas: int
     hourly_usd: float
@@ -350,6 +360,7 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
     return GkeBudget(
         stack=stack,
         chip=str(run.outputs["chip"]),
+        model=str(run.outputs["model"]),
         provisioning=provisioning,
         replicas=replicas,
         hourly_usd=float(run.outputs["hourly_cost_usd"]),
@@ -415,6 +426,7 @@ def budget(stack: str, changes: Mapping[str, Any] | None = None) -> Budget:
     return Budget(
         stack=stack,
         chip=str(run.outputs["chip"]),
+        model=str(run.outputs["model"]),
         provisioning=str(qr["provisioning"]),
         hourly_usd=float(run.outputs["hourly_cost_usd"]),
         max_run_hours=float(max_run) / 3600 if max_run else None,
@@ -445,17 +457,26 @@ def duration(seconds: float) -> str:
     return " ".join(p for p in parts if p)
 
 
-def _usd(value: float) -> str:
-    return f"${value:.3f}".rstrip("0").rstrip(".") if value < 1 else f"${value:.2f}"
+_usd = usd
+
+
+def typical_start(chip: str, model: str) -> str:
+    """The measured start-up of this chip and model, cold and warm, else "not measured"."""
+    measured = catalog.MEASURED_START_SECONDS.get((chip, model))
+    if measured is None:
+        return "not measured"
+    cold, warm = measured
+    return f"{round(cold / 60)} min cold, {round(warm / 60)} min warm"
 
 
 def summary_table(stacks: list[str]) -> str:
-    """The README's first-screen table: what a stack costs an hour, a run and a day, and the
-    longest `pulumi up` can block."""
+    """The README's first-screen table: what a stack costs an hour, a run and a day, how long
+    its server takes to start once a TPU is there (measured), and the longest `pulumi up` can
+    block."""
     lines = [
-        "| stack | TPU | per hour | one run, at most | a day kept alive, at most "
-        "| `pulumi up`, worst case |",
-        "|---|---|---|---|---|---|",
+        "| stack | TPU | per hour | one run, at most | a day kept alive, at most (TPU) "
+        "| server start, typical | `pulumi up`, worst case |",
+        "|---|---|---|---|---|---|---|",
     ]
     for stack in stacks:
         figures: Budget | GkeBudget
@@ -467,12 +488,13 @@ def summary_table(stacks: list[str]) -> str:
             figures = budget(stack)
             tpu, keep = f"`{figures.chip}`", "renewal"
         hourly, day, worst = figures.hourly_usd, figures.day_usd, figures.worst_case_s
-        hours, usd = figures.max_run_hours, figures.max_run_usd
-        one = _usd(usd) if usd is not None else "no bound"
+        hours, usd_ = figures.max_run_hours, figures.max_run_usd
+        one = _usd(usd_) if usd_ is not None else "no bound"
         run = f" ({hours:g} h)" if hours else ""
+        start = typical_start(figures.chip, figures.model)
         lines.append(
             f"| `{stack}` | {tpu} | {_usd(hourly)} | {one}{run} | {_usd(day)} ({keep}) "
-            f"| {duration(worst)} |"
+            f"| {start} | {duration(worst)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -173,18 +173,23 @@ def _duration(seconds: int) -> str:
     )
 
 
+def usd(value: float) -> str:
+    """`$0.602`, `$5.40`: the README's and the budget's spelling of a price."""
+    return f"${value:.3f}".rstrip("0").rstrip(".") if value < 1 else f"${value:.2f}"
+
+
 def render_summary(config: StackConfig, args: list[str]) -> list[str]:
     """What a reader checks first: what is asked for, where, for how long, at what price."""
     tpu = config.tpu
     if tpu.max_run_seconds is not None:
         provisioning = f"{tpu.provisioning}, at most {_duration(tpu.max_run_seconds)} per run"
         cost = (
-            f"${config.hourly_cost_usd:.2f}/h; at most ${config.max_run_cost_usd:.2f} per run "
-            "(it stops billing on its own)"
+            f"{usd(config.hourly_cost_usd)}/h; at most {usd(config.max_run_cost_usd or 0)} per "
+            "run (it stops billing on its own)"
         )
     else:
         provisioning = f"{tpu.provisioning}, no run limit"
-        cost = f"${config.hourly_cost_usd:.2f}/h, billed until `pulumi destroy` (no run limit)"
+        cost = f"{usd(config.hourly_cost_usd)}/h, billed until `pulumi destroy` (no run limit)"
     zones = (
         f"  zones: {', '.join(tpu.zones)} (in this order; each may queue "
         f"{_duration(tpu.capacity_wait_seconds)} for capacity)"

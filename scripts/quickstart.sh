@@ -31,10 +31,16 @@ fi
 
 # Backend gke: the Kubernetes provider's kubeconfig authenticates with gke-gcloud-auth-plugin
 # (docs/gke.md, "Prerequisites"), which the real run needs on PATH.
+# Who may connect: the endpoint's clients, and (VM stacks, which the deployer reaches over SSH)
+# the deployer's own address. A GKE stack has no SSH and warns if sshCidrs is set.
 GKE_PLUGIN_HINT=""
+SSH_HINT="
+       sshCidrs:
+         - YOUR.OWN.ADDRESS/32     # the machine that runs pulumi up (it dials port 22)"
 if grep -Eq '^[[:space:]]*tpu-vllm:backend:[[:space:]]*gke[[:space:]]*$' "Pulumi.$STACK.yaml"; then
   GKE_PLUGIN_HINT="
      gcloud components install gke-gcloud-auth-plugin (backend gke: kubectl access)"
+  SSH_HINT=""
 fi
 
 VENV="${VENV:-.venv}"
@@ -54,14 +60,16 @@ if ! command -v pulumi >/dev/null; then
 quickstart: no Pulumi CLI on PATH, so this was the offline part: the plan in brief of what
 \`pulumi up -s $STACK\` would create (made under Pulumi mocks: no cloud, no credentials).
 The full plan, every resource and its inputs: $plan_file
-Before the real run, once (steps 1 and 2 write into Pulumi.$STACK.yaml: edit it by hand, or
-run them once the CLI of step 5 is in):
-  1. pulumi config set gcp:project YOUR_PROJECT -s $STACK
-  2. who may connect (not the example range): the endpoint's clients and your own address for SSH
-     pulumi config set --path 'tpu-vllm:access.allowedCidrs[0]' YOUR.OWN.ADDRESS/32 -s $STACK
-     pulumi config set --path 'tpu-vllm:access.sshCidrs[0]' YOUR.OWN.ADDRESS/32 -s $STACK
-  3. .venv/bin/python scripts/save_hf_token.py --stack $STACK
-     (the Hugging Face token, into Secret Manager with step 4's credentials)
+Before the real run, once (steps 1 and 2 edit Pulumi.$STACK.yaml, no CLI needed; with one,
+\`pulumi config set\` writes the same lines: README, "Quickstart"):
+  1. gcp:project, one line under \`config:\`:
+       gcp:project: YOUR_PROJECT
+  2. who may connect, under \`tpu-vllm:access:\` (not the example range 203.0.113.0/24):
+       allowedCidrs:
+         - YOUR.CLIENTS.RANGE/24   # the endpoint's clients${SSH_HINT}
+  3. the Hugging Face token, into Secret Manager (it signs in with step 4's credentials: run
+     that first if you never have):
+     .venv/bin/python scripts/save_hf_token.py --stack $STACK
   4. gcloud auth application-default login${GKE_PLUGIN_HINT}
   5. install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh
      (other ways: https://www.pulumi.com/docs/install/), then open a new shell

@@ -10,7 +10,7 @@ without a memory line) is the situation's own, passed as `world_empty` / `world_
 
 The Pulumi engine drops an output whose value is None (pulumi/runtime/rpc.py
 `serialize_properties`): so each output is either always present, with a documented empty value
-when it does not apply, or documented as optional (README "Outputs").
+when it does not apply, or documented as optional (docs/outputs.md, "The contract").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""README "Costs and waits": the table is what the program's own figures give, per stack."""
+"""The costs and waits tables (the README's first screen, docs/operations.md) are what the
+program's own figures give, per stack."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def test_a_day_kept_alive_costs_the_runs_that_fit_in_it() -> None:
     b = budget.budget("v5e1")
     assert b.day_usd == pytest.approx(9 * 0.602 * 4)
     assert budget.day_usd(0.602, None, 0) == pytest.approx(24 * 0.602)
+    # v6e4: runs every 4 h - 1 h 25 min = 2 h 35 min; 9 of them and 45 min more, whose worst
+    # placement is all overlap: 9 x 4 h + 45 min + 45 min = 37.5 h (an average, 24 x 4 / 2.58,
+    # would say 37.2 h and undercount).
+    assert budget.budget("v6e4").day_usd == pytest.approx(37.5 * 5.40)
 
 
 def test_v5e1_worst_case_adds_up_from_its_parts() -> None:

@@ -145,7 +145,7 @@ SITUATIONS: dict[str, Situation] = {
         empty=frozenset({"hbm"}),
         absent=frozenset({"startup_seconds", "first_answer_seconds"}),
     ),
-    # N replicas behind one reserved address: what names one VM is empty (README "Outputs").
+    # N replicas behind one reserved address: what names one VM is empty (docs/outputs.md).
     "gke": Situation("v6e4-gke", {}, cloud_outputs),
     # GKE with a DNS name: `endpoint` names it, `endpoint_ip` the reserved address.
     "gke-dns": Situation(

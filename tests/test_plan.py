@@ -59,7 +59,7 @@ def test_plan_starts_with_a_summary_of_what_is_bought() -> None:
         "  zones: us-west4-a (in this order; each may queue 30m for capacity)",
         "  model: google/gemma-4-E2B-it (8.97 GiB of weights)",
         "  provisioning: flex-start, at most 4h per run",
-        "  cost: $0.60/h; at most $2.41 per run (it stops billing on its own)",
+        "  cost: $0.602/h; at most $2.41 per run (it stops billing on its own)",
         "  vllm serve google/gemma-4-E2B-it",
         "    --max-model-len 32768",
         "    --enable-prefix-caching",

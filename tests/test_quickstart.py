@@ -136,18 +136,21 @@ def test_by_default_the_full_plan_goes_to_a_git_ignored_file_in_the_project(
 #: The closing steps, in their order (issue 32, item 5): the project, who may connect, the
 #: Hugging Face token, Google credentials, the Pulumi CLI; then the quickstart again.
 NEXT_STEPS = (
-    "  1. pulumi config set gcp:project YOUR_PROJECT -s {stack}\n",
-    "pulumi config set --path 'tpu-vllm:access.allowedCidrs[0]' YOUR.OWN.ADDRESS/32 -s {stack}\n",
-    "pulumi config set --path 'tpu-vllm:access.sshCidrs[0]' YOUR.OWN.ADDRESS/32 -s {stack}\n",
-    "  3. .venv/bin/python scripts/save_hf_token.py --stack {stack}\n",
+    "  1. gcp:project, one line under `config:`:\n       gcp:project: YOUR_PROJECT\n",
+    "  2. who may connect, under `tpu-vllm:access:`",
+    "       allowedCidrs:\n         - YOUR.CLIENTS.RANGE/24",
+    "     .venv/bin/python scripts/save_hf_token.py --stack {stack}\n",
     "  4. gcloud auth application-default login\n",
     "  5. install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh\n",
     "Then run this again: scripts/quickstart.sh {stack}\n",
 )
+SSH_STEP = "       sshCidrs:\n         - YOUR.OWN.ADDRESS/32"
 
 
 @pytest.mark.parametrize("stack", ["v5e1", "v6e4-gke"])
 def test_the_closing_hint_lists_the_real_next_steps_in_order(tmp_path: Path, stack: str) -> None:
+    """The project, who may connect, the token, the credentials, the CLI, in that order; the
+    first two as lines of the stack file, which need no CLI."""
     result, _ = _run(tmp_path, stack, fake=False)
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -155,12 +158,15 @@ def test_the_closing_hint_lists_the_real_next_steps_in_order(tmp_path: Path, sta
     assert -1 not in places, [s for s, at in zip(NEXT_STEPS, places, strict=True) if at == -1]
     assert places == sorted(places)
     assert out.rstrip("\n").endswith(NEXT_STEPS[-1].format(stack=stack).rstrip("\n"))
-    # A GKE stack's kubectl access is part of step 4, the credentials.
+    # A GKE stack's kubectl access is part of step 4, the credentials; it has no SSH.
     plugin = out.find("gcloud components install gke-gcloud-auth-plugin")
+    ssh = out.find(SSH_STEP)
     if stack == "v6e4-gke":
         assert places[4] < plugin < places[5]
+        assert ssh == -1
     else:
         assert plugin == -1
+        assert places[2] < ssh < places[3]
     # Only the user's own CLI is offered: none built into a cache outside the clone.
     for gone in (".cache/tpu-vllm", "scripts/engine/build.sh", "language host"):
         assert gone not in out, gone

@@ -105,7 +105,7 @@ def build_gke(
                 config.stack, config.tpu.max_run_seconds, config.renewal.lead_seconds or 0
             )
         )
-    # Outputs that name one VM mean nothing here: their documented empty values (README).
+    # Outputs that name one VM mean nothing here: their documented empty values (docs/outputs.md).
     return BackendOutputs(
         endpoint=workload.endpoint,
         endpoint_ip=workload.endpoint_ip,

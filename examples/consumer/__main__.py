@@ -2,7 +2,7 @@
 
 `require_output` fails the consumer's preview if the server stack does not export a name, so a
 renamed output cannot break a consumer silently. Use it for the outputs that are always present.
-The outputs the contract marks optional (README "Outputs": `max_run_cost_usd`,
+The outputs the contract marks optional (docs/outputs.md, "The contract": `max_run_cost_usd`,
 `startup_seconds`) are absent when they have no value, because the Pulumi engine drops an output
 whose value is None; read those with `get_output`, which gives None instead of failing.
 Everything read here is in the tpu-vllm output contract, which `tests/test_output_contract.py`
