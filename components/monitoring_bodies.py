@@ -263,7 +263,7 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
     else:
         down = f"absent_over_time({q.series(vm.RUNNING)}[{q.alert_window}])"
         down_doc = f"No vLLM server of the stack reported metrics for {_spoken(q.alert_window)}."
-    fix = "See `logs_command` and `.venv/bin/python scripts/status.py STACK`.".replace(
+    fix = "See `logs_command` and `.venv/bin/python -m scripts.status STACK`.".replace(
         "STACK", watch.stack
     )
     alerts = {

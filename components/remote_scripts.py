@@ -1,28 +1,19 @@
-"""Renders the scripts that `remote.Command` runs on the node, from the files in scripts/remote.
+"""What the node-side scripts of both backends agree on: where the templates live, the names of
+the secret files, the parts of the node tool, and how long one readiness answer may take.
 
-The scripts stay readable files; this module only fills in values, each through `shlex.quote`,
-one argument per line, so that a `pulumi preview` diff shows the one flag that changed. No
-value rendered here is a secret: secrets are fetched by the VM itself into files.
+The VM renders these scripts for `remote.Command` (components/vm/node_scripts.py,
+components/vm/secrets_fetch.py); GKE mounts them from a ConfigMap (components/gke/).
 """
 
 from __future__ import annotations
 
 import re
-import shlex
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-
-from components import compile_cache, jax_cache_env, log_links
-from components.config import StackConfig
 
 REMOTE = Path(__file__).resolve().parent.parent / "scripts" / "remote"
 HEADER = "set -euo pipefail\n"
-CONTAINER_SECRETS = "/run/secrets"
 HF_TOKEN_FILE = "hf_token"  # noqa: S105 - a file name
 API_KEY_FILE = "vllm_api_key"
-#: Seconds the VM keeps retrying while a fresh IAM grant reaches Secret Manager.
-SECRET_ACCESS_DEADLINE = 600
 #: The node tool (scripts/remote/xla_cache.py) and its parts, written side by side on the node:
 #: into ~/.tpu-vllm by the start script (VM), into /tpu-vllm by the GKE ConfigMap.
 XLA_CACHE_MODULES = (
@@ -37,272 +28,13 @@ XLA_CACHE_MODULES = (
     "xla_cache_save.py",
     "xla_cache_watch.py",
 )
-#: The heredoc delimiter each of them is written with; no file may contain it.
-TOOL_HEREDOC = "TPU_VLLM_XLA_CACHE"
-#: The readiness command prints a line at least this often (seconds) while it waits: no SSH
-#: keepalives come from pulumi-command, so a session silent for minutes of XLA compilation
-#: could be dropped by a NAT or proxy. At most 30 s.
-READINESS_HEARTBEAT_SECONDS = 20.0
 #: How long each of the model's two answers to the readiness check may take (a chat, a tool call;
 #: scripts/remote/wait_ready.py): a warm server answers in about a second; a build that hangs
 #: fails here instead of being called ready.
 READINESS_ANSWER_SECONDS = 120
-#: How long `docker run` retries while Cloud Logging refuses the gcplogs driver: the driver pings
-#: Cloud Logging when the container starts and fails the start if it cannot write (moby
-#: gcplogging.go `New`: "unable to connect or authenticate with Google Cloud Logging"), as it
-#: can while the node's fresh roles/logging.logWriter grant propagates. After it the server
-#: starts with Docker's default driver and a warning: serving matters more than its log.
-LOG_DRIVER_WAIT_SECONDS = 300
-LOG_DRIVER_RETRY_SECONDS = 10.0
-
-
-def _template(name: str) -> str:
-    return (REMOTE / name).read_text()
-
-
-def _continued(words: Sequence[str], indent: str = "  ") -> str:
-    """Arguments one per line, joined with backslash continuations (no trailing one)."""
-    return " \\\n".join(f"{indent}{w}" for w in words)
-
-
-def _fill(template: str, values: Mapping[str, str]) -> str:
-    for key, value in values.items():
-        marker = f"@{key}@"
-        if marker not in template:
-            raise KeyError(f"{marker} is not in the template")
-        template = template.replace(marker, value)
-    return template
-
-
-@dataclass(frozen=True)
-class SecretFile:
-    """One Secret Manager version the node copies into ~/.tpu-vllm/secrets/NAME."""
-
-    name: str
-    project: str
-    secret: str
-    version: str = "latest"
 
 
 def version_of(resource: str | None) -> str:
     """`projects/P/secrets/S/versions/N` -> `N`; `latest` when not known (yet)."""
     match = re.fullmatch(r"projects/[^/]+/secrets/[^/]+/versions/([^/]+)", resource or "")
     return match.group(1) if match else "latest"
-
-
-def fetch_secrets_script(files: Sequence[SecretFile]) -> str:
-    """Copy each version into ~/.tpu-vllm/secrets with mode 0600, as the VM itself."""
-    fetches = "\n".join(
-        " ".join(["fetch", *(shlex.quote(v) for v in (f.name, f.project, f.secret, f.version))])
-        for f in files
-    )
-    return HEADER + _fill(
-        _template("fetch_secrets.sh"),
-        {"DEADLINE": str(SECRET_ACCESS_DEADLINE), "FETCHES": fetches},
-    )
-
-
-def docker_run_words(config: StackConfig, container: str) -> list[str]:
-    """`docker run` as (already quoted) words, one option with its value per line.
-
-    Seed 000 §1.3's command, except the HF token: instead of an `-e HF_TOKEN` holding it (shown
-    by `ps` and `docker inspect`) the token and API key are read-only file mounts.
-    """
-    q = shlex.quote
-    secret = f"~/.tpu-vllm/secrets/{{0}}:{CONTAINER_SECRETS}/{{0}}:ro"
-    words = [
-        "sudo docker run",
-        "--detach",
-        f"--name {q(container)}",
-        "--privileged",
-        "--net=host",
-        # `monitoring.enabled`: the log also goes to Cloud Logging (components/log_links.py);
-        # empty if Cloud Logging refuses the driver past its wait (start_server.sh).
-        *(['"${LOG_FLAGS[@]}"'] if config.monitoring.enabled else []),
-        "-v /dev/shm:/dev/shm",
-        "--shm-size 10gb",
-        # `~` is left unquoted on purpose: the user's shell expands it to the home directory.
-        "-v ~/.cache/vllm:/root/.cache/vllm",
-        "-e HF_HOME=/dev/shm",
-        f"-e HF_TOKEN_PATH={CONTAINER_SECRETS}/{HF_TOKEN_FILE}",
-        # JAX's cache threshold (`cache.minCompileSeconds`): the container's environment, not
-        # a `vllm serve` flag (components/jax_cache_env.py).
-        *(
-            f"-e {q(f'{name}={value}')}"
-            for name, value in jax_cache_env.container_env(config).items()
-        ),
-        f"-v {secret.format(HF_TOKEN_FILE)}",
-        f"-v {secret.format(API_KEY_FILE)}",
-        "-v ~/.tpu-vllm/entrypoint.sh:/tpu-vllm/entrypoint.sh:ro",
-        "--entrypoint /tpu-vllm/entrypoint.sh",
-        q(config.vllm.image),
-        f"vllm serve {q(config.model.id)}",
-    ]
-    args = config.vllm.serve_args()
-    index = 0
-    while index < len(args):
-        flag = args[index]
-        has_value = index + 1 < len(args) and not args[index + 1].startswith("--")
-        if has_value:
-            words.append(f"{q(flag)} {q(args[index + 1])}")
-            index += 2
-        else:
-            words.append(q(flag))
-            index += 1
-    return words
-
-
-def tool_files_script() -> str:
-    """A heredoc per part of the node tool, each into the tool's directory on the VM."""
-    folder = compile_cache.NODE_TOOL.rsplit("/", 1)[0]
-    blocks = []
-    for name in XLA_CACHE_MODULES:
-        text = _template(name).rstrip("\n")
-        if TOOL_HEREDOC in text:
-            raise ValueError(f"scripts/remote/{name} contains the heredoc delimiter {TOOL_HEREDOC}")
-        blocks.append(f"cat > {folder}/{name} <<'{TOOL_HEREDOC}'\n{text}\n{TOOL_HEREDOC}")
-    return "\n".join(blocks)
-
-
-def _cache_paths() -> dict[str, str]:
-    # `~` paths are constants without special characters, left unquoted so the VM's shell
-    # expands them (like the `-v ~/.cache/vllm` mount).
-    return {
-        "TOOL": compile_cache.NODE_TOOL,
-        "WORK": compile_cache.NODE_WORK_DIR,
-        "TOOL_FILES": tool_files_script(),
-    }
-
-
-def cache_restore_script(config: StackConfig) -> str:
-    """The start script's cache step: restore alongside the image pull, or record "off"."""
-    if not config.cache.enabled:
-        return _fill(_template("cache_off.sh"), _cache_paths()).rstrip("\n")
-    return _fill(
-        _template("cache_restore.sh"),
-        {
-            **_cache_paths(),
-            "PREFIX": shlex.quote(compile_cache.cache_prefix(config)),
-            "TIMEOUT": str(config.cache.restore_timeout_seconds),
-            "DIR": compile_cache.LOCAL_CACHE_DIR,
-            "IMAGE": shlex.quote(config.vllm.image),
-        },
-    ).rstrip("\n")
-
-
-def cache_save_script(config: StackConfig, container: str) -> str:
-    """The readiness script's last step: save the cache in the background, then every
-    `cache.saveInterval` and when the container stops (a no-op when the cache is off)."""
-    paths = _cache_paths()
-    del paths["TOOL_FILES"]
-    return _fill(
-        _template("cache_save.sh"),
-        {
-            **paths,
-            "CONTAINER": shlex.quote(container),
-            "EVERY": str(config.cache.save_interval_seconds),
-        },
-    )
-
-
-def log_flags(config: StackConfig) -> list[str]:
-    """`docker run` options that send the container's stdout/stderr to Cloud Logging.
-
-    Docker's `gcplogs` driver (Docker docs "Google Cloud Logging driver"; moby
-    daemon/logger/gcplogs): project and instance from the metadata server, credentials from
-    the node's service account; `labels` copies the named container labels into each entry.
-    `docker logs` still reads the container through dual logging, Docker's local cache for
-    drivers that cannot be read back (Docker 20.10 and later, on unless `cache-disabled`:
-    Docker docs "Dual logging"; moby daemon/logger/loggerutils/cache).
-    """
-    label = f"{log_links.STACK_LABEL}={config.stack}"
-    return [
-        "--log-driver",
-        "gcplogs",
-        "--log-opt",
-        f"labels={log_links.STACK_LABEL}",
-        "--label",
-        label,
-    ]
-
-
-def start_server_script(
-    config: StackConfig,
-    container: str,
-    log_driver_wait: int = LOG_DRIVER_WAIT_SECONDS,
-    log_driver_retry: float = LOG_DRIVER_RETRY_SECONDS,
-) -> str:
-    """Restore the compile cache, remove any old container of this name, then `docker run`
-    the server; prints its id. (The log driver's wait and retry: tests shorten them.)"""
-    values = {
-        # First: what both start scripts share (secrets present, directories, the entrypoint,
-        # the cache restore), whose own markers are filled next.
-        "SERVER_PRELUDE": _template("server_prelude.sh").rstrip("\n"),
-        "ENTRYPOINT_SH": _template("vllm_entrypoint.sh").rstrip("\n"),
-        "CACHE_RESTORE": cache_restore_script(config),
-        "CONTAINER": shlex.quote(container),
-        "DOCKER_RUN": _continued(docker_run_words(config, container), indent="").replace(
-            " \\\n", " \\\n  "
-        ),
-    }
-    if not config.monitoring.enabled:
-        return HEADER + _fill(_template("start_server.sh"), values)
-    flags = " ".join(shlex.quote(f) for f in log_flags(config))
-    return HEADER + _fill(
-        _template("start_server_logged.sh"),
-        {
-            **values,
-            "LOG_FLAGS": flags,
-            "LOG_DRIVER_WAIT": str(log_driver_wait),
-            "LOG_DRIVER_RETRY": f"{log_driver_retry:g}",
-        },
-    )
-
-
-def container_ref(start_stdout: str | None, name: str) -> str:
-    """The id `docker run -d` printed (its last stdout line), else the container's name."""
-    lines = [line.strip() for line in (start_stdout or "").splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
-    return last if re.fullmatch(r"[0-9a-f]{12,64}", last) else name
-
-
-def readiness_script(
-    config: StackConfig,
-    start_stdout: str | None,
-    container: str,
-    poll_seconds: float = 1.0,
-    heartbeat_seconds: float = READINESS_HEARTBEAT_SECONDS,
-) -> str:
-    """Follow this container start's log until ready, check /health and /v1/models, then ask
-    the model a chat and (with a tool-call parser) a tool call."""
-    ref = container_ref(start_stdout, container)
-    args = [
-        "--container",
-        ref,
-        "--model",
-        config.model.id,
-        "--port",
-        str(config.vllm.port),
-        "--timeout",
-        str(config.vllm.readiness_timeout_seconds),
-        "--poll",
-        str(poll_seconds),
-        "--heartbeat",
-        str(heartbeat_seconds),
-        "--cache-result",
-        f"{compile_cache.NODE_WORK_DIR}/result.json",
-        "--answer-timeout",
-        str(READINESS_ANSWER_SECONDS),
-    ]
-    pairs = [f"{shlex.quote(args[i])} {shlex.quote(args[i + 1])}" for i in range(0, len(args), 2)]
-    if config.vllm.tool_call_parser:  # the server has --enable-auto-tool-choice: ask a tool call
-        pairs.append("--tool-call")
-    return (
-        HEADER
-        + "python3 - \\\n"
-        + _continued(pairs)
-        + " <<'TPU_VLLM_WAIT_READY'\n"
-        + _template("wait_ready.py").rstrip("\n")
-        + "\nTPU_VLLM_WAIT_READY\n"
-        + cache_save_script(config, ref)
-    )

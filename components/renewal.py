@@ -2,7 +2,7 @@
 
 For flex-start, expiry is the normal lifecycle: Google deletes the VM at `expires_at` and the
 queued resource goes to SUSPENDED. So the stack renews itself ahead of time: once less than
-`renewal.lead` is left, `scripts/renew.py STACK` (run on a schedule by
+`renewal.lead` is left, `python -m scripts.renew STACK` (run on a schedule by
 `.github/workflows/renew.yml`) runs `pulumi up --refresh`, whose diff replaces the queued
 resource create-before-delete. The next node starts beside the current one, the DNS name moves
 to it once it serves, and the current one keeps serving for `renewal.drain` more before it is
@@ -18,8 +18,8 @@ import datetime as dt
 import shlex
 import time
 
-#: The script, relative to the project root.
-RENEW_SCRIPT = "scripts/renew.py"
+#: The script, as a module run from the project root (`python -m scripts.renew`).
+RENEW_MODULE = "scripts.renew"
 #: The interpreter convention of the README (Quickstart) and of .github/workflows/renew.yml.
 VENV_PYTHON = ".venv/bin/python"
 #: How often `.github/workflows/renew.yml` runs it (its cron; a test keeps the two equal).
@@ -76,7 +76,7 @@ def renew_command(stack: str) -> str:
 
     With the project's virtualenv, as the README's commands and the renew workflow run Python:
     a bare `python` on a fresh machine has none of the program's packages."""
-    return f"{VENV_PYTHON} {RENEW_SCRIPT} {shlex.quote(stack)}"
+    return f"{VENV_PYTHON} -m {RENEW_MODULE} {shlex.quote(stack)}"
 
 
 def expiry_notice(
@@ -164,9 +164,13 @@ def in_window(
     """True when an ACTIVE node has less than `lead_seconds` of its run left: its successor
     should be requested now. Ended and unknown states are not "in the window": they are
     replaced the old way (delete first), and no lead (spot, on-demand) means never."""
+    return due(state, seconds_left(termination_time, now), lead_seconds)
+
+
+def due(state: str | None, left: float | None, lead_seconds: float | None) -> bool:
+    """`in_window`, given the seconds left of the run (None: not known) instead of its end."""
     if state != "ACTIVE" or not lead_seconds:
         return False
-    left = seconds_left(termination_time, now)
     return left is not None and left < float(lead_seconds)
 
 

@@ -3,9 +3,10 @@
 The program never reads the HF token's value: it only checks the secret exists (so a missing
 one fails at preview, before a TPU is requested) and grants the node's service account access
 to that one secret. The vLLM API key is generated per stack, kept as a Pulumi secret and as a
-Secret Manager version the node can read. On the VM, one command copies both into 0600 files
-with the VM's own identity; on GKE there is no such command: the Secret Manager add-on mounts
-both into the pods (components/gke/k8s_workload.py), read with the same service account.
+Secret Manager version the node can read. On the VM, one command under this component copies
+both into 0600 files with the VM's own identity (components/vm/secrets_fetch.py); on GKE the
+Secret Manager add-on mounts both into the pods (components/gke/k8s_workload.py), read with the
+same service account.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_command as command
 import pulumi_gcp as gcp
 import pulumi_random as random
 
-from components import remote_scripts
 from components.config import StackConfig
 from components.naming import labels, resource_id
 
@@ -37,7 +36,7 @@ def require_hf_token_secret(config: StackConfig) -> None:
             f"tpu-vllm:access.hfTokenSecret = {secret_id!r}: Secret Manager secret "
             f"projects/{config.project}/secrets/{secret_id} was not found or cannot be read "
             f"({error}). Fix: store your Hugging Face token once with "
-            f"`.venv/bin/python scripts/save_hf_token.py --stack {config.stack}` (it reads the "
+            f"`.venv/bin/python -m scripts.save_hf_token --stack {config.stack}` (it reads the "
             "token from stdin or a hidden prompt), then run pulumi again."
         ) from None
 
@@ -46,18 +45,17 @@ def require_hf_token_secret(config: StackConfig) -> None:
 class NodeSecretsArgs:
     config: StackConfig
     service_account_email: pulumi.Input[str]
-    #: The VM to copy the secrets onto; None on GKE, where the pods mount them instead.
-    connection: command.remote.ConnectionArgs | None = None
 
 
 class NodeSecrets(pulumi.ComponentResource):
-    """Grants, the per-stack API key, and the on-VM fetch of both into 0600 files."""
+    """The grants and the per-stack API key (the VM adds its fetch of both as a child)."""
 
     api_key: pulumi.Output[str]
     api_key_secret: pulumi.Output[str]
     #: `projects/P/secrets/S/versions/N` of the API key (its number changes on rotation).
     api_key_version: pulumi.Output[str]
-    fetch: command.remote.Command | None
+    #: Who may read both secrets: the fetch (VM) or the pods (GKE) wait for them.
+    grants: list[gcp.secretmanager.SecretIamMember]
 
     def __init__(
         self, name: str, args: NodeSecretsArgs, opts: pulumi.ResourceOptions | None = None
@@ -105,36 +103,4 @@ class NodeSecrets(pulumi.ComponentResource):
         self.api_key_secret = key_secret.name
         self.api_key_version = key_version.name
         self.grants = [hf_access, key_access]
-        self.fetch = None
-        if args.connection is None:
-            self.register_outputs({"api_key_secret": self.api_key_secret})
-            return
-        hf_secret = remote_scripts.SecretFile(
-            remote_scripts.HF_TOKEN_FILE, config.project, config.access.hf_token_secret
-        )
-        script = key_version.name.apply(
-            lambda version: remote_scripts.fetch_secrets_script(
-                [
-                    hf_secret,
-                    remote_scripts.SecretFile(
-                        remote_scripts.API_KEY_FILE,
-                        config.project,
-                        resource_id(config.stack, "-api-key"),
-                        # The version number puts a rotated key into the script's text, so
-                        # Pulumi re-runs the fetch (and restarts the server) when it changes.
-                        remote_scripts.version_of(version),
-                    ),
-                ]
-            )
-        )
-        self.fetch = command.remote.Command(
-            f"{name}-fetch",
-            connection=args.connection,
-            create=script,
-            logging=command.remote.Logging.STDOUT_AND_STDERR,
-            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
-            # sshd refuses without AcceptEnv, logging a warning every time.
-            add_previous_output_in_env=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[hf_access, key_access]),
-        )
         self.register_outputs({"api_key_secret": self.api_key_secret})

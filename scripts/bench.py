@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark a tpu-vllm stack with vLLM's own `vllm bench serve`, run on the TPU VM.
 
 Why this exists: the seeds' numbers (seed 000: 1,496 output tok/s aggregate, 8.02 ms per token
@@ -15,11 +14,11 @@ reads it into `OPENAI_API_KEY` itself (scripts/remote/bench_serve.sh). The SSH p
 pinned host key come from the stack's secret outputs into a private temporary directory that
 is removed afterwards, and the node is verified (`StrictHostKeyChecking=yes`).
 
-    python scripts/bench.py v5e1                           # 4 concurrencies x 2 input lengths
-    python scripts/bench.py v5e1 --concurrency 1,8 --input-lens 512 --output-len 128
-    python scripts/bench.py v5e1 --dry-run                 # print the remote scripts only
+    python -m scripts.bench v5e1                           # 4 concurrencies x 2 input lengths
+    python -m scripts.bench v5e1 --concurrency 1,8 --input-lens 512 --output-len 128
+    python -m scripts.bench v5e1 --dry-run                 # print the remote scripts only
                                                            # (no Pulumi CLI: the stack file)
-    python scripts/bench.py v5e1 --from-results DIR        # report on saved result files
+    python -m scripts.bench v5e1 --from-results DIR        # report on saved result files
 
 Exit status: 0 done, 2 a problem you can fix (message on stderr), 1 a failed remote run.
 """
@@ -40,26 +39,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-# `python scripts/bench.py` puts scripts/ (not the project root) first on sys.path.
+from matplotlib.figure import Figure
+
+from components.config import DEFAULT_IMAGE, NAMESPACE, VLLM_DEFAULT_PORT
+from components.messages import operator_line, show
+from components.remote_scripts import API_KEY_FILE, HEADER, HF_TOKEN_FILE, REMOTE
+from components.vm.node_scripts import CONTAINER_SECRETS
+from components.vm.ssh import SSH_USER
+from components.vm.vllm import CONTAINER
+from scripts.stack_files import StackFileError, model_id, read_config, section
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-if str(PROJECT_ROOT) not in sys.path:
-    sys.path.insert(0, str(PROJECT_ROOT))
-
-from matplotlib.figure import Figure  # noqa: E402
-
-from components.config import DEFAULT_IMAGE, NAMESPACE, VLLM_DEFAULT_PORT  # noqa: E402
-from components.messages import operator_line, show  # noqa: E402
-from components.remote_scripts import (  # noqa: E402
-    API_KEY_FILE,
-    CONTAINER_SECRETS,
-    HEADER,
-    HF_TOKEN_FILE,
-    REMOTE,
-)
-from components.vm.ssh import SSH_USER  # noqa: E402
-from components.vm.vllm import CONTAINER  # noqa: E402
-from scripts.stack_files import StackFileError, model_id, read_config, section  # noqa: E402
-
 PROG = "bench"
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_INPUT_LENS = (128, 1024)
@@ -665,7 +655,7 @@ def _csv(values: Iterable[int]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python scripts/bench.py",
+        prog="python -m scripts.bench",
         description="Run `vllm bench serve` on a tpu-vllm stack's node and report the results. "
         "One run per (concurrency, input length); each takes minutes of TPU time.",
         epilog="The node, its keys and the price come from `pulumi stack output -s STACK`; "

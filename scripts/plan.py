@@ -12,8 +12,8 @@ exactly what a change does (`.github/workflows/preview.yml` does that). `--summa
 the summary, the warnings and the outputs' names (what `scripts/quickstart.sh` shows without the
 Pulumi CLI); with `--out FILE` the full plan still goes to FILE.
 
-    python scripts/plan.py v5e1 [v6e4 ...] [--project P] [--out FILE] [--summary]
-    python scripts/plan.py Pulumi.v5e1.yaml        # a stack file's path works too
+    python -m scripts.plan v5e1 [v6e4 ...] [--project P] [--out FILE] [--summary]
+    python -m scripts.plan Pulumi.v5e1.yaml        # a stack file's path works too
 """
 
 from __future__ import annotations
@@ -31,27 +31,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-# `python scripts/plan.py` puts scripts/ first on sys.path; the program's packages live at the
-# project root.
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from pulumi.runtime import mocks
 
-from pulumi.runtime import mocks  # noqa: E402
-
-from components import image_ref  # noqa: E402
-from components.config import ConfigError, StackConfig, parse_stack_config  # noqa: E402
-from components.messages import operator_line  # noqa: E402
-from components.vm.queued_resource_spec import OUTPUT_KEYS  # noqa: E402
-from scripts.program_runner import (  # noqa: E402
+from components import image_ref
+from components.config import ConfigError, StackConfig, parse_stack_config
+from components.messages import operator_line
+from components.vm.queued_resource_spec import OUTPUT_KEYS
+from scripts.program_runner import (
     GET_MANAGED_ZONE,
     ProgramRun,
     run_program,
     stack_file_config,
     with_changes,
 )
-from scripts.stack_files import StackFileError, resolve_stack  # noqa: E402
+from scripts.stack_files import StackFileError, resolve_stack
 
+ROOT = Path(__file__).resolve().parent.parent
 PLACEHOLDER_PROJECT = "YOUR-PROJECT"
 PROG = "plan"
 HASH_CHARS = 12
@@ -367,7 +362,7 @@ def summary_config(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python scripts/plan.py",
+        prog="python -m scripts.plan",
         description=__doc__.splitlines()[0] if __doc__ else None,
         epilog="Exit status: 0 every plan was made, 1 a stack's program failed (its config "
         "error is printed), 2 no such stack.",

@@ -54,7 +54,7 @@ if ! command -v pulumi >/dev/null; then
   plan_dir="${TPU_VLLM_PLAN_DIR:-$PWD/.pulumi-state/plans}"
   mkdir -p "$plan_dir"
   plan_file="$plan_dir/$STACK.txt"
-  "$VENV/bin/python" scripts/plan.py "$STACK" --summary --out "$plan_file"
+  "$VENV/bin/python" -m scripts.plan "$STACK" --summary --out "$plan_file"
   cat <<HINT
 
 quickstart: no Pulumi CLI on PATH, so this was the offline part: the plan in brief of what
@@ -69,7 +69,7 @@ Before the real run, once (steps 1 and 2 edit Pulumi.$STACK.yaml, no CLI needed;
          - YOUR.CLIENTS.RANGE/24   # the endpoint's clients${SSH_HINT}
   3. the Hugging Face token, into Secret Manager (it signs in with step 4's credentials: run
      that first if you never have):
-     .venv/bin/python scripts/save_hf_token.py --stack $STACK
+     .venv/bin/python -m scripts.save_hf_token --stack $STACK
   4. gcloud auth application-default login${GKE_PLUGIN_HINT}
   5. install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh
      (other ways: https://www.pulumi.com/docs/install/), then open a new shell

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Renew a tpu-vllm stack before (or once) its flex-start run ends: `python scripts/renew.py STACK`.
+"""Renew a tpu-vllm stack before (or once) its flex-start run ends: `python -m scripts.renew STACK`.
 
 Why this exists: a flex-start TPU lives at most `maxRunDuration`; then Google deletes the VM,
 the queued resource goes to SUSPENDED, and the endpoint is dead until someone runs
@@ -45,23 +44,13 @@ import sys
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-# `python scripts/renew.py` puts scripts/ first on sys.path; the program's packages live at the
-# project root.
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from components import renewal
+from components.vm.queued_resource_spec import FINAL_STATES, LIVE_STATES
+from components.vm.tpu_api import ApiError, TpuApi
+from scripts import pulumi_cli
 
-from components import renewal  # noqa: E402
-from components.vm.tpu_api import ApiError, TpuApi  # noqa: E402
-from scripts import pulumi_cli  # noqa: E402
-
-#: States in which the run is over and a new request is needed (the issue's "ended").
-ENDED_STATES = frozenset({"SUSPENDED", "FAILED"})
-#: States on the way to (or at) a serving node: renewing now would throw away a live request.
-LIVE_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"})
 EXIT_RENEW_FAILED = 1
 EXIT_UNKNOWN_STATE = 2
 _STACK_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
@@ -100,12 +89,13 @@ def decide(
     `lead_seconds` of its run left), has ended or is gone; otherwise leave it alone."""
     if state is None:
         return Decision(True, "gone: there is no queued resource, so a new one is requested")
-    if state in ENDED_STATES:
+    if state in FINAL_STATES:
         what = "its run ended and the VM was deleted" if state == "SUSPENDED" else "it failed"
         return Decision(True, f"{state}: {what}; it is replaced by a new request")
     if state == "ACTIVE":
         left = f", {renewal.minutes(seconds_left)} of its run left" if seconds_left else ""
-        if lead_seconds and seconds_left is not None and seconds_left < lead_seconds:
+        if renewal.due(state, seconds_left, lead_seconds):
+            assert lead_seconds  # due() is never true without a lead
             return Decision(
                 True,
                 f"ACTIVE{left}, inside the renewal window (renewal.lead "
@@ -122,7 +112,7 @@ def decide(
         return Decision(
             False, f"{state}: the node is on its way up; nothing to do now (not renewing)"
         )
-    # SUSPENDING, DELETING, unknown: on its way out; the next run renews once it has ended.
+    # LEAVING_STATES (SUSPENDING, DELETING) or unknown: the next run renews once it is final.
     return Decision(False, f"{state}: not ended yet; nothing to do now, the next run checks again")
 
 
@@ -275,6 +265,7 @@ def _lead_seconds(outputs: Mapping[str, Any], log: Callable[[str], None]) -> flo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog="python -m scripts.renew",
         description=(
             "Renew a tpu-vllm stack when its queued resource is inside its renewal window "
             "(ACTIVE with less than renewal_lead_seconds left), has ended (SUSPENDED, FAILED) or "

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Save the Hugging Face token in Secret Manager, so the TPU VM can fetch it itself.
 
 Why this exists: seed 000 (§1.1, §1.3) pipes the token through ssh into ``~/.hf_token`` and
@@ -15,11 +14,11 @@ version, and prints only the version's resource name. The check turns a failure 
 TPU (vLLM cannot download the weights) into a failure at setup; ``--no-check`` skips it, e.g.
 offline.
 
-    printf %s "$TOKEN" | python scripts/save_hf_token.py [--stack v5e1]
+    printf %s "$TOKEN" | python -m scripts.save_hf_token [--stack v5e1]
     gcloud secrets versions access latest --secret=hf-token --project=OLD \\
-        | python scripts/save_hf_token.py --project NEW
-    python scripts/save_hf_token.py            # prompts (input hidden)
-    python scripts/save_hf_token.py --no-check # store without asking Hugging Face
+        | python -m scripts.save_hf_token --project NEW
+    python -m scripts.save_hf_token            # prompts (input hidden)
+    python -m scripts.save_hf_token --no-check # store without asking Hugging Face
 
 Running it again with the same token adds nothing (it compares with the latest version).
 Exit status: 0 saved (or already current), 2 a problem you can fix (message on stderr),
@@ -42,31 +41,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-# `python scripts/save_hf_token.py` puts scripts/ (not the project root) first on sys.path, so
-# the shared `components` package is only importable once the root is added.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-if str(PROJECT_ROOT) not in sys.path:
-    sys.path.insert(0, str(PROJECT_ROOT))
-
-import google.auth.exceptions  # noqa: E402
-import google_crc32c  # noqa: E402
-import httpx2  # noqa: E402 - huggingface_hub's HTTP client; its transport errors
-import requests  # noqa: E402
-import yaml  # noqa: E402
-from google.api_core import exceptions as api_exceptions  # noqa: E402
-from google.api_core.client_options import ClientOptions  # noqa: E402
-from google.cloud.secretmanager import SecretManagerServiceClient, SecretVersion  # noqa: E402
-from huggingface_hub import HfApi  # noqa: E402
-from huggingface_hub.errors import (  # noqa: E402
+import google.auth.exceptions
+import google_crc32c
+import httpx2  # huggingface_hub's HTTP client; its transport errors
+import requests
+import yaml
+from google.api_core import exceptions as api_exceptions
+from google.api_core.client_options import ClientOptions
+from google.cloud.secretmanager import SecretManagerServiceClient, SecretVersion
+from huggingface_hub import HfApi
+from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
 )
 
-from components.google_credentials import ACCESS_TOKEN_ENV, google_credentials  # noqa: E402
-from components.messages import operator_line  # noqa: E402
+from components.messages import operator_line
+from components.vm.google_credentials import ACCESS_TOKEN_ENV, google_credentials
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROG = "save_hf_token"
 ENDPOINT_ENV = "SECRET_MANAGER_API_ENDPOINT"
 DEFAULT_STACK = "v5e1"
@@ -203,7 +197,7 @@ def read_token() -> bytes:
     stdin = sys.stdin
     if stdin is None:
         raise Failure(
-            'no stdin: pipe the token in, e.g. printf %s "$TOKEN" | python scripts/save_hf_token.py'
+            'no stdin: pipe the token in, e.g. printf %s "$TOKEN" | python -m scripts.save_hf_token'
         )
     if stdin.isatty():
         try:
@@ -219,7 +213,7 @@ def read_token() -> bytes:
         token = token[:-1]
     if not token:
         raise Failure(
-            'empty token: pipe it in (printf %s "$TOKEN" | python scripts/save_hf_token.py) '
+            'empty token: pipe it in (printf %s "$TOKEN" | python -m scripts.save_hf_token) '
             "or run without a pipe to be prompted"
         )
     if len(token) > MAX_PAYLOAD_BYTES:
@@ -552,7 +546,7 @@ def save(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python scripts/save_hf_token.py",
+        prog="python -m scripts.save_hf_token",
         description=(
             "Store the Hugging Face token in Secret Manager for the TPU VM to fetch. The token "
             "is read from stdin when it is piped in, else from a hidden prompt; there is no "

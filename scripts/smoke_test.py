@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Smoke-test a tpu-vllm stack's endpoint the way its consumers use it: chat and a tool call.
 
 Why this exists: `pulumi up` only proves the server answered ``/health`` and ``/v1/models``
@@ -15,10 +14,10 @@ parser producing real ``tool_calls``. This script checks exactly that, with two 
    ``tool_calls[0]`` calls ``get_weather`` with JSON arguments holding ``city`` and
    ``finish_reason`` is ``tool_calls``.
 
-    python scripts/smoke_test.py v5e1
-    printf %s "$KEY" | python scripts/smoke_test.py --base-url http://IP:8000/v1 \\
+    python -m scripts.smoke_test v5e1
+    printf %s "$KEY" | python -m scripts.smoke_test --base-url http://IP:8000/v1 \\
         --model google/gemma-4-E2B-it
-    TPU_VLLM_API_KEY=... python scripts/smoke_test.py --base-url URL --model M
+    TPU_VLLM_API_KEY=... python -m scripts.smoke_test --base-url URL --model M
 
 With a STACK, the three values come from ``pulumi stack output --json --show-secrets -s STACK``
 (the key travels on that process's stdout, never on a command line). With ``--base-url`` and
@@ -44,23 +43,16 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import requests
 from requests.auth import AuthBase
 
-# `python scripts/smoke_test.py` puts scripts/ first on sys.path; the shared helpers are imported
-# as `scripts.*` from the project root.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is
-if str(PROJECT_ROOT) not in sys.path:
-    sys.path.insert(0, str(PROJECT_ROOT))
-
-from components.messages import operator_line  # noqa: E402
-from scripts import pulumi_cli  # noqa: E402
+from components.messages import operator_line
+from scripts import pulumi_cli
 
 # The questions the node's readiness check asks too: one definition (scripts/remote/wait_ready.py).
-from scripts.remote.wait_ready import (  # noqa: E402
+from scripts.remote.wait_ready import (
     CHAT_MAX_TOKENS,
     CHAT_PROMPT,
     TOOL_ARGUMENT,
@@ -177,7 +169,7 @@ def read_api_key() -> str:
     if not key:
         raise SetupError(
             f"no API key: set {API_KEY_ENV} or pipe it in, e.g. "
-            "`pulumi stack output api_key --show-secrets -s STACK | python scripts/smoke_test.py "
+            "`pulumi stack output api_key --show-secrets -s STACK | python -m scripts.smoke_test "
             "--base-url URL --model M`"
         )
     if not all(33 <= ord(c) < 127 for c in key):
@@ -545,7 +537,7 @@ def positive_seconds(text: str) -> float:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python scripts/smoke_test.py",
+        prog="python -m scripts.smoke_test",
         description=(
             "Send one chat request and one tool call to a tpu-vllm endpoint and report PASS or "
             "FAIL for each. With STACK, the URL, model and API key come from `pulumi stack "

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""One screen on a running stack: `.venv/bin/python scripts/status.py STACK`.
+"""One screen on a running stack: `.venv/bin/python -m scripts.status STACK`.
 
 What seed 003's agent needed five tools for (get_system_status, verify_model_health, get_metrics,
 get_vllm_docker_logs, get_cloud_logging_logs), from what the stack already knows:
@@ -38,14 +37,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from components import renewal, vllm_metrics
+from components.vm.ssh import SSH_USER
+from components.vm.tpu_api import ApiError, TpuApi
+from scripts import pulumi_cli
 
-from components import renewal, vllm_metrics  # noqa: E402
-from components.vm.ssh import SSH_USER  # noqa: E402
-from components.vm.tpu_api import ApiError, TpuApi  # noqa: E402
-from scripts import pulumi_cli  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_wait_ready() -> Any:
@@ -273,6 +270,7 @@ def status(stack: str, *, timeout: float, window: float, ssh_port: int = 22,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog="python -m scripts.status",
         description=(
             "One screen on a running stack: its TPU and the time left in its run, the endpoint's "
             "/health, model, load and tokens/s, the server's last startup phase, and its "

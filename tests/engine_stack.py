@@ -359,7 +359,9 @@ def engine_stack(
         engine.config_set("tpu-vllm:access.sshCidrs[0]", "127.0.0.1/32", "--path")
         # The image pin asks the loopback registry, as a user's mirror would be asked.
         engine.config_set("tpu-vllm:vllm.registryEndpoint", fakes.registry.url, "--path")
-        engine.python("scripts/save_hf_token.py", "--stack", stack, stdin=HF_TOKEN + "\n").check()
+        engine.python(
+            "-m", "scripts.save_hf_token", "--stack", stack, stdin=HF_TOKEN + "\n"
+        ).check()
         yield engine
     finally:
         fakes.stop()

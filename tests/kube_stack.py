@@ -172,7 +172,9 @@ def gke_engine_stack(tmp: Path, compute_class: str) -> Iterator[EngineStack[GkeF
         engine.config_set("tpu-vllm:access.allowedCidrs[0]", "127.0.0.0/8", "--path")
         engine.config_set("tpu-vllm:gke.cluster", CLUSTER, "--path")
         engine.config_set("tpu-vllm:vllm.registryEndpoint", fakes.registry.url, "--path")
-        engine.python("scripts/save_hf_token.py", "--stack", STACK, stdin=HF_TOKEN + "\n").check()
+        engine.python(
+            "-m", "scripts.save_hf_token", "--stack", STACK, stdin=HF_TOKEN + "\n"
+        ).check()
         yield engine
     finally:
         fakes.stop()

@@ -16,7 +16,8 @@ from typing import Any
 
 from pulumi.runtime import mocks
 
-from components.remote_scripts import READINESS_ANSWER_SECONDS, READINESS_HEARTBEAT_SECONDS
+from components.remote_scripts import READINESS_ANSWER_SECONDS
+from components.vm.node_scripts import READINESS_HEARTBEAT_SECONDS
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
 from tests.fakes.ssh_host import SshHost

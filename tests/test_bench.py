@@ -26,7 +26,7 @@ import pytest
 from scripts import bench
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "bench.py"
+MODULE = "scripts.bench"
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm_bench"
 API_KEY = "SENTINEL-API-KEY-7f3c9a"
 PRIVATE_KEY = "\n".join(
@@ -577,13 +577,13 @@ def test_failed_run_keeps_what_was_collected(
 def test_cli_entry_point(tmp_path: Path) -> None:
     done = subprocess.run(
         [
-            *(sys.executable, str(SCRIPT), "v5e1", "--from-results", str(FIXTURES)),
+            *(sys.executable, "-m", MODULE, "v5e1", "--from-results", str(FIXTURES)),
             *("--hourly-cost", "0.58", "--out", str(tmp_path)),
         ],
         capture_output=True,
         text=True,
         check=False,
-        cwd=tmp_path,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     assert "| 64 | 1024 |" in done.stdout

@@ -16,7 +16,7 @@ from tests.pulumi_program import ROOT
 def test_operations_tables_match_the_stack_files_catalog_and_timeouts() -> None:
     expected = budget.render_table(budget.all_stacks())
     found = budget.generated((ROOT / "docs" / "operations.md").read_text())
-    assert found == expected, "run `.venv/bin/python scripts/budget.py --update-readme`"
+    assert found == expected, "run `.venv/bin/python -m scripts.budget --update-readme`"
 
 
 def test_readme_first_screen_names_the_cost_per_hour_run_and_day() -> None:
@@ -24,7 +24,7 @@ def test_readme_first_screen_names_the_cost_per_hour_run_and_day() -> None:
     cost of every stack, as the program's own figures give them."""
     first = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
     assert budget.summary_table(budget.all_stacks()) in first, (
-        "run `.venv/bin/python scripts/budget.py --update-readme`"
+        "run `.venv/bin/python -m scripts.budget --update-readme`"
     )
     for column in ("per hour", "one run, at most", "a day kept alive, at most"):
         assert column in first

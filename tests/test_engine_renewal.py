@@ -137,7 +137,7 @@ def test_first_up_names_the_node(life: Lifecycle) -> None:
 def test_renew_does_nothing_outside_the_window(life: Lifecycle) -> None:
     with life.step("too-early", after="up"):
         engine = life.engine
-        run = engine.python("scripts/renew.py", STACK).check()
+        run = engine.python("-m", "scripts.renew", STACK).check()
         assert "nothing to do" in run.stdout, run.output
         assert len(engine.fakes.tpu.requests_for("queuedResources.create")) == 1
 
@@ -157,7 +157,7 @@ def test_renew_inside_the_window_replaces_the_node_create_before_delete(life: Li
         time.sleep(1)
         started = time.monotonic()
         try:
-            run = engine.python("scripts/renew.py", STACK, env=wrap_pulumi(engine, log)).check()
+            run = engine.python("-m", "scripts.renew", STACK, env=wrap_pulumi(engine, log)).check()
             took = time.monotonic() - started
             time.sleep(2)
         finally:
@@ -251,7 +251,7 @@ def test_a_successor_that_cannot_answer_does_not_take_the_name(life: Lifecycle) 
         client = Client(CachingResolver(StandinZone(fakes.standin_state)), 8000, outputs["api_key"])
         client.start()
         try:
-            run = engine.python("scripts/renew.py", STACK)
+            run = engine.python("-m", "scripts.renew", STACK)
         finally:
             client.stop()
             fakes.fleet.scenario = good

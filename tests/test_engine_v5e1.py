@@ -156,7 +156,7 @@ def test_outputs_meet_the_contract(life: Lifecycle) -> None:
         with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - loopback
             assert MODEL in answer.read().decode()
         # And the README's own check of it, which reads the outputs through the CLI.
-        smoke = engine.python("scripts/smoke_test.py", STACK).check()
+        smoke = engine.python("-m", "scripts.smoke_test", STACK).check()
         assert "FAIL" not in smoke.stdout
         assert_no_sentinel(smoke.output, life, "the smoke test's output")
 

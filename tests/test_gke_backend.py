@@ -434,7 +434,7 @@ def test_missing_hf_token_secret_fails_before_any_gke_resource() -> None:
     result = run_program(STACK, call=call, expect_error=True)
     message = str(result.error)
     assert "tpu-vllm:access.hfTokenSecret" in message
-    assert f"python scripts/save_hf_token.py --stack {STACK}" in message
+    assert f"python -m scripts.save_hf_token --stack {STACK}" in message
     assert result.resources == []
 
 

@@ -1,6 +1,6 @@
 """The VM's container log to Cloud Logging, over real SSH with the fake docker (issue 24).
 
-The start command runs `docker run --log-driver gcplogs ...` (components/remote_scripts.py
+The start command runs `docker run --log-driver gcplogs ...` (components/vm/node_scripts.py
 `log_flags`); the fake docker treats the flags as dockerd does (moby daemon/logger: options
 validated per driver at create, the driver's start-time ping to Cloud Logging, dual logging's
 local cache so `docker logs` still reads the container) and writes what gcplogs would ship to
@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from components import log_links, remote_scripts
+from components import log_links
+from components.vm import node_scripts
 from components.vm.vllm import CONTAINER
 from tests.fakes.metadata_server import FakeMetadataServer
 from tests.fakes.secret_manager import FakeSecretManager
@@ -77,7 +78,7 @@ def test_without_monitoring_the_container_keeps_dockers_default_driver(node: Ssh
 
 def _start_script(node: SshHost, wait: int, retry: float) -> str:
     config = config_for("v5e1", on_host(node))
-    return remote_scripts.start_server_script(config, CONTAINER, wait, retry)
+    return node_scripts.start_server_script(config, CONTAINER, wait, retry)
 
 
 def test_a_refusal_is_waited_out_then_the_log_is_shipped(node: SshHost) -> None:

@@ -338,7 +338,7 @@ def test_each_stack_file_says_what_to_set_before_its_first_up(path: Path) -> Non
     assert f"Before the first `pulumi up -s {stack}`" in header
     assert f"pulumi config set gcp:project YOUR_PROJECT -s {stack}" in header
     assert "'tpu-vllm:access.allowedCidrs[0]'" in header
-    assert f"scripts/save_hf_token.py --stack {stack}" in header
+    assert f".venv/bin/python -m scripts.save_hf_token --stack {stack}" in header
     assert "gcloud auth application-default login" in header
     gke = yaml.safe_load(text)["config"].get("tpu-vllm:backend") == "gke"
     if gke:

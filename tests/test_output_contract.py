@@ -195,7 +195,7 @@ def test_output_values_have_their_documented_shapes(stack: str) -> None:
     assert set(restored) == {"restored", "files", "bytes", "seconds", "generation", "reason"}
     assert restored["generation"].startswith(run.outputs["compile_cache"])
     assert run.outputs["replicas"] == 1
-    assert run.outputs["renew_command"] == f".venv/bin/python scripts/renew.py {stack}"
+    assert run.outputs["renew_command"] == f".venv/bin/python -m scripts.renew {stack}"
 
 
 def test_gke_output_values_have_their_documented_shapes() -> None:
@@ -236,7 +236,7 @@ def test_gke_expiry_and_renewal_outputs_keep_their_meaning_under_node_recycling(
     assert notice and "replacement 60 minutes before" in notice[0]
     # On the VM backend they keep theirs: the run's end, and the command that renews it.
     vm = run_program("v5e1")
-    assert vm.outputs["expires_at"] and vm.outputs["renew_command"].endswith("renew.py v5e1")
+    assert vm.outputs["expires_at"] and vm.outputs["renew_command"].endswith("renew v5e1")
     assert vm.outputs["replicas"] == 1
 
 

@@ -32,7 +32,7 @@ SENTINEL = "PLANSECRETSENTINEL0123456789abcdefghijklmnop"
 def run_plan_script(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "PULUMI_"))}
     return subprocess.run(
-        [sys.executable, "scripts/plan.py", *args],
+        [sys.executable, "-m", "scripts.plan", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

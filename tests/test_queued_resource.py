@@ -953,7 +953,7 @@ def delete_and_wait(api: ScriptedTpuApi, *, just_created: bool = False, **timing
     from components.vm.queued_resource_spec import Timing
 
     values = {"poll_seconds": 0.01, "delete_timeout_seconds": 5.0, **timing}
-    queued_resource_delete._delete_and_wait(
+    queued_resource_delete.delete_and_wait(
         api,  # type: ignore[arg-type]
         "qr-1",
         Timing(**values),  # type: ignore[arg-type]

@@ -139,7 +139,7 @@ NEXT_STEPS = (
     "  1. gcp:project, one line under `config:`:\n       gcp:project: YOUR_PROJECT\n",
     "  2. who may connect, under `tpu-vllm:access:`",
     "       allowedCidrs:\n         - YOUR.CLIENTS.RANGE/24",
-    "     .venv/bin/python scripts/save_hf_token.py --stack {stack}\n",
+    "     .venv/bin/python -m scripts.save_hf_token --stack {stack}\n",
     "  4. gcloud auth application-default login\n",
     "  5. install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh\n",
     "Then run this again: scripts/quickstart.sh {stack}\n",
@@ -265,14 +265,41 @@ def test_readme_tests_section_and_ci_use_the_same_test_command() -> None:
 @pytest.mark.parametrize("page", doc_pages(), ids=lambda p: p.name)
 def test_docs_run_python_one_way_only(page: Path) -> None:
     """One interpreter convention (the Quickstart's `.venv/bin/python`, no activation), in the
-    README and every docs/ page: a bare `python scripts/...` on a fresh machine runs without the
+    README and every docs/ page: a bare `python -m scripts...` on a fresh machine runs without the
     program's packages. The same holds for `renew_command`, which `pulumi up` prints for the
     reader to copy."""
     text = page.read_text()
     bare = re.findall(r"(?<![\w./-])python3? (?:-m (?!venv )|scripts/)\S+", text)
     assert not bare, bare
     assert "activate" not in text
-    assert renew_command("v5e1").startswith(".venv/bin/python scripts/renew.py ")
+    assert renew_command("v5e1").startswith(".venv/bin/python -m scripts.renew ")
+
+
+#: Where a user or a machine is told how to run an operator script.
+RUN_INSTRUCTIONS = (
+    *doc_pages(),
+    *sorted(ROOT.glob(".github/workflows/*.yml")),
+    *sorted(ROOT.glob("Pulumi.*.yaml")),
+    QUICKSTART,
+)
+
+
+@pytest.mark.parametrize("path", RUN_INSTRUCTIONS, ids=lambda p: p.name)
+def test_the_operator_scripts_are_run_as_modules(path: Path) -> None:
+    """`python -m scripts.NAME` from the project root, never `python scripts/NAME.py`: the
+    scripts import `components` and `scripts` as packages and edit no `sys.path`."""
+    stale = re.findall(r"python3?\"? scripts/\w+\.py", path.read_text())
+    assert not stale, stale
+
+
+@pytest.mark.parametrize("script", sorted((ROOT / "scripts").glob("*.py")), ids=lambda p: p.name)
+def test_no_operator_script_edits_sys_path(script: Path) -> None:
+    """Modules, not files to execute: no `sys.path` edit (so no `# noqa: E402` after one), and
+    no shebang that would invite running one by its path."""
+    text = script.read_text()
+    assert "sys.path" not in text
+    assert "E402" not in text
+    assert not text.startswith("#!")
 
 
 def test_gke_stack_offline_plan_and_the_plugin_it_will_need(tmp_path: Path) -> None:

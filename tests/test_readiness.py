@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from components.remote_scripts import READINESS_HEARTBEAT_SECONDS
+from components.vm.node_scripts import READINESS_HEARTBEAT_SECONDS
 from tests.pulumi_program import ROOT, run_program
 from tests.remote_stack import commands
 

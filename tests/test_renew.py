@@ -21,9 +21,18 @@ from googleapiclient.errors import HttpError
 
 from components import renewal
 from components.renewal import renew_command
-from components.vm.queued_resource_spec import Spec
+from components.vm.queued_resource_spec import (
+    DEAD_STATES,
+    ENDED_STATES,
+    FINAL_STATES,
+    LEAVING_STATES,
+    LIVE_STATES,
+    STATES,
+    Spec,
+)
 from components.vm.tpu import queued_resource_props
 from scripts import renew
+from tests import discovery
 from tests.fakes.fake_pulumi import FakePulumi
 from tests.fakes.tpu_api import FakeTpuApi, ManualClock
 from tests.mock_outputs import EXPIRES_AT, SERVED_IMAGE
@@ -280,34 +289,50 @@ def test_outputs_are_read_without_secrets(
     assert all("--show-secrets" not in argv for argv in fake_pulumi.argvs())
 
 
-@pytest.mark.parametrize(
-    ("state", "renews"),
-    [
-        (None, True),
-        ("SUSPENDED", True),
-        ("FAILED", True),
-        ("ACTIVE", False),
-        ("CREATING", False),
-        ("ACCEPTED", False),
-        ("WAITING_FOR_RESOURCES", False),
-        ("PROVISIONING", False),
-        ("SUSPENDING", False),
-        ("DELETING", False),
-        ("STATE_UNSPECIFIED", False),
-    ],
-)
+#: Without a renewal window: what the script does in each of the API's states, and when gone.
+DECISIONS = [
+    (None, True),
+    ("SUSPENDED", True),
+    ("FAILED", True),
+    ("ACTIVE", False),
+    ("CREATING", False),
+    ("ACCEPTED", False),
+    ("WAITING_FOR_RESOURCES", False),
+    ("PROVISIONING", False),
+    ("SUSPENDING", False),
+    ("DELETING", False),
+    ("STATE_UNSPECIFIED", False),
+]
+
+
+@pytest.mark.parametrize(("state", "renews"), DECISIONS)
 def test_only_ended_or_gone_queued_resources_are_renewed(state: str | None, renews: bool) -> None:
     assert renew.decide(state).renew is renews
 
 
+def test_the_state_names_are_the_tpu_apis_own_and_shared_with_the_provider() -> None:
+    """One set of names: the API's enum, split into live, final and leaving; the provider's
+    dead and ended states are built from them, unchanged. The decisions above cover every
+    state, and renew exactly the final ones."""
+    schema = discovery.document("tpu.v2alpha1")["schemas"]["QueuedResourceState"]
+    assert list(STATES) == schema["properties"]["state"]["enum"]
+    named = [state for group in (LIVE_STATES, FINAL_STATES, LEAVING_STATES) for state in group]
+    assert sorted([*named, "STATE_UNSPECIFIED"]) == sorted(STATES)  # each state once
+    assert {"FAILED", "SUSPENDING", "SUSPENDED", "DELETING"} == DEAD_STATES
+    assert {"SUSPENDING", "SUSPENDED", "FAILED"} == ENDED_STATES
+    assert {state for state, _ in DECISIONS} == {None, *STATES}
+    assert {state for state, renews in DECISIONS if renews and state} == FINAL_STATES
+
+
 def test_the_script_runs_from_a_shell_like_cron_would(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, tmp_path: Path
+    tpu: FakeTpuApi, fake_pulumi: FakePulumi
 ) -> None:
-    """`python scripts/renew.py STACK` from another directory: imports resolve, exit 0."""
+    """`.venv/bin/python -m scripts.renew STACK` in the project root, as cron's `cd` and the
+    workflow run it: imports resolve, exit 0."""
     deployed(fake_pulumi, in_state(tpu, "SUSPENDED"))
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "renew.py"), STACK],
-        cwd=tmp_path,
+        [sys.executable, "-m", "scripts.renew", STACK],
+        cwd=ROOT,
         env=dict(os.environ),
         capture_output=True,
         text=True,
@@ -332,11 +357,11 @@ def test_the_stack_says_what_will_happen_and_when(stack: str) -> None:
     """`renew_command` is the command to run, and `pulumi up` ends by saying when the run ends
     and what brings the node back."""
     run = run_program(stack)
-    assert run.outputs["renew_command"] == f".venv/bin/python scripts/renew.py {stack}"
+    assert run.outputs["renew_command"] == f".venv/bin/python -m scripts.renew {stack}"
     assert run.outputs["expires_at"] == EXPIRES_AT
     [notice] = [message for _, message in run.log if "flex-start run ends" in message]
     assert f"ends at {EXPIRES_AT}" in notice
-    assert f"`.venv/bin/python scripts/renew.py {stack}`" in notice
+    assert f"`.venv/bin/python -m scripts.renew {stack}`" in notice
     assert "every 15 minutes" in notice
 
 
@@ -344,7 +369,7 @@ def test_a_spot_stack_is_told_it_has_no_run_limit() -> None:
     run = run_program(
         "v5e1", {"tpu-vllm:tpu.provisioning": "spot", "tpu-vllm:tpu.maxRunDuration": None}
     )
-    assert run.outputs["renew_command"] == ".venv/bin/python scripts/renew.py v5e1"
+    assert run.outputs["renew_command"] == ".venv/bin/python -m scripts.renew v5e1"
     assert any("no run limit" in message for _, message in run.log)
 
 

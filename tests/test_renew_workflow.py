@@ -112,7 +112,7 @@ def test_each_stack_from_the_repository_variable_runs_the_renew_script() -> None
     assert "vars.RENEW_STACKS" in renew["strategy"]["matrix"]["stack"]
     assert renew["strategy"]["fail-fast"] is False  # one stack's failure never skips another
     runs = [s["run"] for s in renew["steps"] if "run" in s]
-    assert '.venv/bin/python scripts/renew.py "$STACK"' in runs
+    assert '.venv/bin/python -m scripts.renew "$STACK"' in runs
     # The stack name reaches the shell through the environment, never spliced into a script.
     assert not any("${{" in run for run in runs)
     assert renew["concurrency"] == {

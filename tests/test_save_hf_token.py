@@ -33,7 +33,7 @@ from tests.fakes.secret_manager import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "save_hf_token.py"
+MODULE = "scripts.save_hf_token"
 PROJECT = "test-proj"
 SECRET = "hf-token"
 SENTINEL = b"hf_SENTINEL_6f1d0c2a9b7e4d35"
@@ -82,7 +82,7 @@ def script_env(fake: FakeSecretManager, **extra: str) -> dict[str, str]:
 
 
 def script_argv(*args: str) -> list[str]:
-    return [sys.executable, str(SCRIPT), *args]
+    return [sys.executable, "-m", MODULE, *args]
 
 
 def run_script(

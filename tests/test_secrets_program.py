@@ -36,7 +36,7 @@ def test_missing_hf_token_secret_fails_before_anything_is_created() -> None:
     message = str(result.error)
     assert "tpu-vllm:access.hfTokenSecret" in message
     assert "projects/test-project/secrets/hf-token" in message
-    assert "`.venv/bin/python scripts/save_hf_token.py --stack v5e1`" in message
+    assert "`.venv/bin/python -m scripts.save_hf_token --stack v5e1`" in message
     assert result.resources == []
 
 

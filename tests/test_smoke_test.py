@@ -30,7 +30,7 @@ from tests.fakes.openai_server import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "smoke_test.py"
+MODULE = "scripts.smoke_test"
 SENTINEL = "sk-SENTINEL-5d2c9e7a1f0b4c83a6e1d9f2b7c4a0e8x"  # 48 characters, like the stack's
 RUN_TIMEOUT = 30
 STACK = "v5e1"
@@ -64,7 +64,7 @@ def run_script(
     }
     if key is not None:
         env["TPU_VLLM_API_KEY"] = key
-    argv = [sys.executable, str(SCRIPT), *args]
+    argv = [sys.executable, "-m", MODULE, *args]
     assert not any(SENTINEL in a for a in argv)
     proc = subprocess.run(
         argv,

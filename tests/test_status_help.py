@@ -12,13 +12,15 @@ import sys
 from tests.docs import ROOT
 
 SCRIPT = ROOT / "scripts" / "status.py"
+MODULE = "scripts.status"
 #: argparse's own status for a usage error (a missing or unknown argument).
 ARGPARSE_USAGE_ERROR = 2
 
 
 def help_text() -> str:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--help"],
+        [sys.executable, "-m", MODULE, "--help"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
@@ -65,7 +67,7 @@ def described_statuses(text: str) -> dict[int, str]:
 
 def test_the_help_names_the_argument_and_what_it_is() -> None:
     text = help_text()
-    assert re.search(r"usage: status\.py .* STACK\b", text), text
+    assert re.search(r"usage: python -m scripts\.status .* STACK\b", text), text
     described = re.search(r"positional arguments: STACK (.+?) options:", text)
     assert described, text
     assert "Pulumi stack" in described.group(1) and "e.g. v5e1" in described.group(1)
@@ -82,7 +84,12 @@ def test_the_help_describes_each_exit_status_the_code_returns() -> None:
 
 def test_a_missing_argument_exits_with_the_usage_status() -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, check=False, timeout=60
+        [sys.executable, "-m", MODULE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert done.returncode == ARGPARSE_USAGE_ERROR
     assert "STACK" in done.stderr

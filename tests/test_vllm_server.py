@@ -355,7 +355,7 @@ def test_parse_ready_without_a_result_line() -> None:
 
 
 def test_readiness_follows_the_printed_container_id_or_else_the_name() -> None:
-    from components.remote_scripts import container_ref
+    from components.vm.node_scripts import container_ref
 
     pulled = "Unable to find image locally\nnightly: Pulling from vllm/vllm-tpu\n" + "ab12" * 16
     assert container_ref(pulled + "\n", "tpu-vllm") == "ab12" * 16

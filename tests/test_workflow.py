@@ -58,7 +58,7 @@ def test_plan_runs_for_every_pr_with_no_credentials() -> None:
     text = yaml.safe_dump(job)
     assert "secrets." not in text
     assert "id-token" not in text
-    assert "scripts/plan.py" in text
+    assert "python -m scripts.plan" in text
     assert "diff -u" in text
     assert job["strategy"]["matrix"]["stack"] == STACKS
 

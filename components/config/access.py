@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from components.config.backend import DEFAULT_BACKEND, Backend
 from components.config.keys import NAMESPACE
-from components.config.reader import _as_bool, _as_str, _as_str_list, _Reader
+from components.config.reader import Reader, as_bool, as_str, as_str_list
 from components.ssh_dial import PER_DIAL_TIMEOUT_SECONDS, dial_budget_seconds
 
 # seed 000 §1.1 `gcloud secrets create hf-token`.
@@ -41,22 +41,22 @@ def _blocked_dial_minutes() -> int:
     return round(dial_budget_seconds(seconds_per_failed_dial=PER_DIAL_TIMEOUT_SECONDS) / 60)
 
 
-def _parse_access(
-    r: _Reader, warnings: list[str], backend: Backend | None = DEFAULT_BACKEND
+def parse_access(
+    r: Reader, warnings: list[str], backend: Backend | None = DEFAULT_BACKEND
 ) -> AccessSettings | None:
     before = len(r.problems)
-    allow_public = r.get("allowPublic", _as_bool, False, "true or false")
+    allow_public = r.get("allowPublic", as_bool, False, "true or false")
     allowed = _parse_cidrs(r, "allowedCidrs", allow_public, required=True)
     ssh = _parse_cidrs(r, "sshCidrs", allow_public, required=False)
-    secret = r.get("hfTokenSecret", _as_str, DEFAULT_HF_TOKEN_SECRET, "a secret name")
+    secret = r.get("hfTokenSecret", as_str, DEFAULT_HF_TOKEN_SECRET, "a secret name")
     if not _SECRET_ID_RE.match(secret):
         r.fail(
             "hfTokenSecret",
             secret,
             "not a Secret Manager secret id. Fix: letters, digits, _ and -, at most 255",
         )
-    unverified = r.get("allowUnverifiedHostKey", _as_bool, False, "true or false")
-    network = r.get("network", _as_str, DEFAULT_NETWORK, "a VPC network name")
+    unverified = r.get("allowUnverifiedHostKey", as_bool, False, "true or false")
+    network = r.get("network", as_str, DEFAULT_NETWORK, "a VPC network name")
     if not _NETWORK_RE.match(network):
         r.fail(
             "network",
@@ -102,7 +102,7 @@ def _parse_access(
 
 
 def _parse_cidrs(
-    r: _Reader, name: str, allow_public: bool, *, required: bool
+    r: Reader, name: str, allow_public: bool, *, required: bool
 ) -> tuple[str, ...] | None:
     raw = r.values.get(name)
     if raw is None:
@@ -117,7 +117,7 @@ def _parse_cidrs(
     if isinstance(raw, str):  # `pulumi config set` without --path: "a, b" or one value
         raw = [part.strip() for part in raw.split(",") if part.strip()]
     try:
-        cidrs = _as_str_list(raw)
+        cidrs = as_str_list(raw)
     except TypeError:
         r.fail(name, raw, "not a list. Fix: a list of CIDR ranges such as [10.0.0.0/8]")
         return None

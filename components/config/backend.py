@@ -25,7 +25,7 @@ BACKEND_ALIASES: Mapping[str, Backend] = {
 }
 
 
-def _parse_backend(raw: Any, problems: list[str]) -> Backend | None:
+def parse_backend(raw: Any, problems: list[str]) -> Backend | None:
     """`tpu-vllm:backend`: `vm` (the default) or `gke`; anything else names the closest one."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return DEFAULT_BACKEND

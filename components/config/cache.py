@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from components.config.reader import _as_bool, _as_float, _as_str, _parse_positive_duration, _Reader
+from components.config.reader import Reader, as_bool, as_float, as_str, parse_positive_duration
 
 DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
 #: How often the node saves again after the post-ready save. On a VM this is the bound on what
@@ -35,9 +35,9 @@ class CacheSettings:
     save_interval_seconds: int = 300
 
 
-def _parse_cache(r: _Reader) -> CacheSettings:
-    enabled = r.get("enabled", _as_bool, True, "true or false")
-    bucket = r.get("bucket", _as_str, None, "a Cloud Storage bucket name")
+def parse_cache(r: Reader) -> CacheSettings:
+    enabled = r.get("enabled", as_bool, True, "true or false")
+    bucket = r.get("bucket", as_str, None, "a Cloud Storage bucket name")
     if bucket is not None:
         bucket = bucket.removeprefix("gs://").rstrip("/")
         if not _BUCKET_RE.match(bucket) or ".." in bucket or bucket.startswith("goog"):
@@ -49,9 +49,9 @@ def _parse_cache(r: _Reader) -> CacheSettings:
                 "stack create its own bucket",
             )
             bucket = None
-    timeout = _parse_positive_duration(r, "restoreTimeout", DEFAULT_CACHE_RESTORE_TIMEOUT)
+    timeout = parse_positive_duration(r, "restoreTimeout", DEFAULT_CACHE_RESTORE_TIMEOUT)
     min_compile = _parse_min_compile_seconds(r)
-    interval = _parse_positive_duration(r, "saveInterval", DEFAULT_CACHE_SAVE_INTERVAL)
+    interval = parse_positive_duration(r, "saveInterval", DEFAULT_CACHE_SAVE_INTERVAL)
     return CacheSettings(
         enabled=enabled,
         bucket=bucket,
@@ -61,10 +61,10 @@ def _parse_cache(r: _Reader) -> CacheSettings:
     )
 
 
-def _parse_min_compile_seconds(r: _Reader) -> float:
+def _parse_min_compile_seconds(r: Reader) -> float:
     """`cache.minCompileSeconds`: a finite number of seconds >= 0 (JAX reads it with float())."""
     what = "a number of seconds >= 0, e.g. 0 (cache every compile) or 1.0 (JAX's own default)"
-    value = r.get("minCompileSeconds", _as_float, None, what)
+    value = r.get("minCompileSeconds", as_float, None, what)
     if value is not None and not (math.isfinite(value) and value >= 0):
         r.fail(
             "minCompileSeconds",

@@ -6,18 +6,18 @@ from components.catalog import Chip, Provisioning
 from components.config.backend import Backend
 from components.config.gke import GkeSettings
 from components.config.keys import NAMESPACE
-from components.config.reader import _as_float, _Reader
+from components.config.reader import Reader, as_float
 
 
-def _parse_cost(r: _Reader) -> float | None:
+def parse_cost(r: Reader) -> float | None:
     """`cost.hourlyUsd`: a positive price for the whole slice, or None (the catalog's)."""
-    hourly_override = r.get("hourlyUsd", _as_float, None, "a price in USD, e.g. 1.2")
+    hourly_override = r.get("hourlyUsd", as_float, None, "a price in USD, e.g. 1.2")
     if hourly_override is not None and hourly_override <= 0:
         r.fail("hourlyUsd", hourly_override, "must be positive. Fix: a price in USD per hour")
     return hourly_override
 
 
-def _hourly_cost(
+def hourly_cost(
     hourly_override: float | None,
     *,
     chip: Chip,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.config.reader import _as_str, _Reader
+from components.config.reader import Reader, as_str
 
 # Cloud DNS: a managed zone's name is 1-63 of [a-z0-9-], starting with a letter and not ending
 # with a dash; a record name is dot-separated labels of 1-63 of [a-z0-9-] (RFC 1123 host names).
@@ -23,10 +23,10 @@ class DnsSettings:
     name: str
 
 
-def _parse_dns(r: _Reader, stack: str) -> DnsSettings | None:
+def parse_dns(r: Reader, stack: str) -> DnsSettings | None:
     """Both keys are optional; a name without a zone is a mistake, not a silent no-op."""
-    zone = r.get("managedZone", _as_str, None, "a Cloud DNS managed zone name")
-    name = r.get("name", _as_str, None, "a host name such as v5e1")
+    zone = r.get("managedZone", as_str, None, "a Cloud DNS managed zone name")
+    name = r.get("name", as_str, None, "a host name such as v5e1")
     if zone is None:
         if name is not None:
             r.fail(

@@ -11,7 +11,7 @@ from components import catalog
 from components.catalog import Chip, Provisioning
 from components.config.backend import DEFAULT_BACKEND, Backend
 from components.config.keys import NAMESPACE
-from components.config.reader import _as_int, _as_str, _Reader
+from components.config.reader import Reader, as_int, as_str
 from components.messages import show
 
 #: Two, so that a node being recycled (or a replica starting) never takes the endpoint down: the
@@ -49,8 +49,8 @@ def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-def _parse_gke(
-    r: _Reader,
+def parse_gke(
+    r: Reader,
     *,
     backend: Backend | None,
     chip: Chip | None,
@@ -61,7 +61,7 @@ def _parse_gke(
 ) -> GkeSettings | None:
     """The `gke` section, and what the gke backend demands of the chip and zones."""
     before = len(r.problems)
-    replicas = r.get("replicas", _as_int, DEFAULT_GKE_REPLICAS, "a whole number of replicas")
+    replicas = r.get("replicas", as_int, DEFAULT_GKE_REPLICAS, "a whole number of replicas")
     if replicas < 1:
         r.fail(
             "replicas",
@@ -69,7 +69,7 @@ def _parse_gke(
             "must be at least 1 (one TPU node of the stack's ComputeClass per replica). Fix: "
             f"`pulumi config set --path '{r.key('replicas')}' 1`, or `pulumi destroy` to stop",
         )
-    cluster = r.get("cluster", _as_str, "", "a cluster name or projects/P/locations/L/clusters/N")
+    cluster = r.get("cluster", as_str, "", "a cluster name or projects/P/locations/L/clusters/N")
     path = _CLUSTER_PATH_RE.match(cluster) if cluster else None
     if cluster and not path and not _CLUSTER_NAME_RE.match(cluster):
         r.fail(
@@ -122,7 +122,7 @@ def _location_of(zones: Sequence[str]) -> str:
 
 
 def _check_gke_zones(
-    r: _Reader, chip: Chip, provisioning: Provisioning | None, zones: Sequence[str]
+    r: Reader, chip: Chip, provisioning: Provisioning | None, zones: Sequence[str]
 ) -> None:
     regions = sorted({region_of(z) for z in zones})
     if len(regions) > 1:

@@ -16,26 +16,26 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components.config.access import AccessSettings, _parse_access
-from components.config.backend import DEFAULT_BACKEND, Backend, _parse_backend
-from components.config.cache import CacheSettings, _parse_cache
-from components.config.cost import _hourly_cost, _parse_cost
-from components.config.dns import DnsSettings, _parse_dns
-from components.config.gke import GkeSettings, _parse_gke
+from components.config.access import AccessSettings, parse_access
+from components.config.backend import DEFAULT_BACKEND, Backend, parse_backend
+from components.config.cache import CacheSettings, parse_cache
+from components.config.cost import hourly_cost, parse_cost
+from components.config.dns import DnsSettings, parse_dns
+from components.config.gke import GkeSettings, parse_gke
 from components.config.keys import KEYS, NAMESPACE
-from components.config.model import ModelSettings, _check_fit, _parse_model
-from components.config.monitoring import MonitoringSettings, _parse_monitoring
-from components.config.reader import ConfigError, _as_str, _parse_positive_duration, _Reader
-from components.config.renewal import RenewalSettings, _parse_renewal
+from components.config.model import ModelSettings, check_fit, parse_model
+from components.config.monitoring import MonitoringSettings, parse_monitoring
+from components.config.reader import ConfigError, Reader, as_str, parse_positive_duration
+from components.config.renewal import RenewalSettings, parse_renewal
 from components.config.tpu import (
     DEFAULT_CAPACITY_WAIT,
     TpuSettings,
-    _parse_chip,
-    _parse_max_run,
-    _parse_provisioning,
-    _parse_zones,
+    parse_chip,
+    parse_max_run,
+    parse_provisioning,
+    parse_zones,
 )
-from components.config.vllm import VllmSettings, _parse_vllm
+from components.config.vllm import VllmSettings, parse_vllm
 from components.messages import show
 
 
@@ -141,23 +141,23 @@ def parse_stack_config(
             f"gcp:project = {show(project or '')}: a GCP project is required. Fix: "
             f"`pulumi config set gcp:project YOUR_PROJECT -s {stack}`."
         )
-    tpu_r = _Reader("tpu", sections.get("tpu"), problems)
-    model_r = _Reader("model", sections.get("model"), problems)
-    vllm_r = _Reader("vllm", sections.get("vllm"), problems)
-    access_r = _Reader("access", sections.get("access"), problems)
-    cost_r = _Reader("cost", sections.get("cost"), problems)
-    dns_r = _Reader("dns", sections.get("dns"), problems)
-    gke_r = _Reader("gke", sections.get("gke"), problems)
-    cache_r = _Reader("cache", sections.get("cache"), problems)
-    renewal_r = _Reader("renewal", sections.get("renewal"), problems)
-    monitoring_r = _Reader("monitoring", sections.get("monitoring"), problems)
+    tpu_r = Reader("tpu", sections.get("tpu"), problems)
+    model_r = Reader("model", sections.get("model"), problems)
+    vllm_r = Reader("vllm", sections.get("vllm"), problems)
+    access_r = Reader("access", sections.get("access"), problems)
+    cost_r = Reader("cost", sections.get("cost"), problems)
+    dns_r = Reader("dns", sections.get("dns"), problems)
+    gke_r = Reader("gke", sections.get("gke"), problems)
+    cache_r = Reader("cache", sections.get("cache"), problems)
+    renewal_r = Reader("renewal", sections.get("renewal"), problems)
+    monitoring_r = Reader("monitoring", sections.get("monitoring"), problems)
 
-    backend = _parse_backend(sections.get("backend"), problems)
-    chip = _parse_chip(tpu_r)
-    provisioning = _parse_provisioning(tpu_r)
-    max_run_seconds = _parse_max_run(tpu_r, provisioning)
-    zones = _parse_zones(tpu_r, chip, provisioning, warnings, backend)
-    gke = _parse_gke(
+    backend = parse_backend(sections.get("backend"), problems)
+    chip = parse_chip(tpu_r)
+    provisioning = parse_provisioning(tpu_r)
+    max_run_seconds = parse_max_run(tpu_r, provisioning)
+    zones = parse_zones(tpu_r, chip, provisioning, warnings, backend)
+    gke = parse_gke(
         gke_r,
         backend=backend,
         chip=chip,
@@ -166,17 +166,17 @@ def parse_stack_config(
         project=project,
         warnings=warnings,
     )
-    runtime_version = tpu_r.get("runtimeVersion", _as_str, "", "a runtime version string")
-    capacity_wait = _parse_positive_duration(tpu_r, "capacityWait", DEFAULT_CAPACITY_WAIT)
+    runtime_version = tpu_r.get("runtimeVersion", as_str, "", "a runtime version string")
+    capacity_wait = parse_positive_duration(tpu_r, "capacityWait", DEFAULT_CAPACITY_WAIT)
 
-    model = _parse_model(model_r)
-    vllm = _parse_vllm(vllm_r, chip)
-    access = _parse_access(access_r, warnings, backend)
-    cache = _parse_cache(cache_r)
-    monitoring = _parse_monitoring(monitoring_r)
-    hourly_override = _parse_cost(cost_r)
-    dns = _parse_dns(dns_r, stack)
-    renewal_settings = _parse_renewal(
+    model = parse_model(model_r)
+    vllm = parse_vllm(vllm_r, chip)
+    access = parse_access(access_r, warnings, backend)
+    cache = parse_cache(cache_r)
+    monitoring = parse_monitoring(monitoring_r)
+    hourly_override = parse_cost(cost_r)
+    dns = parse_dns(dns_r, stack)
+    renewal_settings = parse_renewal(
         renewal_r,
         backend=backend,
         chip=chip,
@@ -188,14 +188,14 @@ def parse_stack_config(
     )
 
     if chip is not None and model is not None and vllm is not None:
-        _check_fit(chip, model, vllm, problems)
+        check_fit(chip, model, vllm, problems)
 
     if problems:
         raise ConfigError(problems)
     assert chip is not None and provisioning is not None and model is not None
     assert vllm is not None and access is not None and project is not None
     assert backend is not None and gke is not None and renewal_settings is not None
-    hourly = _hourly_cost(
+    hourly = hourly_cost(
         hourly_override,
         chip=chip,
         provisioning=provisioning,

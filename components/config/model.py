@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from components import catalog
 from components.catalog import Chip
 from components.config.keys import NAMESPACE
-from components.config.reader import _as_float, _as_str, _Reader
+from components.config.reader import Reader, as_float, as_str
 from components.config.vllm import VllmSettings
 
 
@@ -17,14 +17,14 @@ class ModelSettings:
     weights_gib: float
 
 
-def _parse_model(r: _Reader) -> ModelSettings | None:
-    model_id = r.get("id", _as_str, "", "a Hugging Face model id like google/gemma-4-E2B-it")
+def parse_model(r: Reader) -> ModelSettings | None:
+    model_id = r.get("id", as_str, "", "a Hugging Face model id like google/gemma-4-E2B-it")
     if not model_id:
         if "id" not in r.values:
             r.fail("id", None, "required. Fix: the Hugging Face model id to serve")
         return None
     entry = catalog.MODELS.get(model_id)
-    weights = r.get("weightsGiB", _as_float, None, "GiB of weights in HBM, e.g. 8.97")
+    weights = r.get("weightsGiB", as_float, None, "GiB of weights in HBM, e.g. 8.97")
     if weights is not None and weights <= 0:
         r.fail("weightsGiB", weights, "must be positive. Fix: the GiB its weights take in HBM")
         return None
@@ -43,7 +43,7 @@ def _parse_model(r: _Reader) -> ModelSettings | None:
     return ModelSettings(id=model_id, weights_gib=weights)
 
 
-def _check_fit(chip: Chip, model: ModelSettings, vllm: VllmSettings, problems: list[str]) -> None:
+def check_fit(chip: Chip, model: ModelSettings, vllm: VllmSettings, problems: list[str]) -> None:
     usable = round(chip.hbm_gib * vllm.gpu_memory_utilization, 2)
     if model.weights_gib < usable:
         return

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.config.reader import _as_bool, _as_str_list, _Reader, parse_duration
+from components.config.reader import Reader, as_bool, as_str_list, parse_duration
 
 DEFAULT_SCRAPE_INTERVAL = "30s"  # GoogleCloudPlatform/prometheus-engine examples/vllm: 30s
 DEFAULT_SCRAPE_SECONDS = 30
@@ -42,9 +42,9 @@ class MonitoringSettings:
         return bool(self.notification_channels)
 
 
-def _parse_monitoring(r: _Reader) -> MonitoringSettings:
-    enabled = r.get("enabled", _as_bool, True, "true or false")
-    uptime = r.get("uptimeCheck", _as_bool, False, "true or false")
+def parse_monitoring(r: Reader) -> MonitoringSettings:
+    enabled = r.get("enabled", as_bool, True, "true or false")
+    uptime = r.get("uptimeCheck", as_bool, False, "true or false")
     interval = _parse_scrape_interval(r)
     none: tuple[str, ...] = ()
     channels = r.get(
@@ -84,10 +84,10 @@ def _as_channel_list(value: object) -> tuple[str, ...]:
     """A list, or one comma-separated string (as `pulumi config set` gives lists elsewhere)."""
     if isinstance(value, str):
         return tuple(v.strip() for v in value.split(",") if v.strip())
-    return tuple(v.strip() for v in _as_str_list(value))
+    return tuple(v.strip() for v in as_str_list(value))
 
 
-def _parse_scrape_interval(r: _Reader) -> int:
+def _parse_scrape_interval(r: Reader) -> int:
     raw = r.values.get("scrapeInterval", DEFAULT_SCRAPE_INTERVAL)
     try:
         seconds = parse_duration(raw)

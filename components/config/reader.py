@@ -35,7 +35,7 @@ class ConfigError(pulumi.RunError):
 T = TypeVar("T")
 
 
-class _Reader:
+class Reader:
     """Reads one section's keys, recording each problem instead of stopping at the first."""
 
     def __init__(self, section: str, raw: Any, problems: list[str]) -> None:
@@ -89,7 +89,7 @@ class _Reader:
             return default
 
 
-def _as_int(value: Any) -> int:
+def as_int(value: Any) -> int:
     if isinstance(value, bool):
         raise TypeError(value)
     if isinstance(value, float) and value.is_integer():
@@ -99,13 +99,13 @@ def _as_int(value: Any) -> int:
     raise TypeError(value)
 
 
-def _as_float(value: Any) -> float:
+def as_float(value: Any) -> float:
     if isinstance(value, bool):
         raise TypeError(value)
     return float(value)
 
 
-def _as_bool(value: Any) -> bool:
+def as_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
@@ -113,20 +113,20 @@ def _as_bool(value: Any) -> bool:
     raise TypeError(value)
 
 
-def _as_str(value: Any) -> str:
+def as_str(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise TypeError(value)
     return value.strip()
 
 
-def _as_args(value: Any) -> tuple[str, ...]:
+def as_args(value: Any) -> tuple[str, ...]:
     """A list of arguments, or one string split as a shell would (`--a --b 2`)."""
     if isinstance(value, str):
         return tuple(shlex.split(value))
-    return _as_str_list(value)
+    return as_str_list(value)
 
 
-def _as_str_list(value: Any) -> tuple[str, ...]:
+def as_str_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise TypeError(value)
     if not all(isinstance(v, str) for v in value):
@@ -143,7 +143,7 @@ def parse_duration(text: str) -> int:
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
-def _parse_positive_duration(r: _Reader, name: str, default: str) -> int:
+def parse_positive_duration(r: Reader, name: str, default: str) -> int:
     raw = r.values.get(name, default)
     try:
         seconds = parse_duration(raw)

@@ -13,7 +13,7 @@ from components.catalog import Chip, Provisioning
 from components.config.backend import Backend
 from components.config.dns import DnsSettings
 from components.config.keys import NAMESPACE
-from components.config.reader import _Reader, parse_duration
+from components.config.reader import Reader, parse_duration
 from components.messages import show
 
 # `renewal.lead` by default on GKE (the ComputeClass's nodeRecycling.leadTimeSeconds): a capacity
@@ -48,8 +48,8 @@ class RenewalSettings:
     drain_seconds: int = renewal.DEFAULT_DRAIN_SECONDS
 
 
-def _parse_renewal(
-    r: _Reader,
+def parse_renewal(
+    r: Reader,
     *,
     backend: Backend | None,
     chip: Chip | None,

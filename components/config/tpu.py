@@ -10,7 +10,7 @@ from components import catalog
 from components.catalog import Chip, Provisioning
 from components.config.backend import DEFAULT_BACKEND, Backend
 from components.config.keys import NAMESPACE
-from components.config.reader import _as_str_list, _Reader, parse_duration
+from components.config.reader import Reader, as_str_list, parse_duration
 
 DEFAULT_CAPACITY_WAIT = "30m"  # per zone; the queued request expires after it.
 PROVISIONING_MODELS: tuple[Provisioning, ...] = ("flex-start", "spot", "on-demand")
@@ -40,7 +40,7 @@ def normalize_chip(name: str) -> str:
     return text
 
 
-def _parse_chip(r: _Reader) -> Chip | None:
+def parse_chip(r: Reader) -> Chip | None:
     raw = r.values.get("chip")
     if raw is None:
         r.fail("chip", None, f"required. Fix: one of {', '.join(catalog.CHIPS)}")
@@ -64,7 +64,7 @@ def _parse_chip(r: _Reader) -> Chip | None:
     return chip
 
 
-def _parse_provisioning(r: _Reader) -> Provisioning | None:
+def parse_provisioning(r: Reader) -> Provisioning | None:
     raw = r.values.get("provisioning", "flex-start")
     if raw not in PROVISIONING_MODELS:
         r.fail_choice("provisioning", raw, "provisioning model", PROVISIONING_MODELS)
@@ -72,7 +72,7 @@ def _parse_provisioning(r: _Reader) -> Provisioning | None:
     return cast(Provisioning, raw)
 
 
-def _parse_max_run(r: _Reader, provisioning: Provisioning | None) -> int | None:
+def parse_max_run(r: Reader, provisioning: Provisioning | None) -> int | None:
     raw = r.values.get("maxRunDuration")
     if raw is None:
         if provisioning == "flex-start":
@@ -104,8 +104,8 @@ def _parse_max_run(r: _Reader, provisioning: Provisioning | None) -> int | None:
     return seconds
 
 
-def _parse_zones(
-    r: _Reader,
+def parse_zones(
+    r: Reader,
     chip: Chip | None,
     provisioning: Provisioning | None,
     warnings: list[str],
@@ -115,7 +115,7 @@ def _parse_zones(
     if isinstance(raw, str):  # `pulumi config set` without --path: "a, b" or one value
         raw = [part.strip() for part in raw.split(",") if part.strip()]
     try:
-        zones = _as_str_list(raw)
+        zones = as_str_list(raw)
     except TypeError:
         r.fail(
             "zones",

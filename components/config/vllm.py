@@ -12,13 +12,13 @@ from components import catalog, image_ref
 from components.catalog import Chip
 from components.config.keys import NAMESPACE
 from components.config.reader import (
-    _as_args,
-    _as_bool,
-    _as_float,
-    _as_int,
-    _as_str,
-    _parse_positive_duration,
-    _Reader,
+    Reader,
+    as_args,
+    as_bool,
+    as_float,
+    as_int,
+    as_str,
+    parse_positive_duration,
 )
 from components.messages import show
 
@@ -123,15 +123,15 @@ def _format_number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and value > 1 else repr(float(value))
 
 
-def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
+def parse_vllm(r: Reader, chip: Chip | None) -> VllmSettings | None:
     before = len(r.problems)
-    image = r.get("image", _as_str, DEFAULT_IMAGE, "an image reference")
+    image = r.get("image", as_str, DEFAULT_IMAGE, "an image reference")
     try:
         image_ref.parse(image)
     except image_ref.ImageRefError as error:
         r.fail("image", image, f"not an image reference: {error}. Fix: {image_ref.EXAMPLE}")
-    upgrade = r.get("imageUpgrade", _as_str, "", "a label such as 2026-12-03")
-    endpoint = r.get("registryEndpoint", _as_str, "", "a URL such as https://mirror.example.com")
+    upgrade = r.get("imageUpgrade", as_str, "", "a label such as 2026-12-03")
+    endpoint = r.get("registryEndpoint", as_str, "", "a URL such as https://mirror.example.com")
     if endpoint and not _is_base_url(endpoint):
         r.fail(
             "registryEndpoint",
@@ -139,25 +139,25 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
             "not a registry base URL. Fix: scheme, host and optional port only, e.g. "
             "https://mirror.example.com or http://127.0.0.1:5000 (the lookup adds /v2/...)",
         )
-    port = r.get("port", _as_int, VLLM_DEFAULT_PORT, "a port number")
+    port = r.get("port", as_int, VLLM_DEFAULT_PORT, "a port number")
     if not 1024 <= port <= 65535:
         r.fail(
             "port",
             port,
             "not an unprivileged port. Fix: use one in 1024-65535 (vLLM's default is 8000)",
         )
-    dtype = r.get("dtype", _as_str, "bfloat16", "a dtype such as bfloat16")
+    dtype = r.get("dtype", as_str, "bfloat16", "a dtype such as bfloat16")
     if dtype not in catalog.MODEL_DTYPES:
         note = "bfloat16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2"
         r.fail_choice("dtype", dtype, "dtype", sorted(catalog.MODEL_DTYPES), note)
-    kv = r.get("kvCacheDtype", _as_str, "auto", "a KV-cache dtype such as auto")
+    kv = r.get("kvCacheDtype", as_str, "auto", "a KV-cache dtype such as auto")
     _check_kv_cache_dtype(r, kv)
-    max_model_len = r.get("maxModelLen", _as_int, None, "a token count, e.g. 32768")
+    max_model_len = r.get("maxModelLen", as_int, None, "a token count, e.g. 32768")
     if max_model_len is not None and max_model_len <= 0:
         r.fail("maxModelLen", max_model_len, "must be positive. Fix: a token count, e.g. 32768")
     # vLLM's SchedulerConfig declares it `ge=1` (vllm/config/scheduler.py): 0 or below would
     # only fail at boot, with the TPU already billing.
-    batched = r.get("maxNumBatchedTokens", _as_int, None, "a token count, e.g. 4096")
+    batched = r.get("maxNumBatchedTokens", as_int, None, "a token count, e.g. 4096")
     if batched is not None and batched <= 0:
         r.fail(
             "maxNumBatchedTokens",
@@ -165,7 +165,7 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
             "must be positive (vLLM refuses to boot otherwise). Fix: a token count, e.g. 4096 "
             "(seed 003), or remove the key for vLLM's default",
         )
-    tp = r.get("tensorParallelSize", _as_int, chip.chips if chip else 1, "an integer")
+    tp = r.get("tensorParallelSize", as_int, chip.chips if chip else 1, "an integer")
     if tp < 1:
         r.fail(
             "tensorParallelSize",
@@ -182,17 +182,17 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
             f"chip(s); tensor parallelism must equal that. Fix: set it to {chip.chips} "
             "or remove the key",
         )
-    util = r.get("gpuMemoryUtilization", _as_float, DEFAULT_GPU_MEMORY_UTILIZATION, "a fraction")
+    util = r.get("gpuMemoryUtilization", as_float, DEFAULT_GPU_MEMORY_UTILIZATION, "a fraction")
     if not 0 < util <= 1:
         r.fail("gpuMemoryUtilization", util, "must be in (0, 1]. Fix: e.g. 0.92 (seed 000)")
-    prefix = r.get("enablePrefixCaching", _as_bool, False, "true or false")
-    tool_parser = r.get("toolCallParser", _as_str, None, "a parser name such as gemma4")
-    reasoning = r.get("reasoningParser", _as_str, None, "a parser name such as gemma4")
+    prefix = r.get("enablePrefixCaching", as_bool, False, "true or false")
+    tool_parser = r.get("toolCallParser", as_str, None, "a parser name such as gemma4")
+    reasoning = r.get("reasoningParser", as_str, None, "a parser name such as gemma4")
     limits = _parse_mm_limits(r)
     no_extra: tuple[str, ...] = ()
-    extra = r.get("extraArgs", _as_args, no_extra, "a list of strings")
+    extra = r.get("extraArgs", as_args, no_extra, "a list of strings")
     _check_extra_args(r, extra)
-    timeout = _parse_positive_duration(r, "readinessTimeout", DEFAULT_READINESS_TIMEOUT)
+    timeout = parse_positive_duration(r, "readinessTimeout", DEFAULT_READINESS_TIMEOUT)
     if len(r.problems) != before:
         return None
     return VllmSettings(
@@ -215,7 +215,7 @@ def _parse_vllm(r: _Reader, chip: Chip | None) -> VllmSettings | None:
     )
 
 
-def _check_kv_cache_dtype(r: _Reader, kv: str) -> None:
+def _check_kv_cache_dtype(r: Reader, kv: str) -> None:
     if kv in catalog.KV_CACHE_DTYPES:
         return
     known = ", ".join(sorted(catalog.KV_CACHE_DTYPES))
@@ -234,7 +234,7 @@ def _check_kv_cache_dtype(r: _Reader, kv: str) -> None:
         r.fail_choice("kvCacheDtype", kv, "KV-cache dtype", sorted(catalog.KV_CACHE_DTYPES))
 
 
-def _parse_mm_limits(r: _Reader) -> tuple[tuple[str, int], ...] | None:
+def _parse_mm_limits(r: Reader) -> tuple[tuple[str, int], ...] | None:
     raw = r.values.get("limitMmPerPrompt")
     if raw is None:
         return None
@@ -249,7 +249,7 @@ def _parse_mm_limits(r: _Reader) -> tuple[tuple[str, int], ...] | None:
     limits: dict[str, int] = {}
     for modality, count in raw.items():
         try:
-            limits[str(modality)] = _as_int(count)
+            limits[str(modality)] = as_int(count)
         except (TypeError, ValueError):
             r.fail(
                 f"limitMmPerPrompt.{modality}", count, "not a count. Fix: a non-negative integer"
@@ -266,7 +266,7 @@ def _parse_mm_limits(r: _Reader) -> tuple[tuple[str, int], ...] | None:
     return tuple((m, limits[m]) for m in order)
 
 
-def _check_extra_args(r: _Reader, extra: Sequence[str]) -> None:
+def _check_extra_args(r: Reader, extra: Sequence[str]) -> None:
     for arg in extra:
         flag = arg.split("=", 1)[0]
         if flag in FORBIDDEN_FLAGS:
@@ -284,7 +284,7 @@ def _check_extra_args(r: _Reader, extra: Sequence[str]) -> None:
             )
     for flag, value in _flag_values(extra, POSITIVE_INT_FLAGS):
         try:
-            positive = _as_int(value) >= 1
+            positive = as_int(value) >= 1
         except (TypeError, ValueError):
             positive = False
         if not positive:

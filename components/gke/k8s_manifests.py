@@ -109,7 +109,7 @@ def selector(config: StackConfig) -> dict[str, str]:
     }
 
 
-def _meta(name: str, namespace: str, config: StackConfig, **extra: Any) -> dict[str, Any]:
+def object_meta(name: str, namespace: str, config: StackConfig, **extra: Any) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, "labels": labels(config), **extra}
 
 
@@ -130,7 +130,7 @@ def service_account(config: StackConfig, gsa_email: pulumi.Input[str]) -> dict[s
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _meta(
+        "metadata": object_meta(
             KSA,
             namespace_name(config.stack),
             config,
@@ -146,7 +146,7 @@ def ksa_role_binding(config: StackConfig, role: str) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": _meta(role, ns, config),
+        "metadata": object_meta(role, ns, config),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": KSA, "namespace": ns}],
     }
@@ -181,7 +181,7 @@ def scripts_config_map(config: StackConfig, files: Mapping[str, str]) -> dict[st
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(name, namespace_name(config.stack), config),
+        "metadata": object_meta(name, namespace_name(config.stack), config),
         "data": dict(files),
     }
 
@@ -220,7 +220,7 @@ def secret_provider_class(
     return {
         "apiVersion": SPC_API_VERSION,
         "kind": "SecretProviderClass",
-        "metadata": _meta(name, namespace_name(config.stack), config),
+        "metadata": object_meta(name, namespace_name(config.stack), config),
         "spec": {"provider": SECRETS_PROVIDER, "parameters": {"secrets": entries}},
     }
 
@@ -370,7 +370,7 @@ def deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(
+        "metadata": object_meta(
             DEPLOYMENT,
             namespace_name(config.stack),
             config,
@@ -399,7 +399,7 @@ def pod_disruption_budget(config: StackConfig) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _meta(DISRUPTION_BUDGET, namespace_name(config.stack), config),
+        "metadata": object_meta(DISRUPTION_BUDGET, namespace_name(config.stack), config),
         "spec": {
             "minAvailable": 1,
             "selector": {"matchLabels": selector(config)},
@@ -442,7 +442,9 @@ def service(config: StackConfig, address_name: pulumi.Input[str]) -> dict[str, A
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(SERVICE, namespace_name(config.stack), config, annotations=annotations),
+        "metadata": object_meta(
+            SERVICE, namespace_name(config.stack), config, annotations=annotations
+        ),
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerSourceRanges": list(config.access.allowed_cidrs),

@@ -45,10 +45,10 @@ from components.gke.k8s_manifests import (
     SECRETS_DIR,
     SERVICE,
     TPU_TOLERATION,
-    _meta,
     ksa_role_binding,
     labels,
     namespace_name,
+    object_meta,
     secrets_volume,
 )
 from scripts.remote import wait_ready
@@ -108,7 +108,7 @@ def rollout_reader_role(config: StackConfig) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": _meta(ROLLOUT_READER, namespace_name(config.stack), config),
+        "metadata": object_meta(ROLLOUT_READER, namespace_name(config.stack), config),
         "rules": [
             {
                 "apiGroups": ["apps"],
@@ -154,7 +154,7 @@ def readiness_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta(
+        "metadata": object_meta(
             READINESS_JOB,
             ns,
             config,

@@ -5,16 +5,19 @@ Its part of the flow: `__main__.py` calls `backend.build_vm`, which registers, i
 - ssh: the stack's SSH key and the node metadata that installs it;
 - tpu: `FlexStartTpu`, the org-policy gate (org_policy, checked before any TPU is requested),
   the node's service account, the queued resource (queued_resource and its _spec, _create and
-  _delete siblings: a dynamic provider over the TPU v2alpha1 API, tpu_api) and the firewall;
+  _delete siblings: a dynamic provider over the TPU v2alpha1 API, tpu_api, with
+  google_credentials) and the firewall;
 - host_key: the node's SSH host key, read through the TPU API and pinned;
-- the secrets fetched onto the node and the compile cache (shared: components/secrets.py,
-  components/compile_cache.py);
-- vllm: the server's container and the readiness check that waits for it;
+- the secrets (shared: components/secrets.py) and secrets_fetch, their copy onto the node, a
+  child of the shared component; the compile cache (shared: components/compile_cache.py);
+- vllm: the server's container and the readiness check that waits for it, their scripts
+  rendered by node_scripts;
 - the DNS record, last (shared: components/dns.py), then returns its `BackendOutputs`.
 
 May import: the shared top of components/ (components.config, catalog, naming, secrets,
-compile_cache, remote_scripts, dns, renewal, ssh_dial, outputs, messages, google_credentials)
-and its own modules; scripts/ may import it (scripts/renew.py uses tpu_api).
+compile_cache, remote_scripts, dns, renewal, ssh_dial, outputs, messages) and its own modules;
+scripts/ may import it (scripts/renew.py uses tpu_api, scripts/save_hf_token.py
+google_credentials).
 Must not import: components.gke. What both backends need belongs in the shared top.
 
 Dynamic providers (queued_resource, org_policy, host_key): Pulumi keeps each dynamic resource's

@@ -25,6 +25,7 @@ from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.vllm_metrics import queries_for
 from components.vm.host_key import NodeHostKey
+from components.vm.secrets_fetch import fetch_secrets
 from components.vm.ssh import SshIdentity, ssh_command
 from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs, node_ids
 from components.vm.vllm import VllmServer, VllmServerArgs
@@ -49,13 +50,9 @@ def build_vm(
     connection = ssh.connection(tpu.external_ip, host_key.host_key)
     secrets = NodeSecrets(
         "secrets",
-        NodeSecretsArgs(
-            config=config,
-            service_account_email=tpu.service_account_email,
-            connection=connection,
-        ),
+        NodeSecretsArgs(config=config, service_account_email=tpu.service_account_email),
     )
-    assert secrets.fetch is not None  # a connection was given
+    fetch = fetch_secrets(secrets, config, connection)
     cache = (
         CompileCache(
             "compile-cache",
@@ -71,7 +68,7 @@ def build_vm(
             connection=connection,
             host=tpu.external_ip,
             image=image,
-            after=[secrets.fetch],
+            after=[fetch],
             cache=cache,
             telemetry_grants=tpu.telemetry_grants,
         ),

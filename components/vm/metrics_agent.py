@@ -14,7 +14,7 @@ changes). Its config turns the agent's default pipelines off (host metrics, sysl
 not needed; the TPU VM's own metrics come from Cloud TPU) and scrapes only
 `localhost:PORT/metrics` at `monitoring.scrapeInterval` as job `tpu-vllm-STACK`.
 The container's log does not go through the agent: Docker's gcplogs driver ships it from the
-first line (components/remote_scripts.py `log_flags`).
+first line (components/vm/node_scripts.py `log_flags`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from typing import Any
 
 import yaml
 
-from components import remote_scripts, vllm_metrics
+from components import vllm_metrics
 from components.config import StackConfig
+from components.remote_scripts import HEADER
+from components.vm.node_scripts import fill, template
 
 MARKER = "TPU_VLLM_METRICS_AGENT "
 CONFIG_DIR = "/etc/google-cloud-ops-agent"
@@ -91,8 +93,8 @@ def metrics_agent_script(
 ) -> str:
     """The node-side script (`config_dir`, `installer_url`, `otel_config`, `retry_seconds`,
     `collector_wait_seconds`: where and how fast the tests run it)."""
-    return remote_scripts.HEADER + remote_scripts._fill(
-        remote_scripts._template("ops_agent.sh"),
+    return HEADER + fill(
+        template("ops_agent.sh"),
         {
             "CONFIG_DIR": shlex.quote(config_dir),
             "INSTALLER_URL": shlex.quote(installer_url),

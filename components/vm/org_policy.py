@@ -47,7 +47,7 @@ import pulumi.dynamic as dyn
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
-from components.google_credentials import google_credentials
+from components.vm.google_credentials import google_credentials
 from components.vm.tpu_api import report
 
 #: Override of the Cloud Resource Manager endpoint, for Private Service Connect and for tests.

@@ -54,8 +54,8 @@ import pulumi
 import pulumi.dynamic as dyn
 
 from components import renewal
-from components.vm.queued_resource_create import _try_zone
-from components.vm.queued_resource_delete import _delete_and_wait, _drain_if_succeeded
+from components.vm.queued_resource_create import try_zone
+from components.vm.queued_resource_delete import delete_and_wait, drain_if_succeeded
 from components.vm.queued_resource_spec import (
     DEAD_STATES,
     IN_PLACE_CONFIG,
@@ -65,7 +65,7 @@ from components.vm.queued_resource_spec import (
     SPEC_KEYS,
     Spec,
     Timing,
-    _describe,
+    describe,
 )
 from components.vm.tpu_api import ApiError, TpuApi, report
 
@@ -94,11 +94,11 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         api = _api(spec.timing)
         zone_errors: list[str] = []
         for zone in spec.zones:
-            outs = _try_zone(api, spec, zone, zone_errors)
+            outs = try_zone(api, spec, zone, zone_errors)
             if outs is not None:
                 outs["zone_errors"] = zone_errors
                 # The name of the id pair the request got (the stack's own, or beside the TPU
-                # it renews), as `_describe` reports it.
+                # it renews), as `describe` reports it.
                 return dyn.CreateResult(id_=outs["qr_name"], outs={**_inputs(props), **outs})
         raise Exception(
             f"no zone could provide {spec.accelerator_type} ({spec.provisioning}); every "
@@ -119,7 +119,7 @@ class QueuedResourceProvider(dyn.ResourceProvider):
                 return dyn.ReadResult(id_="", outs={})
             raise
         zone = id_.split("/locations/", 1)[1].split("/", 1)[0]
-        outs = _describe(api, spec, zone, qr)
+        outs = describe(api, spec, zone, qr)
         if outs["state"] in ("SUSPENDED", "SUSPENDING"):
             report(
                 f"{id_} is {outs['state']}: its flex-start run ended and the node was deleted; "
@@ -210,8 +210,8 @@ class QueuedResourceProvider(dyn.ResourceProvider):
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         spec = Spec.from_props(props).for_name(id_)
         api = _api(spec.timing)
-        _drain_if_succeeded(api, spec, id_)
-        _delete_and_wait(api, id_, spec.timing)
+        drain_if_succeeded(api, spec, id_)
+        delete_and_wait(api, id_, spec.timing)
 
 
 def _api(timing: Timing) -> TpuApi:

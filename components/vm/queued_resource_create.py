@@ -20,16 +20,16 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from components import renewal
-from components.vm.queued_resource_delete import _cleanup_after_crash, _delete_and_wait
+from components.vm.queued_resource_delete import cleanup_after_crash, delete_and_wait
 from components.vm.queued_resource_spec import (
     DEAD_STATES,
     ENDED_STATES,
     RENEWAL_SUFFIX,
     REQUEST_LABEL,
     Spec,
-    _describe,
-    _node_labels,
-    _of_this_stack,
+    describe,
+    node_labels,
+    of_this_stack,
 )
 from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 
@@ -112,7 +112,7 @@ def _stop_message(zone: str, error: ApiError) -> str:
     )
 
 
-def _try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dict[str, Any] | None:
+def try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dict[str, Any] | None:
     """Request the TPU in one zone and wait for ACTIVE; None (and a reason) if it cannot be had.
 
     Whatever goes wrong after the create may have gone out, the queued resource is deleted
@@ -189,10 +189,10 @@ def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]
             f"behind. Fix: delete it (`gcloud alpha compute tpus tpu-vm delete {spec.node_id} "
             f"--zone {zone}`), then run `pulumi up` again."
         ) from None
-    if not _of_this_stack(api, spec, zone, occupant):
+    if not of_this_stack(api, spec, zone, occupant):
         raise ZoneFailedError(_other_stack_text(name, occupant, spec))
     state = str(occupant.get("state", {}).get("state", "STATE_UNSPECIFIED"))
-    termination = _describe(api, spec, zone, occupant)["termination_time"]
+    termination = describe(api, spec, zone, occupant)["termination_time"]
     renewed = renewal.in_window(state, termination, spec.lead_seconds) or state in ENDED_STATES
     successor = spec.other_slot()
     if renewed and successor.slot not in taken:
@@ -246,7 +246,7 @@ class _ZoneAttempt:
         if operation is not None:
             self._wait_operation(operation)
         qr = self._wait_active()
-        return _describe(self.api, self.spec, self.zone, qr)
+        return describe(self.api, self.spec, self.zone, qr)
 
     def _deadline(self) -> float:
         timing = self.spec.timing
@@ -360,7 +360,7 @@ class _ZoneAttempt:
     def _made_here(self, qr: Mapping[str, Any]) -> bool:
         """Whether this request created `qr`: its node carries the request's label. When no
         labels can be read, whether it was created after the first send (less clock skew)."""
-        labels = _node_labels(self.api, self.spec, self.zone, qr)
+        labels = node_labels(self.api, self.spec, self.zone, qr)
         if labels is not None:
             return labels.get(REQUEST_LABEL) == self.request_id
         # createTime minus the first send; None when the API gave no createTime.
@@ -370,8 +370,8 @@ class _ZoneAttempt:
     def clean_up(self) -> None:
         """Delete what this attempt may have created and wait until it is gone."""
         if self.maybe_created:
-            _delete_and_wait(self.api, self.name, self.spec.timing, just_created=True)
+            delete_and_wait(self.api, self.name, self.spec.timing, just_created=True)
 
     def clean_up_after_crash(self) -> None:
         if self.maybe_created:
-            _cleanup_after_crash(self.api, self.name, self.spec.timing)
+            cleanup_after_crash(self.api, self.name, self.spec.timing)

@@ -15,7 +15,7 @@ from components.vm.queued_resource_spec import (
     UNDELETABLE_STATES,
     Spec,
     Timing,
-    _of_this_stack,
+    of_this_stack,
 )
 from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 
@@ -23,7 +23,7 @@ from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 DRAIN_REPORT_SECONDS = 30.0
 
 
-def _drain_if_succeeded(api: TpuApi, spec: Spec, name: str) -> None:
+def drain_if_succeeded(api: TpuApi, spec: Spec, name: str) -> None:
     """Before deleting a TPU that still serves while its successor (the other id pair) is
     ACTIVE, wait `spec.drain_seconds`: Pulumi deletes a create-before-replace's old resource
     only after every update, so the DNS record already names the successor, and clients that
@@ -82,7 +82,7 @@ def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
                     continue
                 raise
             state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
-            if state == "ACTIVE" and _of_this_stack(api, candidate, candidate_zone, qr):
+            if state == "ACTIVE" and of_this_stack(api, candidate, candidate_zone, qr):
                 return other
     return None
 
@@ -91,7 +91,7 @@ def _serving_successor(api: TpuApi, spec: Spec, name: str) -> str | None:
 EXISTS_REFUSALS = frozenset({400, 409})
 
 
-def _delete_and_wait(api: TpuApi, name: str, timing: Timing, *, just_created: bool = False) -> None:
+def delete_and_wait(api: TpuApi, name: str, timing: Timing, *, just_created: bool = False) -> None:
     """Force-delete (nodes first) and wait until it is gone; gone already counts as success.
 
     Seed 000 says a PROVISIONING queued resource cannot be deleted but not with which error
@@ -278,11 +278,11 @@ def _state_or_gone(api: TpuApi, name: str) -> str:
     return str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
 
 
-def _cleanup_after_crash(api: TpuApi, name: str, timing: Timing) -> None:
+def cleanup_after_crash(api: TpuApi, name: str, timing: Timing) -> None:
     """A create that fails after the request went out must not leave a billing TPU behind:
     Pulumi records nothing for a failed dynamic create, so it would never be deleted."""
     try:
-        _delete_and_wait(api, name, timing, just_created=True)
+        delete_and_wait(api, name, timing, just_created=True)
     except Exception as error:  # noqa: BLE001 - the original error matters more
         report(
             f"could not delete {name} after a failed create ({error}). It may still bill: "

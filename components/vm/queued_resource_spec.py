@@ -2,7 +2,7 @@
 
 `Spec` is the dynamic resource's props as the provider receives them (numbers as floats, the
 `__provider` key among them) turned into the v2alpha1 request body, with the two id pairs a
-renewal alternates between; `_describe` turns the API's answer into the resource's outputs.
+renewal alternates between; `describe` turns the API's answer into the resource's outputs.
 Part of the queued-resource provider (components/vm/queued_resource.py); like it, this module
 holds no clients and no config, since the provider host re-imports it.
 """
@@ -19,13 +19,34 @@ from components.vm.tpu_api import ApiError, TpuApi
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROVISIONING_MODELS = {"flex-start": "FLEX_START", "spot": "SPOT", "on-demand": "STANDARD"}
+#: Every `QueuedResourceState.state` of the TPU API: the enum of the v2alpha1 discovery document
+#: (googleapiclient/discovery_cache/documents/tpu.v2alpha1.json, revision 20261001), in its order.
+STATES = (
+    "STATE_UNSPECIFIED",
+    "CREATING",
+    "ACCEPTED",
+    "PROVISIONING",
+    "FAILED",
+    "DELETING",
+    "ACTIVE",
+    "SUSPENDING",
+    "SUSPENDED",
+    "WAITING_FOR_RESOURCES",
+)
+#: On the way to a serving node, or serving (ACTIVE).
+LIVE_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"})
+#: Final: the run ended and the VM was deleted (SUSPENDED), or the request failed; only a
+#: deletion changes them. A new request is needed.
+FINAL_STATES = frozenset({"SUSPENDED", "FAILED"})
+#: On the way out: the VM or the request is being deleted; it will not serve again.
+LEAVING_STATES = frozenset({"SUSPENDING", "DELETING"})
 #: States in which the TPU is gone or going and must be requested again.
-DEAD_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED", "DELETING"})
+DEAD_STATES = FINAL_STATES | LEAVING_STATES
 #: States in which a delete may be refused for a while (seed 000 §1.2 names no error code).
 UNDELETABLE_STATES = frozenset({"PROVISIONING", "CREATING"})
 #: States of a predecessor whose ids a renewal may step around: its run ended (or is ending)
 #: between the diff that chose create-before-replace and the create.
-ENDED_STATES = frozenset({"SUSPENDING", "SUSPENDED", "FAILED"})
+ENDED_STATES = FINAL_STATES | {"SUSPENDING"}
 #: The second id pair (queued resource and node): a renewal's request exists beside the current
 #: one, whose ids it cannot reuse. "" is the stack's own pair, so a stack's first node keeps the
 #: names it always had.
@@ -225,7 +246,7 @@ class Spec:
         return body
 
 
-def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict[str, Any]:
+def describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict[str, Any]:
     """The resource's outputs: state, IPs, times. The node exists only while ACTIVE."""
     state = str(qr.get("state", {}).get("state", "STATE_UNSPECIFIED"))
     external_ip = internal_ip = None
@@ -258,7 +279,7 @@ def _describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict
     }
 
 
-def _node_labels(
+def node_labels(
     api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]
 ) -> Mapping[str, str] | None:
     """The labels of `qr`'s node: as the queued resource's node spec holds them, else from the
@@ -279,7 +300,7 @@ def _node_labels(
     return {str(k): str(v) for k, v in dict(node["labels"] or {}).items()}
 
 
-def _of_this_stack(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> bool:
+def of_this_stack(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> bool:
     """Whether `qr`, found under `spec`'s ids, is this stack's: its node id is `spec`'s and its
     node carries every one of the stack's labels (`stack`, `project`, `managed-by`). The ids
     alone do not tell: stack `foo`'s renewal id `tpu-vllm-foo-b` is stack `foo-b`'s own. A node
@@ -287,5 +308,5 @@ def _of_this_stack(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) ->
     node_id = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0].get("nodeId")
     if node_id is not None and node_id != spec.node_id:
         return False
-    labels = _node_labels(api, spec, zone, qr)
+    labels = node_labels(api, spec, zone, qr)
     return labels is None or all(labels.get(k) == v for k, v in spec.labels.items())

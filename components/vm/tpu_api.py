@@ -22,7 +22,7 @@ import httplib2
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
-from components.google_credentials import google_credentials
+from components.vm.google_credentials import google_credentials
 
 #: Override of the API endpoint, for Private Service Connect and for tests.
 ENDPOINT_ENV = "TPU_API_ENDPOINT"

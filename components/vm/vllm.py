@@ -20,11 +20,10 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
-from components import remote_scripts
 from components.compile_cache import NO_CACHE, CompileCache, cache_result
 from components.config import StackConfig
 from components.outputs import endpoint_urls
-from components.vm import metrics_agent
+from components.vm import metrics_agent, node_scripts
 
 CONTAINER = "tpu-vllm"
 READY_MARKER = "TPU_VLLM_READY "
@@ -97,7 +96,7 @@ class VllmServer(pulumi.ComponentResource):
             f"{name}-start",
             connection=args.connection,
             create=pulumi.Output.from_input(args.image).apply(
-                lambda image: remote_scripts.start_server_script(config.serving(image), CONTAINER)
+                lambda image: node_scripts.start_server_script(config.serving(image), CONTAINER)
             ),
             # New secrets (a rotated API key) need a new container to take effect.
             triggers=[c.create for c in args.after],
@@ -118,7 +117,7 @@ class VllmServer(pulumi.ComponentResource):
             f"{name}-ready",
             connection=args.connection,
             create=self.start.stdout.apply(
-                lambda stdout: remote_scripts.readiness_script(config, stdout, CONTAINER)
+                lambda stdout: node_scripts.readiness_script(config, stdout, CONTAINER)
             ),
             logging=command.remote.Logging.STDOUT_AND_STDERR,
             # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which

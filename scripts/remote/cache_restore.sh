@@ -1,6 +1,6 @@
 # Restore the XLA compile cache (components/compile_cache.py) while the image is pulled, so a
 # fresh node skips most of its ~685 s of compilation (seed 000). Rendered into start_server.sh by
-# components/remote_scripts.py. The tool logs every problem to stderr and exits 0: a failed,
+# components/vm/node_scripts.py. The tool logs every problem to stderr and exits 0: a failed,
 # partial or slow restore (bounded by --timeout) means a cold start, never a failed one.
 # The key (a hash of the chip, TP size and shape-changing flags) is part of this prefix; the
 # generation is the pinned image's digest (@IMAGE@ is NAME@sha256:..., components/image_pin.py),

@@ -3,7 +3,7 @@
 # then again every @EVERY@ s (`cache.saveInterval`), for the compiles requests bring later, and
 # once more when this container stops (`docker wait`: a `docker stop`, the next start's
 # `docker rm -f`, a crash) or the watcher gets SIGTERM (scripts/remote/xla_cache_watch.py).
-# Its log is ~/.tpu-vllm/xla-cache/save.log. Rendered by components/remote_scripts.py.
+# Its log is ~/.tpu-vllm/xla-cache/save.log. Rendered by components/vm/node_scripts.py.
 if [ -f @TOOL@ ]; then
   setsid nohup python3 @TOOL@ watch \
     --work @WORK@ \

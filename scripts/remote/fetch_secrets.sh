@@ -1,5 +1,5 @@
 # Fetch the node's secrets into ~/.tpu-vllm/secrets (mode 0600) with the VM's own identity.
-# Rendered by components/remote_scripts.py: `set -euo pipefail` first, the `fetch` lines last.
+# Rendered by components/vm/secrets_fetch.py: `set -euo pipefail` first, the `fetch` lines last.
 #
 # Seed 000 piped the HF token through ssh and then into an `-e HF_TOKEN` variable, where `ps`
 # and `docker inspect` show it. Here the VM reads each secret itself, with gcloud when the

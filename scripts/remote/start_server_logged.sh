@@ -1,5 +1,5 @@
 # (Re)start the vLLM container, its log sent to Cloud Logging (`monitoring.enabled`). Rendered by
-# components/remote_scripts.py: `set -euo pipefail` first, then this, with the `docker run` line
+# components/vm/node_scripts.py: `set -euo pipefail` first, then this, with the `docker run` line
 # one flag per line so a preview diff shows exactly which flag changed. Prints only the new
 # container's id on stdout. start_server.sh is the same without the log driver.
 @SERVER_PRELUDE@

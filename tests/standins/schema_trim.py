@@ -72,7 +72,7 @@ WANTED: dict[str, dict[str, list[str]]] = {
     },
     "pulumi_random": {"resources": ["random_password.py:RandomPassword"], "functions": []},
     "pulumi_tls": {"resources": ["private_key.py:PrivateKey"], "functions": []},
-    # `command.remote.Command` (components/secrets.py, components/vm/vllm.py).
+    # `command.remote.Command` (components/vm/secrets_fetch.py, components/vm/vllm.py).
     "pulumi_command": {"resources": ["remote/command.py:Command"], "functions": []},
 }
 _PRIMITIVES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}

@@ -1,10 +1,10 @@
 """Google credentials for code that runs outside the Pulumi gcp provider.
 
-The dynamic provider and the operator scripts talk to Google APIs themselves. They honour the
-same static-token variable as the gcp provider (``GOOGLE_OAUTH_ACCESS_TOKEN``) so that CI and
-short-lived tokens work the same way everywhere, and fall back to Application Default
-Credentials. Tests use the token variable with loopback fakes, so no token refresh ever tries
-to reach Google.
+The VM's dynamic providers (tpu_api, org_policy) and scripts/save_hf_token.py talk to Google
+APIs themselves. They honour the same static-token variable as the gcp provider
+(``GOOGLE_OAUTH_ACCESS_TOKEN``) so that CI and short-lived tokens work the same way everywhere,
+and fall back to Application Default Credentials. Tests use the token variable with loopback
+fakes, so no token refresh ever tries to reach Google.
 """
 
 from __future__ import annotations
