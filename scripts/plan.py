@@ -190,7 +190,7 @@ def render_summary(config: StackConfig, args: list[str]) -> list[str]:
         f"{_duration(tpu.capacity_wait_seconds)} for capacity)"
     )
     backend: list[str] = []
-    if config.backend == "gke" and config.gke is not None:
+    if config.backend == "gke":
         gke = config.gke
         where = gke.existing_cluster or f"created, {gke.location}"
         backend = [f"  backend: gke, {gke.replicas} replica(s), cluster {where}"]

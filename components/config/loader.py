@@ -50,13 +50,13 @@ class StackConfig:
     vllm: VllmSettings
     access: AccessSettings
     hourly_cost_usd: float
+    #: Always present; only the gke backend uses it (a vm stack has one replica).
+    gke: GkeSettings
     #: None: clients reach the node by its IP, which changes with every renewal.
     dns: DnsSettings | None = None
     warnings: tuple[str, ...] = field(default=())
     cache: CacheSettings = field(default=CacheSettings())
     backend: Backend = DEFAULT_BACKEND
-    #: Always present; only the gke backend uses it (a vm stack has one replica).
-    gke: GkeSettings | None = None
     renewal: RenewalSettings = field(default=RenewalSettings())
     monitoring: MonitoringSettings = field(default=MonitoringSettings())
 
@@ -68,7 +68,7 @@ class StackConfig:
     @property
     def replicas(self) -> int:
         """Serving replicas: `gke.replicas` on GKE, one TPU VM otherwise."""
-        return self.gke.replicas if self.backend == "gke" and self.gke else 1
+        return self.gke.replicas if self.backend == "gke" else 1
 
     @property
     def max_run_cost_usd(self) -> float | None:

@@ -126,7 +126,6 @@ def check_existing_cluster(config: StackConfig, found: Any) -> None:
     `found` is the `getCluster` result. Fields that did not come back (a mocked lookup) are not
     judged: only what the API says counts.
     """
-    assert config.gke is not None
     key = "tpu-vllm:gke.cluster"
     where = cluster_path(config.gke, config.gke.existing_cluster)
     problems: list[str] = []
@@ -186,7 +185,6 @@ def managed_collection_off(found: Any) -> bool:
 
 
 def warn_managed_collection(config: StackConfig) -> None:
-    assert config.gke is not None
     where = cluster_path(config.gke, config.gke.existing_cluster)
     pulumi.log.warn(
         f"tpu-vllm:gke.cluster = {where!r} has Managed Service for Prometheus' managed "  # noqa: S608 - a message, not SQL
@@ -201,7 +199,6 @@ def warn_managed_collection(config: StackConfig) -> None:
 
 def lookup_existing_cluster(config: StackConfig) -> Any:
     """`getCluster`, at preview too, before any resource: a wrong name fails here, clearly."""
-    assert config.gke is not None
     settings = config.gke
     try:
         return gcp.container.get_cluster(
@@ -228,7 +225,6 @@ def check_channel_version(config: StackConfig, versions: Any) -> None:
     `versions` is the `getEngineVersions` result; a default that did not come back (a mocked
     lookup) is not judged, as for an existing cluster.
     """
-    assert config.gke is not None
     defaults = getattr(versions, "release_channel_default_version", None) or {}
     version = defaults.get(RELEASE_CHANNEL)
     floor = catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION
@@ -248,7 +244,6 @@ def check_channel_version(config: StackConfig, versions: Any) -> None:
 
 def lookup_channel_versions(config: StackConfig) -> Any:
     """`getEngineVersions` for the created cluster's location, at preview too."""
-    assert config.gke is not None
     settings = config.gke
     try:
         return gcp.container.get_engine_versions(
@@ -283,7 +278,6 @@ class ClusterCheck:
 def preflight(config: StackConfig) -> ClusterCheck:
     """The checks that need the cloud, run by `__main__.py` before anything is registered
     (the image pin included), so a cluster that cannot serve stops the run with nothing made."""
-    assert config.gke is not None
     found = lookup_existing_cluster(config) if not config.gke.creates_cluster else None
     managed_collection = config.monitoring.enabled
     if found is not None:
@@ -309,7 +303,6 @@ class GkeTpuCluster(pulumi.ComponentResource):
         self, name: str, args: GkeTpuClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         config = args.config
-        assert config.gke is not None
         settings = config.gke
         found = args.checked.found
         #: Whether vLLM's metrics can be collected (a created cluster switches it on).

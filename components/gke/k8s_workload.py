@@ -333,7 +333,6 @@ class GkeWorkload(pulumi.ComponentResource):
         spec: Any,
         managed_collection: bool,
     ) -> crd_wait.ServedCrds:
-        assert config.gke is not None
         version = monitoring_manifests.API_VERSION.rsplit("/", 1)[1]
         monitored = [(crd_wait.POD_MONITORING_CRD, version)] if managed_collection else []
         settings = config.gke

@@ -48,7 +48,6 @@ class Demand:
 def tpu_nodes_needed(config: StackConfig) -> int:
     """The replicas' nodes, a rollout's spare, and the node recycling runs beside them with
     flex-start."""
-    assert config.gke is not None
     recycling = config.tpu.provisioning == "flex-start"
     return config.gke.replicas + MAX_SURGE + (1 if recycling else 0)
 
@@ -85,7 +84,6 @@ def demands(config: StackConfig, limits: Mapping[str, float]) -> list[Demand]:
 def limit_problems(config: StackConfig, found: Any, where: str) -> list[str]:
     """Why the cluster's node auto-provisioning limits cannot hold the stack's TPU nodes
     (empty when they can, when auto-provisioning is off, or when `getCluster` said nothing)."""
-    assert config.gke is not None
     limits = _limits(found)
     if not limits:
         return []
@@ -141,7 +139,7 @@ def missing_tpu_limit(config: StackConfig, found: Any, where: str) -> str | None
     Pending; so this warns (naming the type and how to set it) instead of refusing."""
     limits = _limits(found)
     gke = config.tpu.chip.gke
-    if not limits or gke is None or config.gke is None:
+    if not limits or gke is None:
         return None
     names = catalog.GKE_NAP_TPU_RESOURCE_TYPES.get(gke.accelerator, ())
     if not names or any(name in limits for name in names):
