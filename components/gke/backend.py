@@ -68,6 +68,7 @@ def build_gke(
             config=config,
             image=image,
             kubeconfig=cluster.kubeconfig,
+            cluster=cluster.cluster,
             service_account_email=cluster.service_account_email,
             address=cluster.address,
             address_name=cluster.address_name,

@@ -46,7 +46,6 @@ from components.gke import (
     readiness_watch,
 )
 from components.gke import k8s_manifests as m
-from components.gke.cluster import cluster_path
 from components.naming import resource_id
 from components.outputs import endpoint_urls
 
@@ -60,6 +59,8 @@ class GkeWorkloadArgs:
     #: `NAME@sha256:...`, the pinned image every replica runs (components/image_pin.py).
     image: pulumi.Input[str]
     kubeconfig: pulumi.Input[str]
+    #: `projects/P/locations/L/clusters/N`: GkeTpuCluster's `cluster` output.
+    cluster: pulumi.Input[str]
     service_account_email: pulumi.Input[str]
     #: The reserved address: its IP names the endpoint, its NAME goes on the Service.
     address: pulumi.Input[str]
@@ -108,7 +109,7 @@ class GkeWorkload(pulumi.ComponentResource):
         # object waits too, the namespace first: a served ComputeClass schema that would prune
         # or refuse the class stops the run with nothing of the stack in the cluster.
         self.crds = self._served_crds(
-            name, config, args.kubeconfig, node_class["spec"], args.managed_collection
+            name, args.kubeconfig, args.cluster, node_class["spec"], args.managed_collection
         )
         after_crds = pulumi.ResourceOptions.merge(
             base, pulumi.ResourceOptions(depends_on=[self.crds])
@@ -328,15 +329,13 @@ class GkeWorkload(pulumi.ComponentResource):
     def _served_crds(
         self,
         name: str,
-        config: StackConfig,
         kubeconfig: pulumi.Input[str],
+        cluster: pulumi.Input[str],
         spec: Any,
         managed_collection: bool,
     ) -> crd_wait.ServedCrds:
         version = monitoring_manifests.API_VERSION.rsplit("/", 1)[1]
         monitored = [(crd_wait.POD_MONITORING_CRD, version)] if managed_collection else []
-        settings = config.gke
-        cluster = cluster_path(settings, settings.existing_cluster or resource_id(config.stack))
         return crd_wait.ServedCrds(
             f"{name}-crds",
             kubeconfig=kubeconfig,
