@@ -44,8 +44,13 @@ def label_value(text: str) -> str:
 
 def labels(config: StackConfig) -> dict[str, str]:
     """Labels that say who made a TPU and for which stack, for billing reports and cleanup."""
+    return stack_labels(config.stack)
+
+
+def stack_labels(stack: str) -> dict[str, str]:
+    """`labels` for a component that is given the stack's name alone."""
     return {
-        "stack": resource_id(config.stack)[len(PROGRAM) + 1 :] or "default",
+        "stack": resource_id(stack)[len(PROGRAM) + 1 :] or "default",
         "project": PROGRAM,
         "managed-by": "pulumi",
     }

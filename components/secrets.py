@@ -17,8 +17,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_random as random
 
-from components.config import StackConfig
-from components.naming import labels, resource_id
+from components.config import AccessSettings, StackConfig
+from components.naming import resource_id, stack_labels
 
 ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
 
@@ -43,8 +43,16 @@ def require_hf_token_secret(config: StackConfig) -> None:
 
 @dataclass
 class NodeSecretsArgs:
-    config: StackConfig
+    """What the secrets read: the project, the stack's name and the `access` section."""
+
+    project: str
+    stack: str
+    access: AccessSettings
     service_account_email: pulumi.Input[str]
+
+    @classmethod
+    def of(cls, config: StackConfig, service_account_email: pulumi.Input[str]) -> NodeSecretsArgs:
+        return cls(config.project, config.stack, config.access, service_account_email)
 
 
 class NodeSecrets(pulumi.ComponentResource):
@@ -61,15 +69,14 @@ class NodeSecrets(pulumi.ComponentResource):
         self, name: str, args: NodeSecretsArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tpu-vllm:index:NodeSecrets", name, None, opts)
-        config = args.config
         child = pulumi.ResourceOptions(parent=self)
         member = pulumi.Output.from_input(args.service_account_email).apply(
             lambda email: f"serviceAccount:{email}"
         )
         hf_access = gcp.secretmanager.SecretIamMember(
             f"{name}-hf-token-access",
-            project=config.project,
-            secret_id=config.access.hf_token_secret,
+            project=args.project,
+            secret_id=args.access.hf_token_secret,
             role=ACCESSOR_ROLE,
             member=member,
             opts=child,
@@ -78,9 +85,9 @@ class NodeSecrets(pulumi.ComponentResource):
         self.api_key = pulumi.Output.secret(password.result)
         key_secret = gcp.secretmanager.Secret(
             f"{name}-api-key-secret",
-            project=config.project,
-            secret_id=resource_id(config.stack, "-api-key"),
-            labels=labels(config),
+            project=args.project,
+            secret_id=resource_id(args.stack, "-api-key"),
+            labels=stack_labels(args.stack),
             replication=gcp.secretmanager.SecretReplicationArgs(
                 auto=gcp.secretmanager.SecretReplicationAutoArgs()
             ),
@@ -94,7 +101,7 @@ class NodeSecrets(pulumi.ComponentResource):
         )
         key_access = gcp.secretmanager.SecretIamMember(
             f"{name}-api-key-access",
-            project=config.project,
+            project=args.project,
             secret_id=key_secret.secret_id,
             role=ACCESSOR_ROLE,
             member=member,

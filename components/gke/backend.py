@@ -51,7 +51,7 @@ def build_gke(
     )
     secrets = NodeSecrets(
         "secrets",
-        NodeSecretsArgs(config=config, service_account_email=cluster.service_account_email),
+        NodeSecretsArgs.of(config, cluster.service_account_email),
     )
     # The VM path's cache, bucket and key: the pods' identity may write it.
     cache = (

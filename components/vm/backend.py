@@ -50,7 +50,7 @@ def build_vm(
     connection = ssh.connection(tpu.external_ip, host_key.host_key)
     secrets = NodeSecrets(
         "secrets",
-        NodeSecretsArgs(config=config, service_account_email=tpu.service_account_email),
+        NodeSecretsArgs.of(config, tpu.service_account_email),
     )
     fetch = fetch_secrets(secrets, config, connection)
     cache = (
