@@ -46,7 +46,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.config import StackConfig
-from components.naming import labels, resource_id
+from components.naming import resource_id, stack_labels
 
 #: Bumped when the meaning of the key or the layout changes: old generations then go unused.
 KEY_SCHEMA = "tpu-vllm-xla-cache-v1"
@@ -159,9 +159,33 @@ def cache_result(raw: Any) -> dict[str, Any]:
 
 @dataclass
 class CompileCacheArgs:
-    config: StackConfig
+    """What the cache reads: where it lives, and who may write it."""
+
+    project: str
+    stack: str
+    #: `cache.bucket`, or the per-stack bucket's name (`bucket_name`).
+    bucket_name: str
+    #: `gs://BUCKET/xla-cache/KEY/` (`cache_prefix`).
+    prefix: str
+    #: Whether to create the bucket: no when `cache.bucket` names one.
+    create_bucket: bool
+    #: The created bucket's location: the first candidate zone's region.
+    region: str
     #: The node's identity, the only one granted write access.
     service_account_email: pulumi.Input[str]
+
+    @classmethod
+    def of(cls, config: StackConfig, service_account_email: pulumi.Input[str]) -> CompileCacheArgs:
+        bucket = bucket_name(config)
+        return cls(
+            project=config.project,
+            stack=config.stack,
+            bucket_name=bucket,
+            prefix=cache_prefix(config, bucket),
+            create_bucket=not config.cache.bucket,
+            region=config.tpu.zones[0].rsplit("-", 1)[0].upper(),
+            service_account_email=service_account_email,
+        )
 
 
 class CompileCache(pulumi.ComponentResource):
@@ -183,14 +207,13 @@ class CompileCache(pulumi.ComponentResource):
         self, name: str, args: CompileCacheArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tpu-vllm:index:CompileCache", name, None, opts)
-        config = args.config
-        self.bucket_name = bucket_name(config)
-        self.prefix = cache_prefix(config, self.bucket_name)
+        self.bucket_name = args.bucket_name
+        self.prefix = args.prefix
         child = pulumi.ResourceOptions(parent=self)
         self.bucket: gcp.storage.Bucket | None = None
         bucket_ref: pulumi.Input[str] = self.bucket_name
-        if not config.cache.bucket:
-            self.bucket = self._create_bucket(name, config, child)
+        if args.create_bucket:
+            self.bucket = self._create_bucket(name, args, child)
             bucket_ref = self.bucket.name
         member = pulumi.Output.from_input(args.service_account_email).apply(
             lambda email: f"serviceAccount:{email}"
@@ -205,21 +228,20 @@ class CompileCache(pulumi.ComponentResource):
         self.register_outputs({"bucket_name": self.bucket_name, "prefix": self.prefix})
 
     def _create_bucket(
-        self, name: str, config: StackConfig, child: pulumi.ResourceOptions
+        self, name: str, args: CompileCacheArgs, child: pulumi.ResourceOptions
     ) -> gcp.storage.Bucket:
         # Near the TPU: the first candidate zone's region (zones are tried in that order).
-        region = config.tpu.zones[0].rsplit("-", 1)[0].upper()
         return gcp.storage.Bucket(
             f"{name}-bucket",
             name=self.bucket_name,
-            project=config.project,
-            location=region,
+            project=args.project,
+            location=args.region,
             storage_class="STANDARD",
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
             # The cache is disposable: `pulumi destroy` must not stop at a non-empty bucket.
             force_destroy=True,
-            labels=labels(config),
+            labels=stack_labels(args.stack),
             lifecycle_rules=[
                 gcp.storage.BucketLifecycleRuleArgs(
                     action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from components.compile_cache import CompileCacheArgs
 from components.config import StackConfig
 from components.gke.k8s_workload import GkeWorkloadArgs
 from components.secrets import NodeSecretsArgs
 from scripts.program_runner import run_file
 
 #: Args that take only what they read (the rest still carry the config, for now).
-NARROWED = [NodeSecretsArgs]
+NARROWED = [NodeSecretsArgs, CompileCacheArgs]
 
 
 @pytest.mark.parametrize("args", NARROWED, ids=lambda a: a.__name__)
@@ -54,3 +55,25 @@ def test_node_secrets_alone(tmp_path: Path) -> None:
     key = by_name["secrets-api-key-secret"].inputs
     assert key["secretId"] == "tpu-vllm-v5e1-api-key"
     assert key["labels"]["stack"] == "v5e1"
+
+
+def test_compile_cache_alone(tmp_path: Path) -> None:
+    program = tmp_path / "__main__.py"
+    program.write_text(
+        "import pulumi\n"
+        "from components.compile_cache import CompileCache, CompileCacheArgs\n"
+        "cache = CompileCache('cache', CompileCacheArgs('my-project', 'v5e1', 'my-bucket',\n"
+        "    'gs://my-bucket/xla-cache/KEY/', True, 'US-WEST4', 'sa@x'))\n"
+        "pulumi.export('prefix', cache.prefix)\n"
+    )
+    run = run_file(program, "v5e1", {})
+    assert run.error is None, run.error
+    by_name = {r.name: r for r in run.resources}
+    bucket = by_name["cache-bucket"].inputs
+    assert (bucket["name"], bucket["location"], bucket["project"]) == (
+        "my-bucket",
+        "US-WEST4",
+        "my-project",
+    )
+    assert by_name["cache-node-writer"].inputs["member"] == "serviceAccount:sa@x"
+    assert run.outputs["prefix"] == "gs://my-bucket/xla-cache/KEY/"

@@ -57,7 +57,7 @@ def build_gke(
     cache = (
         CompileCache(
             "compile-cache",
-            CompileCacheArgs(config=config, service_account_email=cluster.service_account_email),
+            CompileCacheArgs.of(config, cluster.service_account_email),
         )
         if config.cache.enabled
         else None

@@ -56,7 +56,7 @@ def build_vm(
     cache = (
         CompileCache(
             "compile-cache",
-            CompileCacheArgs(config=config, service_account_email=tpu.service_account_email),
+            CompileCacheArgs.of(config, tpu.service_account_email),
         )
         if config.cache.enabled
         else None
