@@ -24,7 +24,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components import monitoring_bodies as bodies
-from components.config import StackConfig
+from components.config import MonitoringSettings
 from components.vllm_metrics import Queries
 
 
@@ -65,7 +65,13 @@ def dashboard_url(project: str, dashboard_id: str) -> str:
 
 @dataclass
 class StackMonitoringArgs:
-    config: StackConfig
+    """What the dashboard, the uptime check and the alerts read: the project, the stack's name,
+    the `monitoring` section and the server's port, and what the backend knows."""
+
+    project: str
+    stack: str
+    monitoring: MonitoringSettings
+    port: int
     backend: str
     queries: Queries
     #: What the uptime check asks: the endpoint's host (IP or DNS name).
@@ -90,22 +96,19 @@ class StackMonitoring(pulumi.ComponentResource):
         self, name: str, args: StackMonitoringArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tpu-vllm:index:StackMonitoring", name, None, opts)
-        config = args.config
-        settings = config.monitoring
+        settings = args.monitoring
         child = pulumi.ResourceOptions(parent=self)
         after_ready = pulumi.ResourceOptions(parent=self, depends_on=list(args.after))
         self.uptime: gcp.monitoring.UptimeCheckConfig | None = None
         check_id: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         if settings.uptime_check:
             body = pulumi.Output.from_input(args.host).apply(
-                lambda host: bodies.uptime_check(
-                    config.stack, config.project, host, config.vllm.port
-                )
+                lambda host: bodies.uptime_check(args.stack, args.project, host, args.port)
             )
             self.uptime = gcp.monitoring.UptimeCheckConfig(
                 f"{name}-uptime-check",
-                project=config.project,
-                **_args_of(body, bodies.uptime_check(config.stack, config.project, "HOST", 1)),
+                project=args.project,
+                **_args_of(body, bodies.uptime_check(args.stack, args.project, "HOST", 1)),
                 opts=after_ready,
             )
             check_id = self.uptime.uptime_check_id
@@ -115,7 +118,7 @@ class StackMonitoring(pulumi.ComponentResource):
 
         def watch(check: str | None) -> bodies.Watch:
             return bodies.Watch(
-                config.stack,
+                args.stack,
                 args.backend,
                 args.queries,
                 args.namespace,
@@ -128,7 +131,7 @@ class StackMonitoring(pulumi.ComponentResource):
         if settings.enabled:
             self.dashboard = gcp.monitoring.Dashboard(
                 f"{name}-dashboard",
-                project=config.project,
+                project=args.project,
                 # One field a line: a preview's diff shows the tile that changed.
                 dashboard_json=check_id.apply(
                     lambda check: json.dumps(
@@ -138,7 +141,7 @@ class StackMonitoring(pulumi.ComponentResource):
                 opts=child,
             )
             self.dashboard_url = self.dashboard.id.apply(
-                lambda dashboard_id: dashboard_url(config.project, dashboard_id or "")
+                lambda dashboard_id: dashboard_url(args.project, dashboard_id or "")
             )
         self.alert_policies: list[gcp.monitoring.AlertPolicy] = []
         if settings.alerts:
@@ -155,7 +158,7 @@ class StackMonitoring(pulumi.ComponentResource):
                 self.alert_policies.append(
                     gcp.monitoring.AlertPolicy(
                         f"{name}-alert-{short}",
-                        project=config.project,
+                        project=args.project,
                         **_args_of(body, example),
                         # The endpoint-down condition (no metrics for 10 min, held 5 min) would
                         # fire about 15 min into a first `pulumi up`, long before a cold start

@@ -90,7 +90,10 @@ def build_gke(
     watch = StackMonitoring(
         "monitoring",
         StackMonitoringArgs(
-            config=config,
+            project=config.project,
+            stack=config.stack,
+            monitoring=config.monitoring,
+            port=config.vllm.port,
             backend="gke",
             queries=queries_for(config.stack, namespace, config.monitoring.scrape_interval_seconds),
             host=name.hostname if name is not None else cluster.address,

@@ -92,7 +92,10 @@ def build_vm(
     watch = StackMonitoring(
         "monitoring",
         StackMonitoringArgs(
-            config=config,
+            project=config.project,
+            stack=config.stack,
+            monitoring=config.monitoring,
+            port=config.vllm.port,
             backend="vm",
             queries=queries_for(
                 config.stack, scrape_seconds=config.monitoring.scrape_interval_seconds
