@@ -76,31 +76,37 @@ def record_name(dns: DnsSettings, zone_dns_name: str) -> str:
     return f"{dns.name}.{zone_dns_name}"
 
 
+@dataclass
+class EndpointNameArgs:
+    """What the record reads: the project, the `dns` section, its zone and the address."""
+
+    project: str
+    dns: DnsSettings
+    zone: ManagedZone
+    #: The node's (or the load balancer's) external IP; None or "" while it has none.
+    address: pulumi.Input[str | None]
+
+
 class EndpointName(pulumi.ComponentResource):
     """An A record (TTL 60) for the node's external IP; renewals update it in place."""
 
     hostname: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        config: StackConfig,
-        zone: ManagedZone,
-        address: pulumi.Input[str | None],
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: EndpointNameArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tpu-vllm:index:EndpointName", name, None, opts)
-        assert config.dns is not None
+        zone = args.zone
         self.record = gcp.dns.RecordSet(
             f"{name}-a",
-            project=config.project,
+            project=args.project,
             managed_zone=zone.name,
-            name=record_name(config.dns, zone.dns_name),
+            name=record_name(args.dns, zone.dns_name),
             type=RECORD_TYPE,
             ttl=RECORD_TTL_SECONDS,
             # Only the data follows the node: a new IP is an in-place update of the record.
-            rrdatas=pulumi.Output.from_input(address).apply(
-                lambda ip: record_data(ip, config, zone)
+            rrdatas=pulumi.Output.from_input(args.address).apply(
+                lambda ip: record_data(ip, args.project, args.dns, zone)
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -109,7 +115,9 @@ class EndpointName(pulumi.ComponentResource):
         self.register_outputs({"hostname": self.hostname})
 
 
-def record_data(address: str | None, config: StackConfig, zone: ManagedZone) -> list[str]:
+def record_data(
+    address: str | None, project: str, dns: DnsSettings, zone: ManagedZone
+) -> list[str]:
     """The record's `rrdatas`: the node's address, or, while it has none, the record's data now.
 
     Never `[]`: terraform-provider-google's `google_dns_record_set` (which pulumi-gcp's
@@ -123,11 +131,10 @@ def record_data(address: str | None, config: StackConfig, zone: ManagedZone) -> 
     """
     if address:
         return [address]
-    assert config.dns is not None
-    fqdn = record_name(config.dns, zone.dns_name)
+    fqdn = record_name(dns, zone.dns_name)
     try:
         current = gcp.dns.get_record_set(
-            managed_zone=zone.name, name=fqdn, type=RECORD_TYPE, project=config.project
+            managed_zone=zone.name, name=fqdn, type=RECORD_TYPE, project=project
         )
         kept = [str(value) for value in (current.rrdatas or []) if value]
     except Exception:  # noqa: BLE001 - the data source fails when the record does not exist

@@ -14,13 +14,14 @@ import pytest
 
 from components.compile_cache import CompileCacheArgs
 from components.config import StackConfig
+from components.dns import EndpointNameArgs
 from components.gke.k8s_workload import GkeWorkloadArgs
 from components.monitoring import StackMonitoringArgs
 from components.secrets import NodeSecretsArgs
 from scripts.program_runner import run_file
 
 #: Args that take only what they read (the rest still carry the config, for now).
-NARROWED = [NodeSecretsArgs, CompileCacheArgs, StackMonitoringArgs]
+NARROWED = [NodeSecretsArgs, CompileCacheArgs, StackMonitoringArgs, EndpointNameArgs]
 
 
 @pytest.mark.parametrize("args", NARROWED, ids=lambda a: a.__name__)

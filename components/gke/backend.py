@@ -21,7 +21,7 @@ import pulumi
 from components import compile_cache, log_links
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
-from components.dns import EndpointName, ManagedZone
+from components.dns import EndpointName, EndpointNameArgs, ManagedZone
 from components.gke import k8s_manifests
 from components.gke.cluster import ClusterCheck, GkeTpuCluster, GkeTpuClusterArgs
 from components.gke.k8s_workload import GkeWorkload, GkeWorkloadArgs
@@ -45,8 +45,11 @@ def build_gke(
     cluster = GkeTpuCluster("gke", GkeTpuClusterArgs(config=config, checked=checked))
     # The reserved address never changes, so the record is written once and stays right.
     name = (
-        EndpointName("endpoint-name", config, managed_zone, cluster.address)
-        if managed_zone is not None
+        EndpointName(
+            "endpoint-name",
+            EndpointNameArgs(config.project, config.dns, managed_zone, cluster.address),
+        )
+        if managed_zone is not None and config.dns is not None
         else None
     )
     secrets = NodeSecrets(

@@ -18,7 +18,7 @@ import pulumi
 from components import log_links
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
-from components.dns import EndpointName, ManagedZone
+from components.dns import EndpointName, EndpointNameArgs, ManagedZone
 from components.monitoring import StackMonitoring, StackMonitoringArgs
 from components.outputs import BackendOutputs, endpoint_urls, text_or_empty
 from components.renewal import expiry_notice, renew_command
@@ -79,8 +79,11 @@ def build_vm(
         lambda parts: parts[0]
     )
     name = (
-        EndpointName("endpoint-name", config, managed_zone, serving_address)
-        if managed_zone is not None
+        EndpointName(
+            "endpoint-name",
+            EndpointNameArgs(config.project, config.dns, managed_zone, serving_address),
+        )
+        if managed_zone is not None and config.dns is not None
         else None
     )
     urls = endpoint_urls(
