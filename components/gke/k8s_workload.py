@@ -80,11 +80,6 @@ class GkeWorkloadArgs:
     extra_source_ranges: list[str] = field(default_factory=list)
 
 
-def _k8s(value: Any) -> Any:
-    """Manifest parts go to pulumi-kubernetes as they are (typed args accept these dicts)."""
-    return value
-
-
 class GkeWorkload(pulumi.ComponentResource):
     """Namespace, identity, secrets mounts, the server Deployment, its address and readiness."""
 
@@ -116,7 +111,7 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         ns_manifest = m.namespace(config)
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata=_k8s(ns_manifest["metadata"]), opts=after_crds
+            f"{name}-namespace", metadata=ns_manifest["metadata"], opts=after_crds
         )
         in_ns = pulumi.ResourceOptions.merge(
             base, pulumi.ResourceOptions(depends_on=[self.namespace])
@@ -126,13 +121,13 @@ class GkeWorkload(pulumi.ComponentResource):
             f"{name}-compute-class",
             api_version=node_class["apiVersion"],
             kind=node_class["kind"],
-            metadata=_k8s(node_class["metadata"]),
+            metadata=node_class["metadata"],
             spec=node_class["spec"],
             opts=after_crds,
         )
         ksa = m.service_account(config, args.service_account_email)
         self.service_account = k8s.core.v1.ServiceAccount(
-            f"{name}-ksa", metadata=_k8s(ksa["metadata"]), opts=in_ns
+            f"{name}-ksa", metadata=ksa["metadata"], opts=in_ns
         )
         extras = None
         files = m.script_files()
@@ -143,7 +138,7 @@ class GkeWorkload(pulumi.ComponentResource):
             files.update(cache_manifests.cache_script_files())
         scripts = m.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
-            f"{name}-scripts", metadata=_k8s(scripts["metadata"]), data=scripts["data"], opts=in_ns
+            f"{name}-scripts", metadata=scripts["metadata"], data=scripts["data"], opts=in_ns
         )
         key_version = pulumi.Output.from_input(args.api_key_version).apply(
             remote_scripts.version_of
@@ -180,7 +175,7 @@ class GkeWorkload(pulumi.ComponentResource):
         owner = pod_owner.pods_owner(config)
         self.pods_owner = k8s.core.v1.ConfigMap(
             f"{name}-pods-owner",
-            metadata=_k8s(owner["metadata"]),
+            metadata=owner["metadata"],
             opts=pulumi.ResourceOptions.merge(
                 in_ns,
                 pulumi.ResourceOptions(
@@ -222,8 +217,8 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=_k8s(deployment["metadata"]),
-            spec=_k8s(deployment["spec"]),
+            metadata=deployment["metadata"],
+            spec=deployment["spec"],
             opts=pulumi.ResourceOptions.merge(
                 in_ns,
                 pulumi.ResourceOptions(depends_on=[*used, self.pods_owner, self.admission]),
@@ -235,8 +230,8 @@ class GkeWorkload(pulumi.ComponentResource):
         service["spec"]["loadBalancerSourceRanges"] += args.extra_source_ranges
         self.service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata=_k8s(service["metadata"]),
-            spec=_k8s(service["spec"]),
+            metadata=service["metadata"],
+            spec=service["spec"],
             opts=pulumi.ResourceOptions.merge(
                 in_ns,
                 pulumi.ResourceOptions(
@@ -259,8 +254,8 @@ class GkeWorkload(pulumi.ComponentResource):
         budget = m.pod_disruption_budget(config)
         self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-disruption-budget",
-            metadata=_k8s(budget["metadata"]),
-            spec=_k8s(budget["spec"]),
+            metadata=budget["metadata"],
+            spec=budget["spec"],
             opts=in_ns,
         )
         # The Job reads the Deployment's rollout before it asks the Service.
@@ -280,8 +275,8 @@ class GkeWorkload(pulumi.ComponentResource):
         wait = f"{readiness_manifests.job_seconds(config, restore) + AWAIT_MARGIN_SECONDS}s"
         self.ready = k8s.batch.v1.Job(
             f"{name}-ready",
-            metadata=_k8s(job["metadata"]),
-            spec=_k8s(job["spec"]),
+            metadata=job["metadata"],
+            spec=job["spec"],
             opts=pulumi.ResourceOptions.merge(
                 in_ns,
                 pulumi.ResourceOptions(
@@ -314,7 +309,7 @@ class GkeWorkload(pulumi.ComponentResource):
                 f"{name}-pod-monitoring",
                 api_version=monitor["apiVersion"],
                 kind=monitor["kind"],
-                metadata=_k8s(monitor["metadata"]),
+                metadata=monitor["metadata"],
                 spec=monitor["spec"],
                 opts=pulumi.ResourceOptions.merge(
                     in_ns, pulumi.ResourceOptions(depends_on=[self.ready, self.crds])
@@ -357,12 +352,10 @@ class GkeWorkload(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions,
     ) -> list[pulumi.Resource]:
         """A Role and its binding to the pods' KSA (`NAME`, `NAME-binding`)."""
-        made = k8s.rbac.v1.Role(
-            name, metadata=_k8s(role["metadata"]), rules=role["rules"], opts=opts
-        )
+        made = k8s.rbac.v1.Role(name, metadata=role["metadata"], rules=role["rules"], opts=opts)
         bound = k8s.rbac.v1.RoleBinding(
             f"{name}-binding",
-            metadata=_k8s(binding["metadata"]),
+            metadata=binding["metadata"],
             role_ref=binding["roleRef"],
             subjects=binding["subjects"],
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[made])),
@@ -377,7 +370,7 @@ class GkeWorkload(pulumi.ComponentResource):
             name,
             api_version=manifest["apiVersion"],
             kind=manifest["kind"],
-            metadata=_k8s(manifest["metadata"]),
+            metadata=manifest["metadata"],
             spec=manifest["spec"],
             opts=opts,
         )
