@@ -18,6 +18,7 @@ from components.config import StackConfig
 from components.naming import resource_id
 from components.remote_scripts import API_KEY_FILE, HEADER, HF_TOKEN_FILE, version_of
 from components.secrets import NodeSecrets
+from components.vm.node_command import node_command
 from components.vm.node_scripts import fill, template
 
 #: Seconds the VM keeps retrying while a fresh IAM grant reaches Secret Manager.
@@ -67,13 +68,9 @@ def fetch_secrets(
             ]
         )
     )
-    return command.remote.Command(
+    return node_command(
         f"{secrets.pulumi_resource_name}-fetch",
-        connection=connection,
-        create=script,
-        logging=command.remote.Logging.STDOUT_AND_STDERR,
-        # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
-        # sshd refuses without AcceptEnv, logging a warning every time.
-        add_previous_output_in_env=False,
-        opts=pulumi.ResourceOptions(parent=secrets, depends_on=secrets.grants),
+        connection,
+        script,
+        pulumi.ResourceOptions(parent=secrets, depends_on=secrets.grants),
     )

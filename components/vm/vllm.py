@@ -24,6 +24,7 @@ from components.compile_cache import NO_CACHE, CompileCache, cache_result
 from components.config import StackConfig
 from components.outputs import endpoint_urls
 from components.vm import metrics_agent, node_scripts
+from components.vm.node_command import node_command
 
 CONTAINER = "tpu-vllm"
 READY_MARKER = "TPU_VLLM_READY "
@@ -92,18 +93,14 @@ class VllmServer(pulumi.ComponentResource):
     ) -> None:
         super().__init__("tpu-vllm:index:VllmServer", name, None, opts)
         config = args.config
-        self.start = command.remote.Command(
+        self.start = node_command(
             f"{name}-start",
-            connection=args.connection,
-            create=pulumi.Output.from_input(args.image).apply(
+            args.connection,
+            pulumi.Output.from_input(args.image).apply(
                 lambda image: node_scripts.start_server_script(config.serving(image), CONTAINER)
             ),
             # New secrets (a rotated API key) need a new container to take effect.
             triggers=[c.create for c in args.after],
-            logging=command.remote.Logging.STDOUT_AND_STDERR,
-            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
-            # sshd refuses without AcceptEnv, logging a warning every time.
-            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[
@@ -113,28 +110,22 @@ class VllmServer(pulumi.ComponentResource):
                 ],
             ),
         )
-        self.ready = command.remote.Command(
+        self.ready = node_command(
             f"{name}-ready",
-            connection=args.connection,
-            create=self.start.stdout.apply(
+            args.connection,
+            self.start.stdout.apply(
                 lambda stdout: node_scripts.readiness_script(config, stdout, CONTAINER)
             ),
-            logging=command.remote.Logging.STDOUT_AND_STDERR,
-            # Else each re-run sends PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which
-            # sshd refuses without AcceptEnv, logging a warning every time.
-            add_previous_output_in_env=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
         )
         self.metrics_agent: command.remote.Command | None = None
         if config.monitoring.enabled:
             # After readiness, so the agent's install never slows the server's start.
-            self.metrics_agent = command.remote.Command(
+            self.metrics_agent = node_command(
                 f"{name}-metrics-agent",
-                connection=args.connection,
-                create=metrics_agent.metrics_agent_script(config),
-                logging=command.remote.Logging.STDOUT_AND_STDERR,
-                add_previous_output_in_env=False,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.ready]),
+                args.connection,
+                metrics_agent.metrics_agent_script(config),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.ready]),
             )
             pulumi.Output.all(self.metrics_agent.stdout, self.metrics_agent.urn).apply(
                 lambda parts: _warn_if_agent_failed(parts[0], parts[1])
