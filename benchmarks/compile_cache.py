@@ -1,12 +1,12 @@
 """Benchmark: time to ready of a fresh node without and with the compile cache (run by hand).
 
-    python -m tests.bench_compile_cache [--speed 100] [--entry-mib 1] [--runs 3]
+    python -m benchmarks.compile_cache [--speed 100] [--entry-mib 1] [--runs 3]
 
 Over real SSH against the test sshd, fake docker and a fake bucket (a local directory behind
 the fake `gcloud storage`), replaying the reconstructed v5e-1 log paced like seed 000: 857 s to
 ready cold, 685 s of it XLA compilation, 497 s with the cache; `--speed 100` scales that to
 8.57 s and 4.97 s. The fake container skips its compile phase only when the restored cache
-holds every entry its cold boot writes (tests/fakes/fake_docker.py, Boot). Each run:
+holds every entry its cold boot writes (tests/support/fakes/fake_docker.py, Boot). Each run:
 - off:  cache.enabled false on a fresh node (what every node paid before);
 - cold: cache on, empty bucket: a fresh node compiles, then saves in the background;
 - warm: the next fresh node (empty home) restores before `docker run`.
@@ -27,12 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.gcs_api import FakeGcsApi
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHost
-from tests.remote_stack import READY, START, commands
-from tests.test_compile_cache_node import COLD, WARM, Lab, free_port
+from tests.ssh.test_compile_cache_node import COLD, WARM, Lab, free_port
+from tests.support.fakes.gcs_api import FakeGcsApi
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHost
+from tests.support.remote_stack import READY, START, commands
 
 
 def timed_start(lab: Lab, node: SshHost, scenario: dict[str, Any], enabled: bool) -> dict[str, Any]:

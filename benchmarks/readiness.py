@@ -1,6 +1,6 @@
 """Benchmark: how fast the readiness check notices success and failure (run by hand).
 
-    python -m tests.bench_readiness [--runs 10]
+    python -m benchmarks.readiness [--runs 10]
 
 Over real SSH against the test sshd and fake docker, replaying the reconstructed v5e-1 log:
 - detection latency: wall time from the container writing `Application startup complete.` to
@@ -18,10 +18,10 @@ import statistics
 import sys
 from collections.abc import Iterator
 
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHost
-from tests.remote_stack import (
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHost
+from tests.support.remote_stack import (
     FETCH,
     Readiness,
     commands,

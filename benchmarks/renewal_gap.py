@@ -1,10 +1,10 @@
 """Benchmark: the gap a client sees while a stack is renewed (run by hand).
 
-    python -m tests.bench_renewal_gap [--runs 3]
+    python -m benchmarks.renewal_gap [--runs 3]
 
-Runs tests/renewal_harness.py's renewal on loopback (TPU API fake, two fake VMs over real SSH, a
-fake DNS zone, a client resolving the name and asking `/v1/models` every 20 ms), once per run in
-each replacement order:
+Runs tests/support/renewal_harness.py's renewal on loopback (TPU API fake, two fake VMs over real
+SSH, a fake DNS zone, a client resolving the name and asking `/v1/models` every 20 ms), once per run
+in each replacement order:
 - create-first: the renewal window (the provider's diff says deleteBeforeReplace: false);
 - delete-first: what a renewal after the run ended does (the old node is gone first).
 For each it prints the failed requests and the longest time between two answered requests from
@@ -22,12 +22,12 @@ import statistics
 import time
 from collections.abc import Iterator
 
-from tests.fakes.cloud_dns import CachingResolver, FakeManagedZone
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHost
-from tests.fakes.tpu_api import FakeTpuApi
-from tests.renewal_harness import TTL, Client, Renewal, setup_secrets, start_vms
+from tests.support.fakes.cloud_dns import CachingResolver, FakeManagedZone
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHost
+from tests.support.fakes.tpu_api import FakeTpuApi
+from tests.support.renewal_harness import TTL, Client, Renewal, setup_secrets, start_vms
 
 
 @contextlib.contextmanager

@@ -1,15 +1,15 @@
 """Benchmark: how fast the node tool restores a compile cache over the JSON API (run by hand).
 
-    python -m tests.bench_restore_speed [--entries 300] [--mb 197] [--workers 1,16]
+    python -m benchmarks.restore_speed [--entries 300] [--mb 197] [--workers 1,16]
                                         [--latency 0,0.03] [--runs 3]
 
 The cache has seed 000's size (197 MB for E2B, "The JAX compile cache lives there (197 MB
 measured)") in a few hundred entries of mixed size: drawn log-uniform from 2 KiB to 8 MiB,
 then scaled to the total, so most entries are small helpers and a few are big forwards. It is
 stored as a node's save leaves it (entries, MANIFEST.json, LATEST) in the loopback fake of the
-Cloud Storage JSON API (tests/fakes/gcs_api.py, a Python HTTP server, one thread per request)
-and restored by scripts/remote/xla_cache.py `fetch` + `install` in their own processes, as on a
-node, once per pool size (`TPU_VLLM_CACHE_WORKERS`; 1 = the serial download this tool had
+Cloud Storage JSON API (tests/support/fakes/gcs_api.py, a Python HTTP server, one thread per
+request) and restored by scripts/remote/xla_cache.py `fetch` + `install` in their own processes, as
+on a node, once per pool size (`TPU_VLLM_CACHE_WORKERS`; 1 = the serial download this tool had
 before) and per latency.
 
 `--latency` delays every answer of the fake by that many seconds: a stand-in for a Cloud Storage
@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from components.compile_cache import generation_name
-from tests.fakes.gcs_api import FakeGcsApi
-from tests.fakes.gcs_store import GcsStore
-from tests.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.gcs_api import FakeGcsApi
+from tests.support.fakes.gcs_store import GcsStore
+from tests.support.fakes.metadata_server import FakeMetadataServer
 
 TOOL = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py"
 BUCKET = "bench"
@@ -128,7 +128,7 @@ def restore_once(
 
 
 def arguments(doc: str | None) -> argparse.Namespace:
-    """The options both transfer benchmarks take (this one and tests/bench_save_speed.py)."""
+    """The options both transfer benchmarks take (this one and benchmarks/save_speed.py)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--entries", type=int, default=300)
     parser.add_argument("--mb", type=float, default=SEED_000_MB)

@@ -1,10 +1,10 @@
 """Benchmark: how fast the node tool saves a compile cache over the JSON API, beside how fast it
 restores the same cache (run by hand).
 
-    python -m tests.bench_save_speed [--entries 300] [--mb 197] [--workers 1,16]
+    python -m benchmarks.save_speed [--entries 300] [--mb 197] [--workers 1,16]
                                      [--latency 0,0.03] [--runs 3]
 
-The cache is tests/bench_restore_speed.py's: seed 000's size (197 MB for E2B) in a few hundred
+The cache is benchmarks/restore_speed.py's: seed 000's size (197 MB for E2B) in a few hundred
 entries of mixed size (log-uniform 2 KiB to 8 MiB, scaled to the total). Each run is a cold
 node's first save into an empty generation (scripts/remote/xla_cache.py `save`, a process of
 its own, as the readiness command starts it: every entry uploaded in the bounded pool, then
@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components.compile_cache import generation_name
-from tests.bench_restore_speed import (
+from benchmarks.restore_speed import (
     DOWNLOADED,
     arguments,
     describe,
@@ -42,8 +41,9 @@ from tests.bench_restore_speed import (
     sweep,
     tool_env,
 )
-from tests.fakes.gcs_api import FakeGcsApi
-from tests.fakes.metadata_server import FakeMetadataServer
+from components.compile_cache import generation_name
+from tests.support.fakes.gcs_api import FakeGcsApi
+from tests.support.fakes.metadata_server import FakeMetadataServer
 
 TOOL = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py"
 BUCKET = "bench"

@@ -1,11 +1,11 @@
 """Benchmark: what caching every compile saves a fresh node, with real JAX on CPU (run by hand).
 
-    python -m tests.bench_xla_cache_jax [--runs 3] [--layers 24] [--entries 300] [--mb 197]
+    python -m benchmarks.xla_cache_jax [--runs 3] [--layers 24] [--entries 300] [--mb 197]
 
-Not part of the default suite (pytest collects only `test_*.py`), because timings depend on the
+Not part of the default suite (pytest collects only `tests/`), because timings depend on the
 machine. Two parts, in one run:
 
-1. Time to first result of a server start (tests/jax_start.py `transformer`: a small decoder
+1. Time to first result of a server start (tests/support/jax_start.py `transformer`: a small decoder
    forward, the logits gather and the sampler at the padding buckets tpu-inference
    precompiles), each in a fresh process, on a fresh "node" whose cache directory is the same
    absolute path every time (JAX before 0.11.0 keys entries on it):
@@ -15,7 +15,7 @@ machine. Two parts, in one run:
    - restored, every:       a fresh node after that cold start saved.
    Save and restore are the project's node tool (scripts/remote/xla_cache.py `fetch`,
    `install`, `save`) over the Cloud Storage JSON API against the loopback fake
-   (tests/fakes/gcs_api.py). Reported as medians and ratios to the cold start.
+   (tests/support/fakes/gcs_api.py). Reported as medians and ratios to the cold start.
 2. Restore speed: a synthetic cache of seed 000's size (197 MB for E2B) in a few hundred
    entries of mixed size, saved by the tool, then restored on a fresh node (`fetch` +
    `install`, the JSON API path): MB/s, and the most downloads the fake saw in flight at once.
@@ -44,19 +44,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests import seed_facts
-from tests.fakes.gcs_api import FakeGcsApi
-from tests.fakes.gcs_store import GcsStore
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.jax_start import DEFAULT_LAYERS
-from tests.pulumi_program import run_program
-from tests.test_jax_compile_cache import (
+from tests.loopback.test_jax_compile_cache import (
     CONTAINER_CACHE,
     JAX_START,
     Bucket,
     docker_run_env,
     start_text,
 )
+from tests.support import seed_facts
+from tests.support.fakes.gcs_api import FakeGcsApi
+from tests.support.fakes.gcs_store import GcsStore
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.jax_start import DEFAULT_LAYERS
+from tests.support.pulumi_program import run_program
 
 BUCKET = "bench-xla-cache"
 #: Seed 000 §1.3: "The JAX compile cache lives there (197 MB measured)" (E2B on a v5e-1).

@@ -2,10 +2,10 @@
 
 What runs here is the real CLI (`scripts/engine/build.sh`), its file backend, its passphrase
 secrets provider and the dynamic provider host `pulumi-resource-pulumi-python`; the program goes
-through the Automation API because the proxy refuses the Python language host (tests/engine.py).
-The README's own commands (`pulumi stack output`, `pulumi destroy --yes`) run through the CLI
-directly. Every run gets the offline environment of tests/engine.py; the offline proof runs it
-again in a network namespace that has only `lo`.
+through the Automation API because the proxy refuses the Python language host
+(tests/support/engine.py). The README's own commands (`pulumi stack output`, `pulumi destroy --yes`)
+run through the CLI directly. Every run gets the offline environment of tests/support/engine.py; the
+offline proof runs it again in a network namespace that has only `lo`.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from scripts import pulumi_cli
-from tests import engine, engine_cli
-from tests.engine_inline_program import ABSENT_TYPE, ABSENT_VERSION, SECRET_SENTINEL, STACK
-from tests.pulumi_program import ROOT
+from tests.support import engine, engine_cli
+from tests.support.engine_inline_program import ABSENT_TYPE, ABSENT_VERSION, SECRET_SENTINEL, STACK
+from tests.support.pulumi_program import ROOT
 
 pytestmark = pytest.mark.engine
 
-PROGRAM = Path(__file__).with_name("engine_inline_program.py")
+PROGRAM = Path(__file__).parents[1] / "support" / "engine_inline_program.py"
 
 
 def _pinned(pattern: str, text: str) -> str:

@@ -1,5 +1,5 @@
 """What goes wrong, through the real Pulumi CLI: a refused config value, a server that fails
-to start, and the `up` after the cause is fixed (tests/engine_stack.py).
+to start, and the `up` after the cause is fixed (tests/support/engine_stack.py).
 
 One stack, in order: a chip pre-flight refuses (preview and up fail naming the key; nothing
 is created anywhere); the chip put right; an enforced org policy (OS Login) that stops the run
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 
 from components.vm.org_policy import MANAGED_REQUIRE_OS_LOGIN
-from tests.engine_stack import HF_TOKEN, PROJECT, Lifecycle, engine_stack
-from tests.fakes.ssh_host import Scenario
-from tests.standins.store import everything
+from tests.support.engine_stack import HF_TOKEN, PROJECT, Lifecycle, engine_stack
+from tests.support.fakes.ssh_host import Scenario
+from tests.support.standins.store import everything
 
 pytestmark = pytest.mark.engine
 

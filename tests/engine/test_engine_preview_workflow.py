@@ -1,5 +1,5 @@
 """.github/workflows/preview.yml's commands, run as written through the real Pulumi CLI, minus
-the GitHub parts (tests/engine_stack.py).
+the GitHub parts (tests/support/engine_stack.py).
 
 Each `run:` block of the workflow is taken from the file and run with `bash -eo pipefail` (what
 GitHub's default shell for `run` is on Linux runners), with the step's `env:` filled in from
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.engine_stack import (
+from tests.support.engine_stack import (
     HF_TOKEN,
     PASSPHRASE,
     PROJECT,
@@ -39,7 +39,7 @@ from tests.engine_stack import (
 
 pytestmark = pytest.mark.engine
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "preview.yml"
 STACK = "v5e1"
 #: Steps not run here, each for the reason in the module docstring.

@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 
 from components.vm.queued_resource_spec import RENEWAL_SUFFIX
-from tests.engine_stack import PROJECT, EngineStack, Fakes, Lifecycle, engine_stack, events
-from tests.fakes.cloud_dns import CachingResolver, RecordSet
-from tests.standins.gcp_dns import RECORDS, seed_zone
-from tests.standins.store import Store
+from tests.support.engine_stack import PROJECT, EngineStack, Fakes, Lifecycle, engine_stack, events
+from tests.support.fakes.cloud_dns import CachingResolver, RecordSet
+from tests.support.standins.gcp_dns import RECORDS, seed_zone
+from tests.support.standins.store import Store
 
 pytestmark = pytest.mark.engine
 

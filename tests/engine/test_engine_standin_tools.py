@@ -1,8 +1,8 @@
 """The language host and pulumi-command the engine runs make it do what the real tools make it do.
 
-Where the stand-ins (tests/standins/language_host.py, command_provider.py) take the place of
-the tools the Go module proxy refuses (tests/engine_cli.py; a real one always wins), each test
-here runs a small project through the built CLI and checks one behaviour a user would notice if
+Where the stand-ins (tests/support/standins/language_host.py, command_provider.py) take the place of
+the tools the Go module proxy refuses (tests/support/engine_cli.py; a real one always wins), each
+test here runs a small project through the built CLI and checks one behaviour a user would notice if
 the stand-in got it wrong, as the real tools define it:
 
 - a dynamic provider's pickle crosses processes: the program pickles it (dill, by reference for
@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests import engine, engine_cli
+from tests.support import engine, engine_cli
 
 if TYPE_CHECKING:  # imported for real by pytest_plugins, so pytest can assert-rewrite it
-    from tests.fakes.ssh_host import SshHostFactory
+    from tests.support.fakes.ssh_host import SshHostFactory
 
-pytest_plugins = ("tests.fakes.ssh_host",)
+pytest_plugins = ("tests.support.fakes.ssh_host",)
 pytestmark = pytest.mark.engine
 
 SECRET = "standin-config-secret-sentinel-5d1e"

@@ -1,4 +1,5 @@
-"""`v5e1` through the real Pulumi CLI, step by step, as the README runs it (tests/engine_stack.py).
+"""`v5e1` through the real Pulumi CLI, step by step, as the README runs it
+(tests/support/engine_stack.py).
 
 One stack's life, one test per step, in order (they share the module's stack; under
 pytest-xdist the suite's scheduler keeps them on one worker, in order: tests/conftest.py):
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.engine_stack import (
+from tests.support.engine_stack import (
     HF_TOKEN,
     PASSPHRASE,
     PROJECT,
@@ -29,7 +30,7 @@ from tests.engine_stack import (
     events,
     steps,
 )
-from tests.output_contract import problems
+from tests.support.output_contract import problems
 
 pytestmark = pytest.mark.engine
 
@@ -225,7 +226,7 @@ def test_a_consumer_reads_the_outputs_through_a_stack_reference(life: Lifecycle)
     with life.step("consumer", after="no-changes"):
         engine = life.engine
         consumer = engine.work / "consumer"
-        source = Path(__file__).resolve().parent.parent / "examples" / "consumer"
+        source = Path(__file__).resolve().parents[2] / "examples" / "consumer"
         shutil.copytree(source, consumer, ignore=shutil.ignore_patterns("__pycache__"))
         (consumer / ".venv").symlink_to(engine.project / ".venv")
         stack = ["-s", "dev"]

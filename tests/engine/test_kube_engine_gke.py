@@ -1,9 +1,9 @@
 """`v6e4-gke` on an existing cluster, through the real Pulumi CLI and the real pulumi-kubernetes
 provider, against a real kube-apiserver with its controllers, scheduler and kwok's TPU nodes
-(tests/kube_stack.py says what is real and what stands in).
+(tests/support/kube_stack.py says what is real and what stands in).
 
-One stack's life, one test per step, in order (tests/engine_stack.py `Lifecycle`; the suite's
-scheduler keeps them on one worker: tests/conftest.py): up, the outputs, a second up, a flag
+One stack's life, one test per step, in order (tests/support/engine_stack.py `Lifecycle`; the
+suite's scheduler keeps them on one worker: tests/conftest.py): up, the outputs, a second up, a flag
 change that rolls the Deployment, bad input, destroy.
 """
 
@@ -19,13 +19,13 @@ from typing import Any, Self
 import pytest
 
 from components.gke import compute_class, k8s_manifests
-from tests import compute_class_crd
-from tests.engine_stack import HF_TOKEN, PASSPHRASE, EngineStack, Lifecycle, events, steps
-from tests.kube_stack import CLUSTER_PATH, STACK, GkeFakes, gke_engine_stack
-from tests.output_contract import problems
-from tests.pulumi_program import run_program
-from tests.test_gke_backend import existing_cluster
-from tests.test_gke_destroy_order import used_by_the_server_pods
+from tests.mocked.test_gke_backend import existing_cluster
+from tests.mocked.test_gke_destroy_order import used_by_the_server_pods
+from tests.support import compute_class_crd
+from tests.support.engine_stack import HF_TOKEN, PASSPHRASE, EngineStack, Lifecycle, events, steps
+from tests.support.kube_stack import CLUSTER_PATH, STACK, GkeFakes, gke_engine_stack
+from tests.support.output_contract import problems
+from tests.support.pulumi_program import run_program
 
 pytestmark = pytest.mark.kube
 
@@ -103,7 +103,7 @@ def job_awaited(engine: Engine) -> bool:
 
 def wait_rolled_out(engine: Engine, timeout: float = 90.0) -> None:
     """Until the rollout is complete: a replaced pod lingers through its grace period (kwok's
-    pod-delete stage, tests/kube_cluster.py), and kwok completes the readiness Job without
+    pod-delete stage, tests/support/kube_cluster.py), and kwok completes the readiness Job without
     running its script, which in a real cluster waits for exactly this."""
     deadline = time.monotonic() + timeout
     while not rolled_out(engine):

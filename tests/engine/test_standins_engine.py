@@ -4,7 +4,7 @@ the monitoring the program declares, from its own bodies: the dashboard's JSON, 
 check's and the alert's nested defaults and computed fields must not show as changes).
 
 The CLI is the one scripts/engine/build.sh builds from the Go module proxy, found as every
-engine test finds it (tests/engine.py): skipped without it, failed under
+engine test finds it (tests/support/engine.py): skipped without it, failed under
 TPU_VLLM_REQUIRE_ENGINE=1 (CI). The program is an inline
 Automation API program: the SDK serves it to the CLI itself (`--client`), so no Python language
 host binary is needed. Offline, as the CLI runs here: a file backend and a passphrase in a
@@ -31,11 +31,11 @@ from pulumi import automation as auto
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
 from components.vm.tpu import node_ids
-from tests import engine
-from tests.fakes.secret_manager import ApiError as SecretManagerError
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.standins.client import BIN
-from tests.standins.store import STATE_ENV, everything
+from tests.support import engine
+from tests.support.fakes.secret_manager import ApiError as SecretManagerError
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.standins.client import BIN
+from tests.support.standins.store import STATE_ENV, everything
 
 pytestmark = pytest.mark.engine
 PROJECT = "proj-engine"
@@ -106,7 +106,8 @@ def program() -> None:
 def stack(
     tmp_path: Path, fake_secret_manager: FakeSecretManager
 ) -> Iterator[tuple[auto.Stack, dict[str, str]]]:
-    # The CLI scripts/engine/build.sh made: a skip without it, a failure in CI (tests/engine.py).
+    # The CLI scripts/engine/build.sh made: a skip without it, a failure in CI
+    # (tests/support/engine.py).
     bin_dir = engine.tools().bin_dir
     fake_secret_manager.add_secret(PROJECT, "hf-token")
     env = {

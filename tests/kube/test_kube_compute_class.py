@@ -1,12 +1,13 @@
 """The stack's ComputeClass against the project's own ComputeClass CRD, on a real API server.
 
-GKE's CRD cannot come from its Go module (the proxy refuses it), so tests/compute_class_crd.py
-is the project's own picture of it: the current version, and `early=True`, the first published
-copy (no `priorities[].location`, and a rule refusing flex-start TPUs). Here a real
-kube-apiserver v1.34 (tests/kube_cluster.py) serves that picture. These tests show that:
+GKE's CRD cannot come from its Go module (the proxy refuses it), so
+tests/support/compute_class_crd.py is the project's own picture of it: the current version, and
+`early=True`, the first published copy (no `priorities[].location`, and a rule refusing flex-start
+TPUs). Here a real kube-apiserver v1.34 (tests/support/kube_cluster.py) serves that picture. These
+tests show that:
 - the server accepts the CRD (structural schema, CEL rules that compile);
 - the server applies it to the classes of the `v6e4-gke` program, as rendered under mocks
-  (tests/gke_manifests.py): pruning, enums, CEL rules;
+  (tests/support/gke_manifests.py): pruning, enums, CEL rules;
 - the server's verdict agrees with the deploy-time pre-flight of a served CRD
   (components/gke/crd_schema.py). The server is the judge: where they differ, a test fails.
 
@@ -29,9 +30,9 @@ from typing import Any
 import pytest
 
 from components.gke import crd_schema
-from tests import compute_class_crd, kube_cluster, kube_crds
-from tests.gke_manifests import STACK, VARIANTS, manifests
-from tests.pulumi_program import run_program
+from tests.support import compute_class_crd, kube_cluster, kube_crds
+from tests.support.gke_manifests import STACK, VARIANTS, manifests
+from tests.support.pulumi_program import run_program
 
 pytestmark = pytest.mark.kube
 
@@ -102,7 +103,8 @@ class ServedClass:
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kube_cluster.ControlPlane]:
     with kube_cluster.running(tmp_path_factory.mktemp("kube")) as cp:
-        # What GKE would have installed (tests/kube_crds.py), the ComputeClass picture among them.
+        # What GKE would have installed (tests/support/kube_crds.py), the ComputeClass picture among
+        # them.
         for crd in kube_crds.gke_crds():
             cp.install_crd(crd)
         yield cp

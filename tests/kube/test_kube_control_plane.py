@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests import kube_cluster
+from tests.support import kube_cluster
 
 pytestmark = pytest.mark.kube
 

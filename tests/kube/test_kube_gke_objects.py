@@ -1,16 +1,16 @@
 """The GKE stack's Kubernetes objects, as the program renders them, on a real API server.
 
-The objects come from the `v6e4-gke` program under mocks (tests/gke_manifests.py). They
-are created on the Kubernetes layer's control plane (tests/kube_cluster.py), in the order of
+The objects come from the `v6e4-gke` program under mocks (tests/support/gke_manifests.py). They
+are created on the Kubernetes layer's control plane (tests/support/kube_cluster.py), in the order of
 their dependencies, with strict field validation: the API server's defaulting, validation and
-admission, the CRDs' structural schemas (from their projects' modules, tests/kube_crds.py),
+admission, the CRDs' structural schemas (from their projects' modules, tests/support/kube_crds.py),
 then the scheduler and the controllers acting on them with kwok's GKE-shaped TPU nodes. Where the
 engine would pass another resource's output (the pods' owner ConfigMap's uid), the test passes
 the server's.
 
-The other variants' objects (tests/gke_manifests.py) are judged by dry runs, and objects with
-one field broken show that the judgement can fail. The same objects through `pulumi up` and the
-real pulumi-kubernetes provider: tests/test_kube_engine_gke.py.
+The other variants' objects (tests/support/gke_manifests.py) are judged by dry runs, and objects
+with one field broken show that the judgement can fail. The same objects through `pulumi up` and the
+real pulumi-kubernetes provider: tests/engine/test_kube_engine_gke.py.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests import kube_cluster, kube_crds
-from tests.gke_manifests import STACK, VARIANTS, manifests
-from tests.pulumi_program import run_program
+from tests.support import kube_cluster, kube_crds
+from tests.support.gke_manifests import STACK, VARIANTS, manifests
+from tests.support.pulumi_program import run_program
 
 pytestmark = pytest.mark.kube
 
@@ -225,9 +225,9 @@ def test_replicas_land_on_tpu_nodes_and_become_available(
 def test_readiness_job_runs_to_completion(
     plane: kube_cluster.ControlPlane, created: dict[str, dict[str, Any]]
 ) -> None:
-    """kwok completes the Job's pod without running its script (tests/test_gke_readiness_job.py
-    runs that script for real): this proves the Job is schedulable here, on the untainted system
-    node, and that the Job controller calls it done."""
+    """kwok completes the Job's pod without running its script
+    (tests/loopback/test_gke_readiness_job.py runs that script for real): this proves the Job is
+    schedulable here, on the untainted system node, and that the Job controller calls it done."""
     [job] = [v for k, v in created.items() if k.startswith("Job/")]
     deadline = time.monotonic() + 90
     status: dict[str, Any] = {}

@@ -1,12 +1,12 @@
 """The pods against a real API server's admission and scheduler: Pod Security, QoS, and the
 readiness Job's scheduling as `pulumi up` reports it (issue 31 items 1-3).
 
-The server is the Kubernetes layer's control plane (tests/kube_cluster.py: kube-apiserver with
-its default admission plugins, PodSecurity among them, the scheduler, the controllers, kwok
+The server is the Kubernetes layer's control plane (tests/support/kube_cluster.py: kube-apiserver
+with its default admission plugins, PodSecurity among them, the scheduler, the controllers, kwok
 nodes). The checks run as the program runs them: components/gke/pod_admission.py and
 components/gke/readiness_watch.py with the kubeconfig the program builds
 (components/gke/cluster.py `kubeconfig`) and a `gke-gcloud-auth-plugin` stand-in on PATH
-(tests/fakes/kube_api.py) whose token the API server knows.
+(tests/support/fakes/kube_api.py) whose token the API server knows.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import pytest
 
 from components.gke import pod_admission, readiness_watch
 from components.gke.cluster import kubeconfig
-from tests import kube_cluster
-from tests.fakes.kube_api import write_auth_plugin
-from tests.gke_manifests import STACK, VARIANTS, manifests
-from tests.pulumi_program import run_program
+from tests.support import kube_cluster
+from tests.support.fakes.kube_api import write_auth_plugin
+from tests.support.gke_manifests import STACK, VARIANTS, manifests
+from tests.support.pulumi_program import run_program
 
 pytestmark = pytest.mark.kube
 

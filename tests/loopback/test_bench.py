@@ -1,8 +1,8 @@
 """scripts/bench.py: the report from result files, the remote command, and the whole path.
 
 The result files are reconstructions of `vllm bench serve --save-result` output
-(tests/fixtures/vllm_bench/README.md). The Pulumi CLI, `ssh`, `sudo`, `docker` and `vllm` are
-small fakes written by the tests onto PATH, so the real code path runs (pulumi stack output,
+(tests/support/fixtures/vllm_bench/README.md). The Pulumi CLI, `ssh`, `sudo`, `docker` and `vllm`
+are small fakes written by the tests onto PATH, so the real code path runs (pulumi stack output,
 the private key file, pinned known_hosts, the rendered script under `bash -s`, the API key read
 inside the "container") without a network, a VM or a container engine.
 """
@@ -25,9 +25,9 @@ import pytest
 
 from scripts import bench
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODULE = "scripts.bench"
-FIXTURES = ROOT / "tests" / "fixtures" / "vllm_bench"
+FIXTURES = ROOT / "tests" / "support" / "fixtures" / "vllm_bench"
 API_KEY = "SENTINEL-API-KEY-7f3c9a"
 PRIVATE_KEY = "\n".join(
     [

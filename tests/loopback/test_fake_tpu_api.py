@@ -21,7 +21,7 @@ from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 from googleapiclient.http import build_http
 
-from tests.fakes.tpu_api import (
+from tests.support.fakes.tpu_api import (
     DEFAULT_HOST_KEY,
     FakeTpuApi,
     ManualClock,

@@ -3,7 +3,7 @@
 The scripts are the ConfigMap's (what the program registers for `v6e4-gke`), run with bash and
 the env of their containers in the Deployment, as the kubelet would start them, with the
 emptyDir mounts replaced by temporary directories. Around them: the loopback fakes of the Cloud
-Storage JSON API and the metadata server (tests/fakes/gcs_api.py, metadata_server.py; on GKE
+Storage JSON API and the metadata server (tests/support/fakes/gcs_api.py, metadata_server.py; on GKE
 the metadata server hands out the Workload Identity token at the same path). The generation is
 the pinned image's (components/image_pin.py), which the containers are given. The tool is the
 VM path's, with its
@@ -31,18 +31,19 @@ from typing import Any
 import pytest
 
 from components.compile_cache import generation_name
-from tests.fakes.gcs_api import FakeGcsApi
-from tests.fakes.gcs_store import GcsStore
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.mock_outputs import pinned_digest
-from tests.privileged import skip_or_fail
-from tests.pulumi_program import ProgramRun, run_program
-from tests.test_compile_cache_node import load_tool
+from tests.ssh.test_compile_cache_node import load_tool
+from tests.support.fakes.gcs_api import FakeGcsApi
+from tests.support.fakes.gcs_store import GcsStore
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.mock_outputs import pinned_digest
+from tests.support.privileged import skip_or_fail
+from tests.support.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"
 NAMESPACE = "tpu-vllm-v6e4-gke"
-#: The pinned image the mocked registry gives `vllm/vllm-tpu:nightly` (tests/mock_outputs.py);
-#: a VM of the same stack key runs the same NAME@sha256 and so shares the generation.
+#: The pinned image the mocked registry gives `vllm/vllm-tpu:nightly`
+#: (tests/support/mock_outputs.py); a VM of the same stack key runs the same NAME@sha256 and so
+#: shares the generation.
 PINNED = f"vllm/vllm-tpu@{pinned_digest('vllm/vllm-tpu:nightly')}"
 ENTRIES = {f"jit_step_{i:02d}-{'0' * 8}{i:02d}-cache": os.urandom(2048 + i) for i in range(6)}
 

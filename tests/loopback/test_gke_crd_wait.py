@@ -1,5 +1,5 @@
 """The CRD wait (components/gke/crd_wait.py) against a loopback fake of the cluster's API that
-serves a CRD at once, after a while, or never (tests/fakes/kube_api.py, modelled on the
+serves a CRD at once, after a while, or never (tests/support/fakes/kube_api.py, modelled on the
 apiextensions-apiserver's naming, establishing and discovery controllers), with the program's
 own kubeconfig and a stand-in `gke-gcloud-auth-plugin`.
 
@@ -30,7 +30,8 @@ from components.gke.crd_wait import POD_MONITORING_CRD as PM
 from components.gke.crd_wait import SECRET_PROVIDER_CLASS_CRD as SPC
 from components.gke.crd_wait import ServedCrdsProvider
 from components.gke.kube_api import tls_context
-from tests.fakes.kube_api import (
+from tests.mocked.test_gke_backend import existing_cluster
+from tests.support.fakes.kube_api import (
     FakeCrd,
     FakeKubeApi,
     compute_class_crd,
@@ -38,10 +39,9 @@ from tests.fakes.kube_api import (
     secret_provider_class_crd,
     write_auth_plugin,
 )
-from tests.fakes.loopback import HOST
-from tests.provider_host import provider_blob, run_provider
-from tests.pulumi_program import ProgramRun, run_program
-from tests.test_gke_backend import existing_cluster
+from tests.support.fakes.loopback import HOST
+from tests.support.provider_host import provider_blob, run_provider
+from tests.support.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"
 CLUSTER = "projects/test-project/locations/us-east5/clusters/tpu-vllm-v6e4-gke"

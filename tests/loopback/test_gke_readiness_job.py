@@ -5,8 +5,8 @@ The script and the Job's environment come from a mocked run of the v6e4-gke prog
 ConfigMap the pod mounts, the Job's env); only the addresses, the key and token files and the
 timings are pointed at the test. The pod's shell is busybox ash (curlimages/curl is Alpine): the
 script runs under `busybox sh` when the machine has busybox, else under bash. The fakes are
-`tests/fakes/openai_server.py` (vLLM's 401 for a key it was not started with, `/health`) and
-`tests/fakes/kube_deployments.py` (the Deployment as the API server and the deployment
+`tests/support/fakes/openai_server.py` (vLLM's 401 for a key it was not started with, `/health`) and
+`tests/support/fakes/kube_deployments.py` (the Deployment as the API server and the deployment
 controller's rolling update show it).
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.kube_deployments import FakeDeploymentApi, Rollout, rolling_update
-from tests.fakes.openai_server import FakeOpenAI
-from tests.pulumi_program import ProgramRun, run_program
+from tests.support.fakes.kube_deployments import FakeDeploymentApi, Rollout, rolling_update
+from tests.support.fakes.openai_server import FakeOpenAI
+from tests.support.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"
 NS = "tpu-vllm-v6e4-gke"

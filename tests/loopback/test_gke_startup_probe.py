@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI
-from tests.pulumi_program import ProgramRun, run_program
+from tests.support.fakes.openai_server import FakeOpenAI
+from tests.support.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"
 MODEL = "google/gemma-4-31B-it"

@@ -1,8 +1,8 @@
 """The image pin (issue 28, items 1, 2, 5, 6): `vllm.image` resolved once to a digest and kept.
 
 Three layers: the reference grammar (distribution/reference's, components/image_ref.py); the
-lookup against a real registry (the distribution project's, tests/registry.py) behind a Docker
-Hub-style token service, with images pushed by a real client (crane); and the program under
+lookup against a real registry (the distribution project's, tests/support/registry.py) behind a
+Docker Hub-style token service, with images pushed by a real client (crane); and the program under
 mocks, where the pin is registered first and holds every other resource back.
 """
 
@@ -17,9 +17,9 @@ from pulumi.runtime import mocks
 
 from components import image_ref, registry
 from components.image_pin import ImagePinProvider
-from tests.mock_outputs import cloud_outputs, pinned_digest
-from tests.pulumi_program import refused, run_program
-from tests.registry import Registry
+from tests.support.mock_outputs import cloud_outputs, pinned_digest
+from tests.support.pulumi_program import refused, run_program
+from tests.support.registry import Registry
 
 HEX = "0123456789abcdef" * 4
 

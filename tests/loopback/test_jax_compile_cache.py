@@ -2,13 +2,14 @@
 
 The environment comes from what the program renders: the `-e` flags of the VM's `docker run`
 (the `vllm-start` command's text) and the GKE server container's `env`. The JAX side of a start
-is tests/jax_start.py in a fresh process, which sets the cache directory the way tpu-inference
-does and counts `jax.monitoring`'s cache events (event names from jax/_src/compiler.py and
-jax/_src/compilation_cache.py). The node tool is scripts/remote/xla_cache.py as the start and
+is tests/support/jax_start.py in a fresh process, which sets the cache directory the way
+tpu-inference does and counts `jax.monitoring`'s cache events (event names from jax/_src/compiler.py
+and jax/_src/compilation_cache.py). The node tool is scripts/remote/xla_cache.py as the start and
 save scripts run it (`fetch`, `install`, `save`) against one local bucket: the cold node through
-the fake `gcloud storage` (tests/fakes/bin/gcloud, as on a VM with gcloud), the fresh node through
-the Cloud Storage JSON API fake (tests/fakes/gcs_api.py, with the metadata server's token, as on
-a VM without gcloud or in GKE's init container), so the two transports share one layout.
+the fake `gcloud storage` (tests/support/fakes/bin/gcloud, as on a VM with gcloud), the fresh node
+through the Cloud Storage JSON API fake (tests/support/fakes/gcs_api.py, with the metadata server's
+token, as on a VM without gcloud or in GKE's init container), so the two transports share one
+layout.
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from typing import Any
 import pytest
 
 from components.jax_cache_env import MIN_COMPILE_TIME_ENV
-from tests.fakes.gcs_api import FakeGcsApi
-from tests.fakes.gcs_store import GcsStore
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.pulumi_program import ProgramRun, refused, run_program
+from tests.support.fakes.gcs_api import FakeGcsApi
+from tests.support.fakes.gcs_store import GcsStore
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.pulumi_program import ProgramRun, refused, run_program
 
-ROOT = Path(__file__).resolve().parent.parent
-JAX_START = ROOT / "tests" / "jax_start.py"
+ROOT = Path(__file__).resolve().parents[2]
+JAX_START = ROOT / "tests" / "support" / "jax_start.py"
 TOOL = ROOT / "scripts" / "remote" / "xla_cache.py"
-FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
+FAKE_BIN = ROOT / "tests" / "support" / "fakes" / "bin"
 FUNCTIONS = 12
 #: The image the nodes run, named by digest (the tool's `install` then needs no docker).
 IMAGE = "vllm/vllm-tpu@sha256:" + "ef01" * 16

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from components.vm import metrics_agent
-from tests.promql import prometheus_config_error
-from tests.pulumi_program import run_program
-from tests.test_compile_cache import config_for
+from tests.mocked.test_compile_cache import config_for
+from tests.support.promql import prometheus_config_error
+from tests.support.pulumi_program import run_program
 
 # The installer stand-in: fails its first $FAIL_INSTALLS runs printing $INSTALL_ERROR (apt's
 # words for a mirror caught mid-sync by default), then leaves the agent's units behind.
@@ -243,7 +243,7 @@ def test_an_install_that_keeps_failing_is_a_warning_after_the_tries(
 
 def test_a_failed_agent_warns_at_pulumi_up_and_a_good_one_does_not() -> None:
     def outputs(stdout: str):  # type: ignore[no-untyped-def]
-        from tests.mock_outputs import cloud_outputs
+        from tests.support.mock_outputs import cloud_outputs
 
         def answer(args):  # type: ignore[no-untyped-def]
             result = cloud_outputs(args)

@@ -1,7 +1,7 @@
 """Org policies that make a node unusable stop the run before any TPU is requested.
 
 The gate's provider runs against a loopback fake of Cloud Resource Manager v1 and of the
-Organization Policy API v2 (`tests/fakes/resource_manager.py`, modelled on the discovery
+Organization Policy API v2 (`tests/support/fakes/resource_manager.py`, modelled on the discovery
 documents google-api-python-client bundles); under Pulumi mocks no provider runs, so the
 program-level tests check the gate's place in the graph: the queued resource depends on it.
 """
@@ -21,8 +21,8 @@ from components.vm.org_policy import (
     read_boolean_policy,
     read_managed_policy,
 )
-from tests.fakes.resource_manager import FakeResourceManager
-from tests.pulumi_program import TEST_PROJECT, run_program
+from tests.support.fakes.resource_manager import FakeResourceManager
+from tests.support.pulumi_program import TEST_PROJECT, run_program
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
 

@@ -6,7 +6,7 @@ capacity, turns ACTIVE and bills until someone finds it by hand. Zone rejections
 by the zone failover; these tests cover the other errors, the ones the provider does not expect
 (a 403 while polling, when a grant is revoked or an org policy bites mid-wait).
 
-Driven against the loopback TPU v2alpha1 fake (`tests/fakes/tpu_api.py`) with its fault
+Driven against the loopback TPU v2alpha1 fake (`tests/support/fakes/tpu_api.py`) with its fault
 injection (`fail_next`), with props built the way the program builds them.
 """
 
@@ -20,9 +20,9 @@ import pytest
 from components import config as config_module
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.tpu import queued_resource_props
-from tests.fakes.tpu_api import FakeTpuApi
-from tests.mock_outputs import SERVED_IMAGE
-from tests.pulumi_program import stack_file_config
+from tests.support.fakes.tpu_api import FakeTpuApi
+from tests.support.mock_outputs import SERVED_IMAGE
+from tests.support.pulumi_program import stack_file_config
 
 FAST = {
     "poll_seconds": 0.05,

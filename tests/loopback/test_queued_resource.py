@@ -28,10 +28,10 @@ from components.vm import queued_resource_delete
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.queued_resource_spec import OUTPUT_KEYS, Spec
 from components.vm.tpu import queued_resource_props
-from tests.docs import read_doc, section
-from tests.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
-from tests.mock_outputs import SERVED_IMAGE
-from tests.pulumi_program import ROOT, run_program, stack_file_config
+from tests.support.docs import read_doc, section
+from tests.support.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
+from tests.support.mock_outputs import SERVED_IMAGE
+from tests.support.pulumi_program import ROOT, run_program, stack_file_config
 
 FAST = {
     "poll_seconds": 0.05,

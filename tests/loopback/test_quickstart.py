@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from components.renewal import renew_command
-from tests.docs import doc_pages, read_doc, section
-from tests.pulumi_program import ROOT, stack_file_config
+from tests.support.docs import doc_pages, read_doc, section
+from tests.support.pulumi_program import ROOT, stack_file_config
 
 QUICKSTART = ROOT / "scripts" / "quickstart.sh"
 

@@ -32,12 +32,12 @@ from components.vm.queued_resource_spec import (
 )
 from components.vm.tpu import queued_resource_props
 from scripts import renew
-from tests import discovery
-from tests.fakes.fake_pulumi import FakePulumi
-from tests.fakes.tpu_api import FakeTpuApi, ManualClock
-from tests.mock_outputs import EXPIRES_AT, SERVED_IMAGE
-from tests.pulumi_program import ROOT, run_program
-from tests.test_queued_resource import SA_EMAIL, stack_config
+from tests.loopback.test_queued_resource import SA_EMAIL, stack_config
+from tests.support import discovery
+from tests.support.fakes.fake_pulumi import FakePulumi
+from tests.support.fakes.tpu_api import FakeTpuApi, ManualClock
+from tests.support.mock_outputs import EXPIRES_AT, SERVED_IMAGE
+from tests.support.pulumi_program import ROOT, run_program
 
 STACK = "v5e1"
 ZONE = "us-west4-a"

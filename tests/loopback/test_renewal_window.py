@@ -1,8 +1,8 @@
 """Issue 18, VM backend: the renewal window, its config, the provider's create-before-replace
 inside it, the drain before a replaced node is deleted, and what the program orders after it.
 
-The provider runs against the loopback TPU v2alpha1 fake (tests/fakes/tpu_api.py) with props as
-the engine hands them over (numbers as floats, `__provider`). The fake ends a run 4 h after
+The provider runs against the loopback TPU v2alpha1 fake (tests/support/fakes/tpu_api.py) with props
+as the engine hands them over (numbers as floats, `__provider`). The fake ends a run 4 h after
 ACTIVE, so a lead longer than that puts a fresh TPU inside its window at once and a short one
 keeps it outside.
 """
@@ -28,11 +28,7 @@ from components.vm.queued_resource_spec import RENEWAL_SUFFIX, REQUEST_LABEL, Sp
 from components.vm.tpu import queued_resource_props
 from components.vm.tpu_api import TpuApi
 from scripts import budget
-from tests.docs import read_doc
-from tests.fakes.tpu_api import FakeTpuApi
-from tests.mock_outputs import MANAGED_ZONE, SERVED_IMAGE, cloud_outputs
-from tests.pulumi_program import ROOT, refused, run_program
-from tests.test_queued_resource import (  # noqa: F401 - tpu_env is a fixture
+from tests.loopback.test_queued_resource import (  # noqa: F401 - tpu_env is a fixture
     FAST,
     SA_EMAIL,
     as_engine,
@@ -41,6 +37,10 @@ from tests.test_queued_resource import (  # noqa: F401 - tpu_env is a fixture
     stack_config,
     tpu_env,
 )
+from tests.support.docs import read_doc
+from tests.support.fakes.tpu_api import FakeTpuApi
+from tests.support.mock_outputs import MANAGED_ZONE, SERVED_IMAGE, cloud_outputs
+from tests.support.pulumi_program import ROOT, refused, run_program
 
 WORKFLOW = ROOT / ".github" / "workflows" / "renew.yml"
 RUN = 4 * 3600  # both stacks' maxRunDuration

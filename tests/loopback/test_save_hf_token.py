@@ -24,15 +24,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.fakes.hf_hub import GATED_MODEL, FakeHfHub
-from tests.fakes.secret_manager import (
+from tests.support.fakes.hf_hub import GATED_MODEL, FakeHfHub
+from tests.support.fakes.secret_manager import (
     DEFAULT_TOKEN,
     FakeSecretManager,
     crc32c,
     fake_secret_manager,  # noqa: F401 - pytest fixture
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODULE = "scripts.save_hf_token"
 PROJECT = "test-proj"
 SECRET = "hf-token"

@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 import requests
 
-from tests.fakes.openai_server import (
+from tests.support.fakes.openai_server import (
     DEFAULT_REPLY,
     MALFORMED_VARIANTS,
     FakeOpenAI,
     fake_openai,  # noqa: F401 - pytest fixture
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODULE = "scripts.smoke_test"
 SENTINEL = "sk-SENTINEL-5d2c9e7a1f0b4c83a6e1d9f2b7c4a0e8x"  # 48 characters, like the stack's
 RUN_TIMEOUT = 30

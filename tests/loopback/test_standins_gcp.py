@@ -1,5 +1,5 @@
-"""The gcp stand-in provider over gRPC, as the engine drives it (tests/standins/client.py): its
-checks against pulumi-gcp 10.2.0's schema and Terraform's validators, its replace sets, the
+"""The gcp stand-in provider over gRPC, as the engine drives it (tests/support/standins/client.py):
+its checks against pulumi-gcp 10.2.0's schema and Terraform's validators, its replace sets, the
 documented shapes of its outputs, its "cloud" across processes, and its write-through to the
 loopback Secret Manager and bucket fakes.
 """
@@ -21,13 +21,13 @@ from pulumi.runtime.proto import provider_pb2
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
 from components.vm.tpu import node_ids
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.standins.client import Plugin, urn
-from tests.standins.gcp_common import project_number
-from tests.standins.gcp_container import seed_cluster
-from tests.standins.gcp_dns import seed_zone
-from tests.standins.gcp_monitoring import seed_uptime_check_ips
-from tests.standins.store import STATE_ENV, everything
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.standins.client import Plugin, urn
+from tests.support.standins.gcp_common import project_number
+from tests.support.standins.gcp_container import seed_cluster
+from tests.support.standins.gcp_dns import seed_zone
+from tests.support.standins.gcp_monitoring import seed_uptime_check_ips
+from tests.support.standins.store import STATE_ENV, everything
 
 PROJECT = "proj-standin"
 NUMBER = project_number(PROJECT)

@@ -1,9 +1,9 @@
 """The stand-in providers' coverage and schema, and the random and tls stand-ins, driven over
-gRPC as the engine drives a plugin (tests/standins/client.py).
+gRPC as the engine drives a plugin (tests/support/standins/client.py).
 
 - every resource type and invoke the program uses (found in its source, and registered by the
   VM and GKE stacks under mocks) is served by a stand-in and present in the trimmed schema;
-- the trimmed schemas are what tests/standins/schema_trim.py makes from the pinned SDKs;
+- the trimmed schemas are what tests/support/standins/schema_trim.py makes from the pinned SDKs;
 - tls makes real keys (parsed back with `cryptography` and `ssh-keygen`); random draws fresh
   passwords that honour `length` and `special`; secret outputs come back secret.
 """
@@ -32,14 +32,14 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from pulumi.provider.experimental.provider import CheckRequest
 from pulumi.runtime import rpc
 
-from tests.mock_outputs import MANAGED_ZONE
-from tests.pulumi_program import ROOT, run_program
-from tests.standins import gcp_provider, random_provider, schema_trim, tls_provider
-from tests.standins.client import Plugin, urn
-from tests.standins.provider import StandinProvider
-from tests.standins.schema import PACKAGES, load
-from tests.standins.values import marshal
-from tests.test_gke_backend import existing_cluster
+from tests.mocked.test_gke_backend import existing_cluster
+from tests.support.mock_outputs import MANAGED_ZONE
+from tests.support.pulumi_program import ROOT, run_program
+from tests.support.standins import gcp_provider, random_provider, schema_trim, tls_provider
+from tests.support.standins.client import Plugin, urn
+from tests.support.standins.provider import StandinProvider
+from tests.support.standins.schema import PACKAGES, load
+from tests.support.standins.values import marshal
 
 KEY = "tls:index/privateKey:PrivateKey"
 PASSWORD = "random:index/randomPassword:RandomPassword"
@@ -113,7 +113,7 @@ def test_the_schema_comes_from_the_pinned_sdk(package: str) -> None:
     assert load(name).data == json.loads(json.dumps(made))
     requirement = (ROOT / "requirements.txt").read_text()
     assert f"{package}=={made['version']}" in requirement.replace("-", "_")
-    assert not (ROOT / "tests" / "fixtures" / "pulumi_schemas").exists()
+    assert not (ROOT / "tests" / "support" / "fixtures" / "pulumi_schemas").exists()
 
 
 def test_schema_names_what_each_resource_requires() -> None:

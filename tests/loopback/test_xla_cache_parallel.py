@@ -2,8 +2,8 @@
 
 The tool (scripts/remote/xla_cache.py) runs `fetch` then `install`, as the GKE init container
 does (`--in-pod`, the image named by digest: no docker), against the loopback fake of the Cloud
-Storage JSON API (tests/fakes/gcs_api.py) and the metadata server. The fake counts the object
-downloads it serves at once and can answer each request after a delay (a Cloud Storage round
+Storage JSON API (tests/support/fakes/gcs_api.py) and the metadata server. The fake counts the
+object downloads it serves at once and can answer each request after a delay (a Cloud Storage round
 trip), which is what makes the overlap visible. No timing is asserted beyond the restore's own
 bound.
 """
@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 
 from components.compile_cache import generation_name
-from tests.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
-from tests.fakes.gcs_store import GcsStore
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.test_compile_cache_node import load_tool
+from tests.ssh.test_compile_cache_node import load_tool
+from tests.support.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
+from tests.support.fakes.gcs_store import GcsStore
+from tests.support.fakes.metadata_server import FakeMetadataServer
 
-TOOL = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py"
+TOOL = Path(__file__).resolve().parents[2] / "scripts" / "remote" / "xla_cache.py"
 
 BUCKET = "b"
 PREFIX = f"gs://{BUCKET}/xla-cache/KEY/"
@@ -212,8 +212,8 @@ def test_a_failed_object_abandons_the_restore_and_starts_no_more(
     """One object answers 503 however often it is tried: once its retries run out the download
     fails as the serial one did (the restore starts cold, naming the object), the objects not
     started yet are never requested, and no partial file is left behind. Tried once here
-    (`TPU_VLLM_CACHE_RETRY_SECONDS` 0): the retries are tests/test_xla_cache_retry.py's, and on a
-    loaded machine the other worker would fetch the rest while they run."""
+    (`TPU_VLLM_CACHE_RETRY_SECONDS` 0): the retries are tests/loopback/test_xla_cache_retry.py's,
+    and on a loaded machine the other worker would fetch the rest while they run."""
     monkeypatch.setenv("TPU_VLLM_CACHE_WORKERS", "2")
     monkeypatch.setenv("TPU_VLLM_CACHE_RETRY_SECONDS", "0")
     bucket.api.latency = 0.05

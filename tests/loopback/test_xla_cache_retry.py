@@ -3,10 +3,11 @@ strategy page says a client should (scripts/remote/xla_cache_retry.py): reads ar
 writes only with a generation precondition, two writes of one name are a second apart, and a
 large entry goes up resumably and resumes where the service's Range says it stopped.
 
-Against the loopback fake JSON API (tests/fakes/gcs_api.py), which injects 429, 503 and reset
-connections with the service's error bodies (tests/fakes/gcs_faults.py) and serves resumable
-sessions (tests/fakes/gcs_resumable.py). Backoff is made small (QUICK_RETRIES); the one time
-bound asserted is the 1 s write spacing, a lower bound read from the fake's arrival times.
+Against the loopback fake JSON API (tests/support/fakes/gcs_api.py), which injects 429, 503 and
+reset connections with the service's error bodies (tests/support/fakes/gcs_faults.py) and serves
+resumable sessions (tests/support/fakes/gcs_resumable.py). Backoff is made small (QUICK_RETRIES);
+the one time bound asserted is the 1 s write spacing, a lower bound read from the fake's arrival
+times.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
-from tests.fakes.gcs_store import GcsStore
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.test_compile_cache_node import load_tool
-from tests.test_xla_cache_parallel import Bucket, bucket, restore  # noqa: F401 - a fixture
-from tests.test_xla_cache_save import GENERATION, KEY, Cloud, Node, cloud, entries  # noqa: F401
+from tests.loopback.test_xla_cache_parallel import Bucket, bucket, restore  # noqa: F401 - a fixture
+from tests.loopback.test_xla_cache_save import GENERATION, KEY, Cloud, Node, cloud, entries  # noqa: F401
+from tests.ssh.test_compile_cache_node import load_tool
+from tests.support.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
+from tests.support.fakes.gcs_store import GcsStore
+from tests.support.fakes.metadata_server import FakeMetadataServer
 
 STAMP = "2026-01-02T03:04:05.000000Z"
 

@@ -5,7 +5,7 @@ after ready, every `--every` seconds and on SIGTERM.
 Each "node" is a work directory whose state.json is what its restore recorded (prefix,
 generation, cache directory) and a cache directory with JAX's `*-cache` entries in it; each
 save is a process of its own (scripts/remote/xla_cache.py, as cache_save.sh and the GKE sidecar
-run it), so two of them at once are two replicas. The fake (tests/fakes/gcs_api.py) honours
+run it), so two of them at once are two replicas. The fake (tests/support/fakes/gcs_api.py) honours
 `ifGenerationMatch` as the JSON API documents (Request preconditions) and can hold uploads
 until several have arrived, the interleaving two nodes may meet. No timing is asserted beyond
 bounds.
@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 
 from components.compile_cache import generation_name
-from tests.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
-from tests.fakes.gcs_store import GcsStore
-from tests.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
+from tests.support.fakes.gcs_store import GcsStore
+from tests.support.fakes.metadata_server import FakeMetadataServer
 
-TOOL = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py"
+TOOL = Path(__file__).resolve().parents[2] / "scripts" / "remote" / "xla_cache.py"
 BUCKET = "b"
 KEY = "xla-cache/KEY/"
 PREFIX = f"gs://{BUCKET}/{KEY}"
@@ -299,8 +299,8 @@ def test_a_failing_upload_fails_the_save_and_leaves_latest_where_it_was(
     started yet are not sent, and neither MANIFEST.json nor LATEST is written, so the next node
     never prefetches a generation that is not complete. The failing upload is tried once
     (`TPU_VLLM_CACHE_RETRY_SECONDS` 0): this is about what a failure stops, not about the
-    retries before it (tests/test_xla_cache_retry.py), which would let the other worker send
-    the rest meanwhile on a loaded machine."""
+    retries before it (tests/loopback/test_xla_cache_retry.py), which would let the other worker
+    send the rest meanwhile on a loaded machine."""
     cloud.api.latency = 0.05
     cloud.env["TPU_VLLM_CACHE_RETRY_SECONDS"] = "0"
     node = Node(tmp_path / "a", cloud)

@@ -10,7 +10,7 @@ import pytest
 from components import catalog
 from components.gke import crd_wait
 from scripts import budget
-from tests.pulumi_program import ROOT
+from tests.support.pulumi_program import ROOT
 
 
 def test_operations_tables_match_the_stack_files_catalog_and_timeouts() -> None:

@@ -19,10 +19,10 @@ from components.compile_cache import (
 from components.config import ConfigError, parse_stack_config
 from components.remote_scripts import XLA_CACHE_MODULES
 from scripts.program_runner import stack_file_config, with_changes
-from tests.pulumi_program import TEST_PROJECT, run_program
-from tests.remote_stack import READY, START, commands
+from tests.support.pulumi_program import TEST_PROJECT, run_program
+from tests.support.remote_stack import READY, START, commands
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "gcp:storage/bucket:Bucket"
 MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
 

@@ -9,8 +9,8 @@ import pytest
 
 from components import catalog, ssh_dial
 from components.config import ConfigError, parse_duration
-from tests import seed_facts
-from tests.pulumi_program import refused, run_program
+from tests.support import seed_facts
+from tests.support.pulumi_program import refused, run_program
 
 
 def test_v5e1_stack_file_evaluates_with_seed_000_flags_exactly() -> None:
@@ -510,7 +510,7 @@ def test_ssh_cidrs_set_gives_no_default_warning() -> None:
 def test_a_section_key_set_without_path_is_refused_not_ignored() -> None:
     """`pulumi config set tpu-vllm:tpu.chip v6e-4` (no `--path`) stores a key named
     `tpu.chip` that no section holds: refused with the fix, never silently ignored (the real
-    CLI run in tests/test_engine_failures.py is where this showed)."""
+    CLI run in tests/engine/test_engine_failures.py is where this showed)."""
     from components.config.loader import stray_key_problems
 
     [problem] = stray_key_problems(["tpu-vllm:tpu.chip", "tpu-vllm:tpu", "gcp:project"])

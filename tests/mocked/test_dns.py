@@ -10,8 +10,8 @@ from pulumi.runtime import mocks
 from components.config import ConfigError
 from scripts.plan import plan
 from scripts.program_runner import GET_MANAGED_ZONE, Call, NewResource, managed_zone_lookup
-from tests.mock_outputs import EXTERNAL_IP, MANAGED_ZONE, MANAGED_ZONES, cloud_outputs
-from tests.pulumi_program import InvokeFailure, run_program
+from tests.support.mock_outputs import EXTERNAL_IP, MANAGED_ZONE, MANAGED_ZONES, cloud_outputs
+from tests.support.pulumi_program import InvokeFailure, run_program
 
 RECORD_SET = "gcp:dns/recordSet:RecordSet"
 WITH_DNS = {"tpu-vllm:dns.managedZone": MANAGED_ZONE}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.config import KEYS
-from tests.docs import DOCS, ROOT, doc_pages, headings, read_doc, section
+from tests.support.docs import DOCS, ROOT, doc_pages, headings, read_doc, section
 
 #: The README's budget (issue 19): a platform engineer reads it top to bottom.
 README_MAX_LINES = 300
@@ -186,7 +186,8 @@ def cited_test_files(text: str) -> set[str]:
 
 def _citing_files() -> Iterator[Path]:
     for pattern in ("*.md", "docs/*.md", "components/**/*.py", "scripts/**/*.py",
-                    "scripts/**/*.sh", "tests/*.py", "tests/fixtures/**/*.md"):  # fmt: skip
+                    "scripts/**/*.sh", "tests/**/*.py", "tests/support/fixtures/**/*.md",
+                    "benchmarks/*.py"):  # fmt: skip
         yield from ROOT.glob(pattern)
 
 
@@ -202,6 +203,6 @@ def test_every_cited_test_file_exists() -> None:
         if not (ROOT / cited).is_file()
     }
     assert missing == set()
-    assert cited_test_files("see (tests/test_gone.py) and tests/fakes/test_x.py.") == {
-        "tests/test_gone.py", "tests/fakes/test_x.py"
+    assert cited_test_files("see (tests/test_gone.py) and tests/support/fakes/test_x.py.") == {
+        "tests/test_gone.py", "tests/support/fakes/test_x.py"
     }  # fmt: skip

@@ -18,9 +18,15 @@ from pulumi.runtime import mocks
 
 from components import catalog
 from components.config import ConfigError
-from tests.gke_manifests import V5E1_ON_GKE
-from tests.mock_outputs import API_KEY_SENTINEL, CLUSTER_ENDPOINT, LB_ADDRESS
-from tests.pulumi_program import ROOT, InvokeFailure, ProgramRun, run_program, stack_file_config
+from tests.support.gke_manifests import V5E1_ON_GKE
+from tests.support.mock_outputs import API_KEY_SENTINEL, CLUSTER_ENDPOINT, LB_ADDRESS
+from tests.support.pulumi_program import (
+    ROOT,
+    InvokeFailure,
+    ProgramRun,
+    run_program,
+    stack_file_config,
+)
 
 STACK = "v6e4-gke"
 NS = "tpu-vllm-v6e4-gke"
@@ -76,7 +82,7 @@ def test_endpoint_is_the_reserved_regional_address(run: ProgramRun) -> None:
     assert run.outputs["external_ip"] == LB_ADDRESS
     service = run.one("kubernetes:core/v1:Service").inputs["spec"]
     assert service["type"] == "LoadBalancer"
-    # The address by name (tests/test_gke_real_systems.py): GKE's own annotation, not the IP.
+    # The address by name (tests/mocked/test_gke_real_systems.py): GKE's own annotation, not the IP.
     annotations = run.one("kubernetes:core/v1:Service").inputs["metadata"]["annotations"]
     assert annotations["networking.gke.io/load-balancer-ip-addresses"] == address["name"]
     assert service["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
@@ -414,8 +420,8 @@ SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # how the SDK wraps a secret va
 def test_api_key_reaches_state_only_as_a_pulumi_secret_and_the_hf_token_never(
     run: ProgramRun,
 ) -> None:
-    """The VM path's sentinel checks (tests/test_secrets_program.py), on this backend: the one
-    input holding the key is secret-wrapped, and the HF token is looked up, never read."""
+    """The VM path's sentinel checks (tests/mocked/test_secrets_program.py), on this backend: the
+    one input holding the key is secret-wrapped, and the HF token is looked up, never read."""
     [version] = run.of_type("gcp:secretmanager/secretVersion:SecretVersion")
     data = version.inputs["secretData"]
     assert SECRET_SIG in data.values() and data["value"] == API_KEY_SENTINEL

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError
-from tests.pulumi_program import refused, run_program
+from tests.support.pulumi_program import refused, run_program
 
 # (case id, stack, changes, key the error must name, texts it must contain)
 BAD_INPUTS: list[tuple[str, str, dict[str, Any], str, list[str]]] = [

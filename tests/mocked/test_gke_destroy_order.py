@@ -3,11 +3,11 @@ resources the server pods use while they run, and the auto-named owner whose for
 holds the destroy until the pods are gone (components/gke/pod_owner.py).
 
 That the destroy really removes the pods before what they use is proven by the real engine, the
-real pulumi-kubernetes provider and the real garbage collector: tests/test_kube_engine_gke.py's
-destroy step watches the API server while it runs. The model of their delete logic that stood
-here (pulumi-kubernetes' `allowsSkipAwaitWithDelete` and propagation, the garbage collector's
-foreground deletion, the engine's `ScheduleDeletes`) is retired (docs/testing.md, "The
-Kubernetes layer").
+real pulumi-kubernetes provider and the real garbage collector:
+tests/engine/test_kube_engine_gke.py's destroy step watches the API server while it runs. The model
+of their delete logic that stood here (pulumi-kubernetes' `allowsSkipAwaitWithDelete` and
+propagation, the garbage collector's foreground deletion, the engine's `ScheduleDeletes`) is retired
+(docs/testing.md, "The Kubernetes layer").
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from components.gke import pod_owner
-from tests.mock_outputs import k8s_name
-from tests.pulumi_program import ProgramRun, Registered, run_program
-from tests.test_gke_backend import existing_cluster
+from tests.mocked.test_gke_backend import existing_cluster
+from tests.support.mock_outputs import k8s_name
+from tests.support.pulumi_program import ProgramRun, Registered, run_program
 
 STACK = "v6e4-gke"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"

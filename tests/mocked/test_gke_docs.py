@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 
 from components.gke import backend, k8s_manifests
-from tests.docs import read_doc, section
-from tests.pulumi_program import refused, run_program
+from tests.support.docs import read_doc, section
+from tests.support.pulumi_program import refused, run_program
 
 STACK = "v6e4-gke"
 

@@ -2,9 +2,9 @@
 relation between them no server checks (a flex-start node's replacement is sought before its run
 ends).
 
-Whether the objects are *valid* is the real API server's to say: tests/test_kube_gke_objects.py
+Whether the objects are *valid* is the real API server's to say: tests/kube/test_kube_gke_objects.py
 creates every variant's objects on kube-apiserver v1.34 with strict field validation, and
-tests/test_kube_compute_class.py judges the ComputeClass against the project's picture of
+tests/kube/test_kube_compute_class.py judges the ComputeClass against the project's picture of
 GKE's CRD. The offline validators this file used before (kubernetes-validate's bundled schemas
 and a transcribed ComputeClass JSON schema) are retired: the server now proves what they
 approximated (docs/testing.md, "The Kubernetes layer").
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gke_manifests import STACK, VARIANTS, manifests
-from tests.pulumi_program import ProgramRun, run_program
+from tests.support.gke_manifests import STACK, VARIANTS, manifests
+from tests.support.pulumi_program import ProgramRun, run_program
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))

@@ -17,9 +17,9 @@ import pytest
 
 from components import catalog
 from components.config import ConfigError
-from tests.gke_manifests import V5E1_ON_GKE
-from tests.pulumi_program import run_program
-from tests.test_gke_backend import COMPUTE_CLASS, STACK, existing_cluster
+from tests.mocked.test_gke_backend import COMPUTE_CLASS, STACK, existing_cluster
+from tests.support.gke_manifests import V5E1_ON_GKE
+from tests.support.pulumi_program import run_program
 
 SHARED = {"tpu-vllm:gke.cluster": "shared"}
 V6E4 = catalog.GKE_MACHINE_SHAPES["ct6e-standard-4t"]

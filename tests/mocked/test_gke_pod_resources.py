@@ -1,7 +1,7 @@
 """The GKE pods' CPU and memory, `/dev/shm`, and security contexts, as the program renders them.
 
 The same pods on a real API server (their QoS class, their placement on GKE-shaped nodes, and
-Pod Security admission): tests/test_kube_pod_policy.py.
+Pod Security admission): tests/kube/test_kube_pod_policy.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from components import catalog
 from components.catalog import CHIPS
 from components.config.model import ModelSettings
 from components.gke import pod_resources
-from tests.gke_manifests import V5E1_ON_GKE
-from tests.pulumi_program import ProgramRun, run_program
+from tests.support.gke_manifests import V5E1_ON_GKE
+from tests.support.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"
 

@@ -1,6 +1,6 @@
 """When the readiness watch runs again (components/gke/readiness_watch.py), without a cluster.
 
-Its reports against a real API server and scheduler: tests/test_kube_pod_policy.py.
+Its reports against a real API server and scheduler: tests/kube/test_kube_pod_policy.py.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The GKE manifests against what the real systems do with them (each test names its source).
 
 A real API server proves the objects are *valid* and pulumi-kubernetes' await and delete logic
-(tests/test_kube_*.py); these prove they *work* where no local server can tell: the kubelet's
-service-account token mount under containerd, IAM's Workload Identity pool, GKE's load-balancer
-controller (ingress-gce) and node pools shared with other workloads. Each check is written from
-the named source, under Pulumi mocks, over every pod spec and variant the program renders.
+(tests/kube/, tests/engine/test_kube_engine_gke.py); these prove they *work* where no local server
+can tell: the kubelet's service-account token mount under containerd, IAM's Workload Identity pool,
+GKE's load-balancer controller (ingress-gce) and node pools shared with other workloads. Each check
+is written from the named source, under Pulumi mocks, over every pod spec and variant the program
+renders.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 import pytest
 from pulumi.runtime import mocks
 
-from tests.pulumi_program import ProgramRun, run_program
-from tests.test_gke_backend import existing_cluster
+from tests.mocked.test_gke_backend import existing_cluster
+from tests.support.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -212,7 +213,7 @@ def test_with_an_existing_cluster_the_binding_has_no_cluster_to_wait_for() -> No
 
 
 # --- 3. what pulumi-kubernetes awaits: proven by the real provider -------------------------
-# tests/test_kube_engine_gke.py creates the Service, updates the Deployment and refreshes the
+# tests/engine/test_kube_engine_gke.py creates the Service, updates the Deployment and refreshes the
 # stack with pulumi-kubernetes' own provider, and no load balancer ever answers for the Service:
 # only the readiness Job is awaited. The Service itself is never updated there; the provider's
 # update takes the same skipAwait test as its create (`provider/pkg/await/await.go`

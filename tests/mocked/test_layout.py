@@ -24,11 +24,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 COMPONENTS = ROOT / "components"
 MAX_LINES = 500
-#: Old module path -> the class a pickle in existing state names there (tests/test_provider_state).
+#: Old module path -> the class a pickle in existing state names there
+#: (tests/mocked/test_provider_state).
 STATE_ALIASES = {
     "components.queued_resource": "QueuedResourceProvider",
     "components.org_policy": "OrgPolicyGateProvider",

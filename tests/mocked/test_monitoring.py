@@ -2,9 +2,9 @@
 dashboard, uptime check and alerts, and the resources each backend registers.
 
 The bodies are checked against the Monitoring API's discovery documents that ship with
-google-api-python-client (tests/discovery.py), every PromQL expression with Prometheus' own
-parser (tests/promql.py), every metric name against a /metrics sample of the vLLM the image
-runs (tests/fixtures/vllm_metrics/).
+google-api-python-client (tests/support/discovery.py), every PromQL expression with Prometheus' own
+parser (tests/support/promql.py), every metric name against a /metrics sample of the vLLM the image
+runs (tests/support/fixtures/vllm_metrics/).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from components.naming import resource_id
 from components.vm.queued_resource_spec import SLOTS, Spec
 from components.vm.tpu import node_ids
 from scripts.program_runner import UPTIME_CHECK_IPS
-from tests.discovery import violations
-from tests.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
-from tests.promql import parse_errors, prometheus_2_44_names
-from tests.pulumi_program import ROOT, ProgramRun, run_program, stack_file_config
-from tests.test_gke_backend import existing_cluster
+from tests.mocked.test_gke_backend import existing_cluster
+from tests.support.discovery import violations
+from tests.support.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
+from tests.support.promql import parse_errors, prometheus_2_44_names
+from tests.support.pulumi_program import ROOT, ProgramRun, run_program, stack_file_config
 
-SAMPLE = ROOT / "tests" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
+SAMPLE = ROOT / "tests" / "support" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
 CHANNEL = "projects/test-project/notificationChannels/1234567890"
 ALERTS = {"tpu-vllm:monitoring.notificationChannels": [CHANNEL]}
 UPTIME = {"tpu-vllm:monitoring.uptimeCheck": True}
@@ -141,7 +141,7 @@ def test_every_promql_expression_parses_with_prometheus_own_parser(watch: bodies
 
 #: Managed Service for Prometheus evaluates PromQL at parity with Prometheus 2.44 (GMP docs,
 #: "PromQL compatibility"), older than the parser above (3.x): every function the queries call
-#: must be one of 2.44's, as that release's own parser lists them (tests/promql_2_44).
+#: must be one of 2.44's, as that release's own parser lists them (tests/support/promql_2_44).
 KEYWORDS = frozenset(
     ["by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool"]
 )

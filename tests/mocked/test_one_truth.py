@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.docs import ROOT, doc_pages, read_doc, section
+from tests.support.docs import ROOT, doc_pages, read_doc, section
 
 # --- The Go version ---------------------------------------------------------------------------
 
@@ -41,13 +41,13 @@ _GO_VERSION = re.compile(
 _GO_DIRECTIVE = re.compile(r"^(go|toolchain)\s+(?:go)?(\d+\.\d+(?:\.\d+)?)\s*$", re.MULTILINE)
 #: Tracked files that are data, not statements: module hashes and recorded logs and results.
 _NOT_STATEMENTS = ("go.sum",)
-_DATA_DIRS = ("tests/fixtures/",)
+_DATA_DIRS = ("tests/support/fixtures/",)
 #: This file: its examples of each form are there to be found.
 SELF = Path(__file__).resolve().relative_to(ROOT).as_posix()
 #: Mentions that cite how Go itself behaves at some release, not what this project needs:
 #: (path, a substring of the line) -> why. Kept short on purpose.
 CITATIONS = {
-    ("tests/standins/command_keys.py", "encoding/pem.Decode"): (
+    ("tests/support/standins/command_keys.py", "encoding/pem.Decode"): (
         "the stand-in follows the standard library's PEM decoder as written at that release"
     ),
 }
@@ -150,7 +150,7 @@ def test_the_go_version_check_finds_each_form() -> None:
     )
     assert [v for _, v, _ in go_mentions("x.md", text)] == ["1.26", "1.26.7", "1.26.6", "1.26.8"]
     cited = "Go's `encoding/pem.Decode` (Go 1.26): the first END line"
-    assert go_mentions("tests/standins/command_keys.py", cited) == []
+    assert go_mentions("tests/support/standins/command_keys.py", cited) == []
     assert [v for _, v, _ in go_mentions("other.py", cited)] == ["1.26"]
 
 
@@ -228,7 +228,7 @@ def test_the_api_key_does_not_change_on_a_renewal_and_the_one_place_says_so() ->
     home = _flat(section(read_doc(API_KEY_HOME[0]), API_KEY_HOME[1]))
     assert "does **not** change across renewals" in home
     assert "`secrets-api-key`" in home and "`keepers`" in home
-    assert "tests/test_engine_renewal.py" in home
+    assert "tests/engine/test_engine_renewal.py" in home
     for page in ("renewal", "operations"):
         assert API_KEY_ANCHOR in read_doc(page), page
 
@@ -257,8 +257,8 @@ def test_the_smoke_test_does_not_blame_a_renewal_for_a_401() -> None:
 
 # --- Where the seed facts are kept -------------------------------------------------------------
 
-SEED_FACTS = ROOT / "tests" / "fixtures" / "seed_facts"
-_SEED_FACTS_MENTION = re.compile(r"tests/fixtures/seed_facts(/?[^\s`'\")]*)")
+SEED_FACTS = ROOT / "tests" / "support" / "fixtures" / "seed_facts"
+_SEED_FACTS_MENTION = re.compile(r"tests/support/fixtures/seed_facts(/?[^\s`'\")]*)")
 
 
 def test_every_mention_of_the_seed_facts_names_a_file_that_is_there() -> None:
@@ -269,10 +269,12 @@ def test_every_mention_of_the_seed_facts_names_a_file_that_is_there() -> None:
     for page in doc_pages():
         for tail in _SEED_FACTS_MENTION.findall(page.read_text()):
             name = tail.lstrip("/")
-            assert name in kept, f"{page.name}: tests/fixtures/seed_facts{tail} names no file"
+            assert name in kept, (
+                f"{page.name}: tests/support/fixtures/seed_facts{tail} names no file"
+            )
     home = _flat(section(read_doc("testing"), "The seed facts"))
     for name in kept:
-        assert f"tests/fixtures/seed_facts/{name}" in home
+        assert f"tests/support/fixtures/seed_facts/{name}" in home
     assert "Seed 003 has no such file" in home
 
 
@@ -290,8 +292,8 @@ def test_the_testing_page_says_when_the_engine_tests_run_and_skip() -> None:
     assert "every CI run runs every engine test" in home
     assert "(#the-two-stand-ins)" in home and "never a reason to skip" in home
     quoted = {
-        "the engine is not built": ROOT / "tests" / "engine.py",
-        "fake TPU VMs need root": ROOT / "tests" / "fakes" / "tpu_vm.py",
+        "the engine is not built": ROOT / "tests" / "support" / "engine.py",
+        "fake TPU VMs need root": ROOT / "tests" / "support" / "fakes" / "tpu_vm.py",
     }
     for reason, source in quoted.items():
         assert f'("{reason}' in home and reason in source.read_text(), reason

@@ -6,8 +6,8 @@ output that would be None in some situation is *missing* here, exactly as `pulum
 and `require_output` would find it. Each output is therefore either always present, with a
 documented empty value when it does not apply, or documented as optional.
 
-The contract itself is in tests/output_contract.py, shared with the engine stack tests. To add
-an output: add it to `CONTRACT` there (and to docs/outputs.md "The contract"); if it can lack
+The contract itself is in tests/support/output_contract.py, shared with the engine stack tests. To
+add an output: add it to `CONTRACT` there (and to docs/outputs.md "The contract"); if it can lack
 a value, give it an `empty` value or mark it `optional`, say in `expected` which config
 empties it (or in `BACKEND_EMPTY`/`BACKEND_ABSENT` which backend), and add a situation to
 `SITUATIONS` here that produces that.
@@ -26,10 +26,10 @@ from pulumi.runtime import mocks
 
 from components.config.loader import StackConfig
 from scripts.program_runner import ProgramRun, run_file, stack_file_config, with_changes
-from tests import mock_outputs
-from tests.docs import read_doc, section
-from tests.mock_outputs import cloud_outputs
-from tests.output_contract import (
+from tests.support import mock_outputs
+from tests.support.docs import read_doc, section
+from tests.support.mock_outputs import cloud_outputs
+from tests.support.output_contract import (
     BACKEND_ABSENT,
     CONTRACT,
     OPTIONAL,
@@ -37,7 +37,7 @@ from tests.output_contract import (
     expected,
     problems,
 )
-from tests.pulumi_program import ROOT, run_program
+from tests.support.pulumi_program import ROOT, run_program
 
 NewResource = Callable[[mocks.MockResourceArgs], dict[str, Any]]
 QR = "pulumi-python:dynamic:Resource"
@@ -87,7 +87,7 @@ class Situation:
     changes: Mapping[str, Any]
     outputs_for: NewResource
     #: Outputs that must hold their documented empty value in this state of the world, beyond
-    #: what the config explains (tests/output_contract.py `expected`).
+    #: what the config explains (tests/support/output_contract.py `expected`).
     empty: frozenset[str] = frozenset()
     #: Optional outputs that must be absent in this state of the world, beyond the config's.
     absent: frozenset[str] = frozenset()

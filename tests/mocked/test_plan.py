@@ -17,7 +17,7 @@ from pulumi.runtime import mocks
 from components.config import ConfigError
 from scripts.plan import PLACEHOLDER_PROJECT, after_apply, plan
 from scripts.program_runner import run_program
-from tests.pulumi_program import ROOT
+from tests.support.pulumi_program import ROOT
 
 
 def plan_error(stack: str, changes: dict[str, Any]) -> str:

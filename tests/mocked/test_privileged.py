@@ -1,10 +1,10 @@
-"""The privileged tests' skip-or-fail decision (tests/privileged.py)."""
+"""The privileged tests' skip-or-fail decision (tests/support/privileged.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.privileged import REQUIRE_ENV, skip_or_fail
+from tests.support.privileged import REQUIRE_ENV, skip_or_fail
 
 
 def test_a_users_run_skips_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,7 +30,7 @@ def test_ci_fails_instead_of_skipping(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ci_exports_the_variable_before_the_tests() -> None:
-    from tests.pulumi_program import ROOT
+    from tests.support.pulumi_program import ROOT
 
     script = (ROOT / ".ci" / "run").read_text()
     export = script.index(f"export {REQUIRE_ENV}=1")

@@ -5,8 +5,8 @@ dill pickle that names the provider class by module path (pulumi/dynamic/dynamic
 `serialize_provider`). The provider host unpickles it from the state's properties for `delete`
 and `read` (pulumi/dynamic/__main__.py `get_provider`, called by `Delete` and `Read` with
 `request.properties`), and a resource whose diff finds no change keeps its old `__provider` in
-its outputs. So the pickles in tests/fixtures/providers/before_layout.json, taken from a v5e1
-run before `components/` was split into `vm/` and `gke/`, name `components.queued_resource`,
+its outputs. So the pickles in tests/support/fixtures/providers/before_layout.json, taken from a
+v5e1 run before `components/` was split into `vm/` and `gke/`, name `components.queued_resource`,
 `components.org_policy` and `components.host_key`, and must keep resolving: those modules stay
 as aliases of the new ones.
 """
@@ -22,10 +22,10 @@ import pytest
 from components.vm.host_key import NodeHostKeyProvider
 from components.vm.org_policy import OrgPolicyGateProvider
 from components.vm.queued_resource import QueuedResourceProvider
-from tests.provider_host import provider_blob, run_provider
-from tests.pulumi_program import ROOT, ProgramRun, run_program
+from tests.support.provider_host import provider_blob, run_provider
+from tests.support.pulumi_program import ROOT, ProgramRun, run_program
 
-BEFORE = json.loads((ROOT / "tests/fixtures/providers/before_layout.json").read_text())
+BEFORE = json.loads((ROOT / "tests/support/fixtures/providers/before_layout.json").read_text())
 OLD_MODULES = {
     "tpu-qr": "components.queued_resource",
     "tpu-org-policy": "components.org_policy",

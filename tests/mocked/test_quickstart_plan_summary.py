@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.pulumi_program import ROOT
-from tests.test_plan import run_plan_script
+from tests.mocked.test_plan import run_plan_script
+from tests.support.pulumi_program import ROOT
 
 
 def test_summary_with_out_prints_the_brief_and_writes_the_unchanged_fullrun_plan_script(

@@ -10,8 +10,8 @@ import yaml
 
 from components import renewal
 from components.renewal import SCHEDULE_MINUTES
-from tests.docs import read_doc, section
-from tests.pulumi_program import ROOT
+from tests.support.docs import read_doc, section
+from tests.support.pulumi_program import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "renew.yml"
 MINIMAL = {"contents": "read", "id-token": "write"}
@@ -138,8 +138,8 @@ def test_docs_list_a_role_for_everything_a_renewal_deploys() -> None:
     missing from docs/renewal.md (or from the README's "Prerequisites", for a person) is a
     renewal that fails at 3 a.m. on the first resource it cannot read. The resources come from
     the program itself (dns and the compile cache on)."""
-    from tests.mock_outputs import MANAGED_ZONE
-    from tests.pulumi_program import run_program
+    from tests.support.mock_outputs import MANAGED_ZONE
+    from tests.support.pulumi_program import run_program
 
     run = run_program("v5e1", {"tpu-vllm:dns.managedZone": MANAGED_ZONE})
     types = {r.type for r in run.resources}

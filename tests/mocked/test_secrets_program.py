@@ -9,8 +9,13 @@ import pytest
 from pulumi.runtime import mocks
 
 from components.ssh_dial import PER_DIAL_TIMEOUT_SECONDS, dial_budget_seconds
-from tests.mock_outputs import API_KEY_SENTINEL, HOST_KEY, SSH_PRIVATE_SENTINEL, SSH_PUBLIC_KEY
-from tests.pulumi_program import InvokeFailure, ProgramRun, run_program
+from tests.support.mock_outputs import (
+    API_KEY_SENTINEL,
+    HOST_KEY,
+    SSH_PRIVATE_SENTINEL,
+    SSH_PUBLIC_KEY,
+)
+from tests.support.pulumi_program import InvokeFailure, ProgramRun, run_program
 
 COMMAND = "command:remote:Command"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # how the SDK wraps a secret value on the wire

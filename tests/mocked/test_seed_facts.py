@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import seed_facts
+from tests.support import seed_facts
 
 
 def _seed_text() -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pulumi_program import ROOT
+from tests.support.pulumi_program import ROOT
 
 TINY_TESTS = """
 import pytest

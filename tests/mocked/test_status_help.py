@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from tests.docs import ROOT
+from tests.support.docs import ROOT
 
 SCRIPT = ROOT / "scripts" / "status.py"
 MODULE = "scripts.status"

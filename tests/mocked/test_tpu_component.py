@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mock_outputs import EXPIRES_AT, EXTERNAL_IP, INTERNAL_IP, cloud_outputs
-from tests.pulumi_program import run_program
+from tests.support.mock_outputs import EXPIRES_AT, EXTERNAL_IP, INTERNAL_IP, cloud_outputs
+from tests.support.pulumi_program import run_program
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
 

@@ -1,8 +1,9 @@
 """Every stack keeps its resources: same URNs (name, type, parent chain) and same providers.
 
-The fixtures (tests/fixtures/urns/) were written by `python -m tests.urns --write` from the code
-before `components/` was split into `vm/`, `gke/` and `config/`; a refactor that renames,
-retypes or reparents a resource would make an existing stack replace it (tests/urns.py).
+The fixtures (tests/support/fixtures/urns/) were written by `python -m tests.support.urns --write`
+from the code before `components/` was split into `vm/`, `gke/` and `config/`; a refactor that
+renames, retypes or reparents a resource would make an existing stack replace it
+(tests/support/urns.py).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from scripts.program_runner import Registration
-from tests.pulumi_program import ROOT
-from tests.urns import CASES, FIXTURES, case_urns, engine_urns, read_fixture
+from tests.support.pulumi_program import ROOT
+from tests.support.urns import CASES, FIXTURES, case_urns, engine_urns, read_fixture
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -21,7 +22,8 @@ def test_resource_urns_are_unchanged(name: str) -> None:
     new = sorted(set(now) - set(stored))
     assert not gone and not new, (
         f"{name}: an existing stack would delete {gone} and create {new}. If the change is "
-        "meant (and a replacement is acceptable), rewrite with `python -m tests.urns --write`."
+        "meant (and a replacement is acceptable), rewrite with "
+        "`python -m tests.support.urns --write`."
     )
     assert now == stored
 

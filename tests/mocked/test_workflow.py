@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.docs import read_doc, section
-from tests.pulumi_program import ROOT
+from tests.support.docs import read_doc, section
+from tests.support.pulumi_program import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "preview.yml"
 #: Every committed stack file is previewed and planned.

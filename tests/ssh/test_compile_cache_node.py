@@ -1,11 +1,11 @@
 """The compile cache over real SSH: cold node saves, next fresh node restores before `docker run`.
 
 Each "node" is a fresh SshHost (empty home, its own fake docker) that shares one fake Cloud
-Storage bucket, a local directory behind the fake `gcloud storage` (tests/fakes/fake_gcloud.py)
-and the fake JSON API (tests/fakes/gcs_api.py). The fake container models JAX's cache in its
-`~/.cache/vllm` mount: a cold boot writes one entry per compiled subgraph, and a boot that finds
-all of them intact replays the warm log (fake_docker.Boot). The commands are the program's own
-text, as `remote.Command` would send them.
+Storage bucket, a local directory behind the fake `gcloud storage`
+(tests/support/fakes/fake_gcloud.py) and the fake JSON API (tests/support/fakes/gcs_api.py). The
+fake container models JAX's cache in its `~/.cache/vllm` mount: a cold boot writes one entry per
+compiled subgraph, and a boot that finds all of them intact replays the warm log (fake_docker.Boot).
+The commands are the program's own text, as `remote.Command` would send them.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ import pytest
 
 from components.compile_cache import generation_name
 from components.vm.vllm import parse_ready
-from tests.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
-from tests.fakes.gcs_store import GcsStore
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHost, SshHostFactory
-from tests.privileged import skip_or_fail
-from tests.pulumi_program import run_program
-from tests.remote_stack import FETCH, IMAGE, READY, START, commands, container_log, rfc3339
+from tests.support.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
+from tests.support.fakes.gcs_store import GcsStore
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHost, SshHostFactory
+from tests.support.privileged import skip_or_fail
+from tests.support.pulumi_program import run_program
+from tests.support.remote_stack import FETCH, IMAGE, READY, START, commands, container_log, rfc3339
 
 HF_SENTINEL = "hf_CACHEsentinelNEVERinCACHE0123456789"
 API_SENTINEL = "APIKEYcacheSENTINELneverINcache0123456789ab"
@@ -505,7 +505,7 @@ def load_tool() -> Any:
         del sys.modules[name]
     spec = importlib.util.spec_from_file_location(
         "xla_cache_tool",
-        Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py",
+        Path(__file__).resolve().parents[2] / "scripts" / "remote" / "xla_cache.py",
     )
     assert spec and spec.loader
     tool = importlib.util.module_from_spec(spec)
@@ -618,7 +618,7 @@ def test_an_older_cloud_sdk_falls_back_to_the_json_api(lab: Lab, installed: str)
 
 def one_more_compile(tmp: Path) -> str:
     """The cold log with one more compiled subgraph (a shape the saved cache lacks)."""
-    text = (Path(__file__).parent / "fixtures" / "vllm_logs" / COLD).read_text()
+    text = (Path(__file__).parents[1] / "support" / "fixtures" / "vllm_logs" / COLD).read_text()
     last = [line for line in text.splitlines() if "Compilation of " in line][-1]
     at, stream, message = last.split("\t", 2)
     extra = "\t".join(
@@ -683,7 +683,9 @@ def test_latest_moves_only_after_the_files_and_the_manifest(
     monkeypatch.setenv("FAKE_GCS_ROOT", str(root))
     for name, value in QUICK_RETRIES.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fakes' / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv(
+        "PATH", f"{Path(__file__).parents[1] / 'support' / 'fakes' / 'bin'}:{os.environ['PATH']}"
+    )
     monkeypatch.delenv("FAKE_DOCKER_STATE", raising=False)
     work, cache_dir = tmp_path / "work", tmp_path / "xla_cache"
     cache_dir.mkdir()

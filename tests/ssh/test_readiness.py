@@ -3,7 +3,7 @@
 Each phase pattern in `scripts/remote/wait_ready.py` is tried against a line in the format the
 named source file prints (vLLM, tpu-inference, uvicorn); where a recorded line from a public log
 exists it is used verbatim. The heartbeat runs over the real-SSH harness with a replayed log
-that is silent for 600 s of fixture time (tests/test_vllm_server.py).
+that is silent for 600 s of fixture time (tests/ssh/test_vllm_server.py).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from types import ModuleType
 import pytest
 
 from components.vm.node_scripts import READINESS_HEARTBEAT_SECONDS
-from tests.pulumi_program import ROOT, run_program
-from tests.remote_stack import commands
+from tests.support.pulumi_program import ROOT, run_program
+from tests.support.remote_stack import commands
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm_logs"
+FIXTURES = Path(__file__).resolve().parents[1] / "support" / "fixtures" / "vllm_logs"
 
 
 def _load_wait_ready() -> ModuleType:

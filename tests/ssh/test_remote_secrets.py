@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHost, SshHostFactory
-from tests.remote_stack import FETCH, READY, START, commands, node_with_secrets, on_host
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHost, SshHostFactory
+from tests.support.remote_stack import FETCH, READY, START, commands, node_with_secrets, on_host
 
-ENTRYPOINT = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "vllm_entrypoint.sh"
+ENTRYPOINT = Path(__file__).resolve().parents[2] / "scripts" / "remote" / "vllm_entrypoint.sh"
 HF_SENTINEL = "hf_SENTINELtokenNEVERshown0123456789"
 API_SENTINEL = "APIKEYsentinelNEVERshown0123456789abcdef"
 SENTINELS = (HF_SENTINEL.encode(), API_SENTINEL.encode())

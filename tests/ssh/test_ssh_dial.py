@@ -1,8 +1,8 @@
 """Dialling a node that is still booting: pulumi-command's retry budget, over a real sshd.
 
 A node that has just turned ACTIVE refuses logins until the guest agent has created the
-`ssh-keys` user (the SSH fake models that window, see tests/fakes/ssh_host.py). Every such dial
-fails fast, so how long pulumi-command keeps trying is set by its backoff and
+`ssh-keys` user (the SSH fake models that window, see tests/support/fakes/ssh_host.py). Every such
+dial fails fast, so how long pulumi-command keeps trying is set by its backoff and
 `dial_error_limit` alone (components/ssh_dial.py shows the arithmetic).
 """
 
@@ -16,7 +16,7 @@ from components.ssh_dial import (
     dial_budget_seconds,
     dial_waits,
 )
-from tests.fakes.ssh_host import SshHost, SshHostFactory
+from tests.support.fakes.ssh_host import SshHost, SshHostFactory
 
 #: What docs/secrets-and-access.md ("SSH") promises: dialling "for at least 10 minutes".
 PROMISED_SECONDS = 600

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fakes import fake_docker
+from tests.support.fakes import fake_docker
 
 if TYPE_CHECKING:  # imported for real by pytest_plugins, so pytest can assert-rewrite it
-    from tests.fakes.ssh_host import SshHost, SshHostFactory
+    from tests.support.fakes.ssh_host import SshHost, SshHostFactory
 
-pytest_plugins = ("tests.fakes.ssh_host",)
+pytest_plugins = ("tests.support.fakes.ssh_host",)
 
 IMAGE = "vllm/vllm-tpu:nightly"
 MODEL = "google/gemma-4-E2B-it"

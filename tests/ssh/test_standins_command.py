@@ -1,6 +1,6 @@
-"""The pulumi-command stand-in (tests/standins/command_provider.py) driven as the engine drives
-its plugin, against real OpenSSH servers on 127.0.0.1 (tests/fakes/ssh_host.py) and a fake
-engine that collects the plugin's `Log` calls.
+"""The pulumi-command stand-in (tests/support/standins/command_provider.py) driven as the engine
+drives its plugin, against real OpenSSH servers on 127.0.0.1 (tests/support/fakes/ssh_host.py) and a
+fake engine that collects the plugin's `Log` calls.
 
 Why: the engine tests run the program's `remote.Command`s through this plugin in place of
 pulumi-command's own, so what they show is only as true as the plugin's imitation of it:
@@ -32,14 +32,14 @@ from google.protobuf import empty_pb2
 from pulumi.provider.experimental.property_value import PropertyValue
 from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc, provider_pb2
 
-from tests.fakes.ssh_host import SshHost
-from tests.standins import schema_trim
-from tests.standins.client import Plugin, struct, urn
-from tests.standins.command_provider import TOKEN, VERSION
-from tests.standins.provider import StandinProvider, engine_address, urn_name, urn_type
-from tests.standins.random_provider import RandomPassword
-from tests.standins.schema import load
-from tests.standins.values import UNKNOWN, Plain
+from tests.support.fakes.ssh_host import SshHost
+from tests.support.standins import schema_trim
+from tests.support.standins.client import Plugin, struct, urn
+from tests.support.standins.command_provider import TOKEN, VERSION
+from tests.support.standins.provider import StandinProvider, engine_address, urn_name, urn_type
+from tests.support.standins.random_provider import RandomPassword
+from tests.support.standins.schema import load
+from tests.support.standins.values import UNKNOWN, Plain
 
 #: A jump host and a target that takes these variables (sshd keeps a keyword's first value).
 OPEN_HOST = ("AllowTcpForwarding yes", "AcceptEnv FROM_TEST PULUMI_COMMAND_*")

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from scripts import status
-from tests.fakes.fake_docker import metrics_page
-from tests.fakes.fake_pulumi import FakePulumi
-from tests.fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 - the fixture
-from tests.fakes.ssh_host import SshHost
-from tests.fakes.tpu_api import FakeTpuApi
-from tests.test_renew import in_state, tpu  # noqa: F401 - the fixture
+from tests.loopback.test_renew import in_state, tpu  # noqa: F401 - the fixture
+from tests.support.fakes.fake_docker import metrics_page
+from tests.support.fakes.fake_pulumi import FakePulumi
+from tests.support.fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 - the fixture
+from tests.support.fakes.ssh_host import SshHost
+from tests.support.fakes.tpu_api import FakeTpuApi
 
 STACK = "v5e1"
 SECRET = "STATUSAPIKEYSENTINEL0123456789"

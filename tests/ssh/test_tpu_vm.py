@@ -1,4 +1,4 @@
-"""The fake TPU API's nodes as VMs (tests/fakes/tpu_vm.py): what the real engine dials.
+"""The fake TPU API's nodes as VMs (tests/support/fakes/tpu_vm.py): what the real engine dials.
 
 A node gets a VM of its own at the external IP the API reports, with the metadata's user and
 key, the host key the API publishes, its own 127.0.0.1 (two nodes serve the same port), a way
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests import privileged
-from tests.fakes import tpu_vm
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.tpu_api import FakeTpuApi, StateDurations
-from tests.fakes.tpu_vm import TpuVmFleet, guest_accounts
-from tests.test_fake_tpu_api import PARENT, api, product_body
+from tests.loopback.test_fake_tpu_api import PARENT, api, product_body
+from tests.support import privileged
+from tests.support.fakes import tpu_vm
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.tpu_api import FakeTpuApi, StateDurations
+from tests.support.fakes.tpu_vm import TpuVmFleet, guest_accounts
 
 SERVING_PORT = 8000
 FAST = StateDurations(0.05, 0.05, 0.05, 0.05, 0.05, 0.05)

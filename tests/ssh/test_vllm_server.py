@@ -1,8 +1,8 @@
 """VllmServer over real SSH: the rendered start and readiness commands against a fake docker.
 
-The fake `docker` replays reconstructed vLLM boot logs (tests/fixtures/vllm_logs) at a chosen
-speed, so an 857 s cold start takes under a second; the readiness command is the program's own
-text, run exactly as `remote.Command` would send it.
+The fake `docker` replays reconstructed vLLM boot logs (tests/support/fixtures/vllm_logs) at a
+chosen speed, so an 857 s cold start takes under a second; the readiness command is the program's
+own text, run exactly as `remote.Command` would send it.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from components.vm.vllm import parse_ready
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHost, SshHostFactory
-from tests.pulumi_program import TEST_PROJECT, run_program
-from tests.remote_stack import (
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHost, SshHostFactory
+from tests.support.pulumi_program import TEST_PROJECT, run_program
+from tests.support.remote_stack import (
     FETCH,
     READY,
     START,
@@ -31,7 +31,7 @@ from tests.remote_stack import (
     run_crash,
     start,
 )
-from tests.seed_facts import serve_flags as seed_000_serve_flags
+from tests.support.seed_facts import serve_flags as seed_000_serve_flags
 
 
 @pytest.fixture

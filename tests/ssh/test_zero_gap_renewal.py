@@ -1,15 +1,15 @@
 """Issue 18 item 5: a stack inside its renewal window is renewed with no gap, over real SSH.
 
-The whole renewal runs on loopback (tests/renewal_harness.py): the provider against the TPU API
-fake, the program's own remote commands on two fake VMs over real SSH, the DNS record in a fake
+The whole renewal runs on loopback (tests/support/renewal_harness.py): the provider against the TPU
+API fake, the program's own remote commands on two fake VMs over real SSH, the DNS record in a fake
 zone, and a client that resolves the name (honouring the TTL) and asks `/v1/models` every 20 ms
-throughout. The steps run in the order `pulumi up` would run them (tests/engine_order.py,
+throughout. The steps run in the order `pulumi up` would run them (tests/support/engine_order.py,
 from pulumi's step generator), on the program's own dependency graph. TTL and drain are scaled
-to 0.5 s and 1.5 s. The client-visible gap is measured by tests/bench_renewal_gap.py.
+to 0.5 s and 1.5 s. The client-visible gap is measured by benchmarks/renewal_gap.py.
 
 The successor beside its predecessor (the other id pair) runs through the real engine instead
-(tests/test_engine_renewal.py). What stays here is what no engine test runs: no capacity left in
-the old node's zone, so that the successor lands in the stack's next zone under the stack's own
+(tests/engine/test_engine_renewal.py). What stays here is what no engine test runs: no capacity left
+in the old node's zone, so that the successor lands in the stack's next zone under the stack's own
 ids, and a drain or zone changed since the create; the old node must drain in each.
 """
 
@@ -26,13 +26,13 @@ from components import renewal as renewal_window
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.queued_resource_spec import RENEWAL_SUFFIX
 from scripts import renew
-from tests.engine_order import Step
-from tests.fakes.cloud_dns import CachingResolver, FakeManagedZone
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHostFactory
-from tests.fakes.tpu_api import FakeTpuApi
-from tests.renewal_harness import (
+from tests.support.engine_order import Step
+from tests.support.fakes.cloud_dns import CachingResolver, FakeManagedZone
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHostFactory
+from tests.support.fakes.tpu_api import FakeTpuApi
+from tests.support.renewal_harness import (
     DRAIN,
     RECORD,
     TTL,
@@ -136,7 +136,7 @@ def test_a_stack_renewed_into_its_next_zone_has_no_moment_without_a_server(
     new_renewal: Callable[[list[str] | None], Renewal],
 ) -> None:
     """The successor beside its predecessor runs through the real engine
-    (tests/test_engine_renewal.py); this is the case it does not run: no capacity left in the
+    (tests/engine/test_engine_renewal.py); this is the case it does not run: no capacity left in the
     old node's zone, so the successor lands in the stack's next zone under its own ids."""
     renewal = new_renewal([ZONE_A, ZONE_B])
     # Outside the window (the first node just turned ACTIVE) a refresh changes nothing.

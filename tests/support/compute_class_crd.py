@@ -3,7 +3,8 @@
 This is the project's own picture, not GKE's manifest. GKE installs the CRD itself. Its API
 module, `github.com/googlecloudplatform/compute-class-api`, is the one source the Go module proxy
 refuses (issue 30, every form tried), so the CRD cannot come from a module like the other CRDs
-(tests/kube_crds.py). It was written here, each part read from these sources (never copied in):
+(tests/support/kube_crds.py). It was written here, each part read from these sources (never copied
+in):
 - [REF] GKE's reference page: https://docs.cloud.google.com/kubernetes-engine/docs/reference/
   crds/computeclass.md.txt. It gives the fields, their nesting and an example with a `tpu`
   priority and `status.conditions`.
@@ -44,7 +45,7 @@ What is simplified:
 - Left out: descriptions, `minCpuPlatform`'s enum, and the labels and annotations of GKE's
   add-on manager.
 
-What it proves: a real kube-apiserver (tests/test_kube_compute_class.py) applies this picture's
+What it proves: a real kube-apiserver (tests/kube/test_kube_compute_class.py) applies this picture's
 pruning, defaults, enums and CEL rules to the stack's class. It cannot prove that a given GKE
 cluster serves the same schema. That is why components/gke/crd_schema.py checks, at deploy
 time, the CRD that the cluster serves.

@@ -2,8 +2,8 @@
 
 The documents ship with google-api-python-client (`googleapiclient/discovery_cache/documents`),
 the same ones the TPU fake routes and validates with; this reuses that validator
-(tests/fakes/tpu_api.py `SchemaValidator`: unknown fields, wrong types, enum values, durations,
-nulls in lists), pointed at another document's schemas.
+(tests/support/fakes/tpu_api.py `SchemaValidator`: unknown fields, wrong types, enum values,
+durations, nulls in lists), pointed at another document's schemas.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import googleapiclient
 
-from tests.fakes.tpu_api import SchemaValidator
+from tests.support.fakes.tpu_api import SchemaValidator
 
 DOCUMENTS = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
 

@@ -9,7 +9,7 @@ A test that needs the engine calls `tools()` (or a tool with `Tools.require`). W
 not there it skips, saying how to build them; with TPU_VLLM_REQUIRE_ENGINE=1 (exported by
 .ci/run) that is a failure instead, so CI cannot pass without the engine layer having run. The
 two tools the proxy refuses (the Python language host, pulumi-command) are never a reason to
-skip: tests/engine_cli.py runs a real one when there is one, else the suite's stand-in.
+skip: tests/support/engine_cli.py runs a real one when there is one, else the suite's stand-in.
 
 `environment()` is the one offline environment every engine run gets (docs/testing.md, "The
 engine layer"): a file backend and PULUMI_HOME in the test's temporary directory, a passphrase,
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.privileged import skip_or_fail
-from tests.pulumi_program import ROOT
+from tests.support.privileged import skip_or_fail
+from tests.support.pulumi_program import ROOT
 
 BUILD_SCRIPT = ROOT / "scripts" / "engine" / "build.sh"
 #: Exported by .ci/run: the engine layer must run, a missing build is a failure.
@@ -149,7 +149,7 @@ def _offline_refusal() -> str | None:
 
 
 def require_offline() -> None:
-    """Skip (fail in CI, tests/privileged.py) unless a new network namespace can be made."""
+    """Skip (fail in CI, tests/support/privileged.py) unless a new network namespace can be made."""
     refusal = _offline_refusal()
     if refusal is not None:
         skip_or_fail(refusal)

@@ -1,7 +1,7 @@
 """The engine tools a stack's `pulumi up` needs: the build's, a real one found, or a stand-in.
 
-tests/engine.py finds what scripts/engine/build.sh built and gives the offline environment. A
-whole stack needs two tools more than the build can make here: the Python language host (the
+tests/support/engine.py finds what scripts/engine/build.sh built and gives the offline environment.
+A whole stack needs two tools more than the build can make here: the Python language host (the
 program runs from `Pulumi.yaml`'s virtualenv, not through the Automation API) and
 pulumi-command (the remote commands). The Go module proxy refuses both, so for each one:
 
@@ -9,7 +9,8 @@ pulumi-command (the remote commands). The Go module proxy refuses both, so for e
 2. else a real one on the caller's PATH (a user's Pulumi installation: `~/.pulumi/bin` has the
    language host; `pulumi plugin install resource command` puts the provider in the plugin
    cache, which the engine reads only when no ambient one is found, so link it onto PATH);
-3. else the suite's stand-in (tests/standins/bin: `language_host.py`, `command_provider.py`).
+3. else the suite's stand-in (tests/support/standins/bin: `language_host.py`,
+   `command_provider.py`).
 
 A real tool always wins; `chosen()` says which one runs, and the test summary prints it
 (tests/conftest.py). The gcp, random and tls provider plugins are always the stand-ins.
@@ -24,16 +25,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests import engine
+from tests.support import engine
 
-ROOT = Path(__file__).resolve().parent.parent
-STANDINS_BIN = ROOT / "tests" / "standins" / "bin"
+ROOT = Path(__file__).resolve().parents[2]
+STANDINS_BIN = ROOT / "tests" / "support" / "standins" / "bin"
 #: What the build must have made for any program to run through the CLI.
 BUILT_TOOLS = ("pulumi", "pulumi-language-python-exec", "pulumi-resource-pulumi-python")
 #: The tools the Go module proxy refuses, each with the stand-in that takes its place.
 REFUSED = {
-    "pulumi-language-python": "tests/standins/language_host.py",
-    "pulumi-resource-command": "tests/standins/command_provider.py",
+    "pulumi-language-python": "tests/support/standins/language_host.py",
+    "pulumi-resource-command": "tests/support/standins/command_provider.py",
 }
 PASSPHRASE = engine.PASSPHRASE
 
@@ -86,7 +87,7 @@ def chosen() -> dict[str, Chosen]:
 
 
 def tools() -> engine.Tools:
-    """The build, with every tool a stack needs (tests/engine.py's skip, or failure under
+    """The build, with every tool a stack needs (tests/support/engine.py's skip, or failure under
     TPU_VLLM_REQUIRE_ENGINE, when it is missing)."""
     found = engine.tools()
     found.require(*BUILT_TOOLS)
@@ -98,8 +99,8 @@ def pulumi() -> str:
 
 
 def environment(tmp: Path, picks: Mapping[str, Chosen] | None = None) -> dict[str, str]:
-    """tests/engine.py's offline environment: the built tools first, then the real tools found
-    on the caller's PATH (linked one by one, so nothing else of that directory, such as a real
+    """tests/support/engine.py's offline environment: the built tools first, then the real tools
+    found on the caller's PATH (linked one by one, so nothing else of that directory, such as a real
     gcp provider, is ever found), then the stand-ins."""
     real_dir = tmp / "real-tools"
     real_dir.mkdir(exist_ok=True)

@@ -1,6 +1,6 @@
 """A trivial Pulumi program run by `pulumi up --yes` through the Automation API (a subprocess).
 
-    python tests/engine_inline_program.py WORK_DIR TARGET_FILE [--absent-plugin]
+    python tests/support/engine_inline_program.py WORK_DIR TARGET_FILE [--absent-plugin]
 
 Why the Automation API: the Go module proxy refuses the Python language host
 (scripts/engine/build.sh --status), and an inline program needs none. `stack.up()` runs the built

@@ -4,10 +4,10 @@ What runs for real: the CLI, the Python language host with the virtualenv `Pulum
 the program (`__main__.py`), the dynamic provider host unpickling the program's providers,
 pulumi-command's own SSH client, the file backend's state and its secrets encryption, and the
 operator scripts (`save_hf_token.py`, `renew.py`). What stands in: the Google APIs (the loopback
-fakes in tests/fakes/, each the program reaches through an endpoint override a user could set
-too) and the gcp/random/tls providers (tests/standins/, real gRPC provider processes). Each
-node the fake TPU API creates is a VM of its own (tests/fakes/tpu_vm.py) with a real sshd on
-its port 22.
+fakes in tests/support/fakes/, each the program reaches through an endpoint override a user could
+set too) and the gcp/random/tls providers (tests/support/standins/, real gRPC provider processes).
+Each node the fake TPU API creates is a VM of its own (tests/support/fakes/tpu_vm.py) with a real
+sshd on its port 22.
 
 `EngineStack` copies the project into a temporary directory (as a clean clone would have it,
 with `.venv` linked to the virtualenv running the tests), starts the fakes, and runs the README's
@@ -30,19 +30,19 @@ from typing import Any, Generic, Protocol, TypeVar
 import pytest
 
 from components.config.loader import StackConfig
-from tests import engine_cli, privileged
-from tests.fakes import tpu_vm
-from tests.fakes.hf_hub import FakeHfHub
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.resource_manager import FakeResourceManager
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import Scenario
-from tests.fakes.tpu_api import FakeTpuApi, StateDurations
-from tests.fakes.tpu_vm import TpuVmFleet
-from tests.output_contract import config_of
-from tests.registry import Registry
+from tests.support import engine_cli, privileged
+from tests.support.fakes import tpu_vm
+from tests.support.fakes.hf_hub import FakeHfHub
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.resource_manager import FakeResourceManager
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import Scenario
+from tests.support.fakes.tpu_api import FakeTpuApi, StateDurations
+from tests.support.fakes.tpu_vm import TpuVmFleet
+from tests.support.output_contract import config_of
+from tests.support.registry import Registry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: What a clone holds that a run of the program reads.
 PROJECT_FILES = (
     "__main__.py",
@@ -105,11 +105,12 @@ class Fakes:
     hub: FakeHfHub
     fleet: TpuVmFleet
     tpu: FakeTpuApi
-    #: The stand-in providers' cloud (tests/standins/store.py), and its Cloud Storage buckets
-    #: (tests/fakes/gcs_store.py), which the VMs' fake `gcloud storage` reads and writes too.
+    #: The stand-in providers' cloud (tests/support/standins/store.py), and its Cloud Storage
+    #: buckets (tests/support/fakes/gcs_store.py), which the VMs' fake `gcloud storage` reads and
+    #: writes too.
     standin_state: Path
     buckets: Path
-    #: The real registry the image pin resolves against (tests/registry.py), holding the
+    #: The real registry the image pin resolves against (tests/support/registry.py), holding the
     #: stack's image, `vllm/vllm-tpu:nightly`; `vllm.registryEndpoint` points the program there.
     registry: Registry
 

@@ -1,6 +1,6 @@
 """The GKE backend's Kubernetes objects as the `v6e4-gke` program renders them under mocks, for
-the tests that hand them to a real API server (tests/test_kube_*.py) and the one that lists them
-(tests/test_gke_manifests.py): the stack file and three variants that change what the objects
+the tests that hand them to a real API server (tests/kube/) and the one that lists them
+(tests/mocked/test_gke_manifests.py): the stack file and three variants that change what the objects
 carry.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.gke.pod_admission import whole_numbers
-from tests.pulumi_program import ProgramRun
+from tests.support.pulumi_program import ProgramRun
 
 STACK = "v6e4-gke"
 

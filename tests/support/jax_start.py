@@ -1,7 +1,7 @@
 """The JAX side of a server start, run as a fresh process by the real-JAX tests and benchmark.
 
-    python tests/jax_start.py --cache-dir DIR --workload small [--functions N]
-    python tests/jax_start.py --cache-dir DIR --workload transformer
+    python tests/support/jax_start.py --cache-dir DIR --workload small [--functions N]
+    python tests/support/jax_start.py --cache-dir DIR --workload transformer
 
 It does what tpu-inference does when the engine starts (vllm-project/tpu-inference
 `tpu_inference/runner/compilation_manager.py`, `CompilationManager.__init__`): it points

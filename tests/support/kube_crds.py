@@ -2,10 +2,10 @@
 
 Two come from their projects' Go modules (never copied in): SecretProviderClass from the Secrets
 Store CSI driver (`sigs.k8s.io/secrets-store-csi-driver` v1.5.3, `config/crd/bases/`, pinned in
-tests/csi_crds) and PodMonitoring from Managed Service for Prometheus (tests/gmp_crds.py). The
-proxy refuses the ComputeClass API module, so the ComputeClass CRD is the project's own picture,
-written from GKE's reference and that API's Go types (tests/compute_class_crd.py; docs/testing.md,
-"The Kubernetes layer").
+tests/support/csi_crds) and PodMonitoring from Managed Service for Prometheus
+(tests/support/gmp_crds.py). The proxy refuses the ComputeClass API module, so the ComputeClass CRD
+is the project's own picture, written from GKE's reference and that API's Go types
+(tests/support/compute_class_crd.py; docs/testing.md, "The Kubernetes layer").
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from tests import compute_class_crd, gmp_crds
-from tests.promql import go_command
+from tests.support import compute_class_crd, gmp_crds
+from tests.support.promql import go_command
 
 CSI_MODULE = "sigs.k8s.io/secrets-store-csi-driver"
 CSI_SOURCE = Path(__file__).resolve().parent / "csi_crds"
@@ -29,7 +29,7 @@ CSI_SOURCE = Path(__file__).resolve().parent / "csi_crds"
 @functools.cache
 def csi_module_dir() -> Path:
     """The pinned CSI driver module in the module cache, downloaded and hash-checked once."""
-    go = go_command("to download the Secrets Store CSI driver's CRDs (tests/csi_crds)")
+    go = go_command("to download the Secrets Store CSI driver's CRDs (tests/support/csi_crds)")
     done = subprocess.run(
         [go, "mod", "download", "-json", CSI_MODULE],
         cwd=CSI_SOURCE,
@@ -41,7 +41,9 @@ def csi_module_dir() -> Path:
     )
     info = json.loads(done.stdout) if done.stdout.strip() else {"Error": done.stderr.strip()}
     if done.returncode or info.get("Error"):
-        raise RuntimeError(f"go mod download {CSI_MODULE} (tests/csi_crds) failed: {info['Error']}")
+        raise RuntimeError(
+            f"go mod download {CSI_MODULE} (tests/support/csi_crds) failed: {info['Error']}"
+        )
     return Path(info["Dir"])
 
 

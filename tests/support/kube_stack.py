@@ -1,17 +1,18 @@
 """The GKE stack (`v6e4-gke`) through the real Pulumi CLI against the Kubernetes layer's control
-plane: the `kube` engine tests (tests/test_kube_engine_gke.py).
+plane: the `kube` engine tests (tests/engine/test_kube_engine_gke.py).
 
-What runs for real: everything tests/engine_stack.py runs for real (the CLI, the language host,
-the program, the dynamic providers, the file backend, `save_hf_token.py`), plus
+What runs for real: everything tests/support/engine_stack.py runs for real (the CLI, the language
+host, the program, the dynamic providers, the file backend, `save_hf_token.py`), plus
 pulumi-kubernetes' own provider (built by scripts/kube/build.sh) against kube-apiserver,
-the controller manager, the scheduler and kwok's GKE-shaped nodes (tests/kube_cluster.py), with
-the CRDs GKE would have installed (tests/kube_crds.py).
+the controller manager, the scheduler and kwok's GKE-shaped nodes (tests/support/kube_cluster.py),
+with the CRDs GKE would have installed (tests/support/kube_crds.py).
 
 What stands in:
 - the existing cluster (`gke.cluster`): a record in the gcp stand-in's state that `getCluster`
-  answers (tests/standins/gcp_container.py), whose `endpoint` and CA are the control plane's;
+  answers (tests/support/standins/gcp_container.py), whose `endpoint` and CA are the control
+  plane's;
 - `gke-gcloud-auth-plugin`: a script on PATH printing the ExecCredential the real plugin prints
-  (tests/fakes/kube_api.py `write_auth_plugin`, after kubernetes/cloud-provider-gcp
+  (tests/support/fakes/kube_api.py `write_auth_plugin`, after kubernetes/cloud-provider-gcp
   `cmd/gke-gcloud-auth-plugin/cred.go`), with a token the API server accepts for an
   administrator (`--token-auth-file`): GKE maps the deployer's Google identity to RBAC through
   IAM, which no local server can;
@@ -23,7 +24,8 @@ and the cloud load balancer (the Service is not awaited: components/gke/k8s_work
 Secrets Store CSI driver mounting anything (kwok runs no kubelet), and the scripts inside the
 pods: kwok marks a Job's pod Succeeded without running it (its `pod-complete` stage), so a
 completed readiness Job here proves the Job was made, scheduled and awaited by the provider, not
-what its script checks (tests/test_gke_readiness_job.py runs that script against a real server).
+what its script checks (tests/loopback/test_gke_readiness_job.py runs that script against a real
+server).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests import engine_cli, kube_cluster, kube_crds
-from tests.engine_stack import (
+from tests.support import engine_cli, kube_cluster, kube_crds
+from tests.support.engine_stack import (
     HF_TOKEN,
     PROJECT,
     EngineStack,
@@ -44,12 +46,12 @@ from tests.engine_stack import (
     nightly_registry,
     shared_env,
 )
-from tests.fakes.hf_hub import FakeHfHub
-from tests.fakes.kube_api import write_auth_plugin
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.registry import Registry
-from tests.standins import gcp_container
-from tests.standins.store import Store
+from tests.support.fakes.hf_hub import FakeHfHub
+from tests.support.fakes.kube_api import write_auth_plugin
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.registry import Registry
+from tests.support.standins import gcp_container
+from tests.support.standins.store import Store
 
 STACK = "v6e4-gke"
 #: The existing cluster the stack is pointed at (`tpu-vllm:gke.cluster`).
@@ -98,7 +100,7 @@ class GkeFakes:
             registry = nightly_registry(work)
             started.callback(registry.stop)
             # On the engine's PATH: the auth plugin, and pulumi-kubernetes' provider alone of the
-            # built tools (as tests/engine_cli.py links real tools one by one).
+            # built tools (as tests/support/engine_cli.py links real tools one by one).
             plugin_dir = work / "auth-plugin"
             plugin_dir.mkdir()
             write_auth_plugin(plugin_dir, token)

@@ -128,7 +128,7 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
     if args.typ == "gcp:serviceaccount/account:Account":
         project = inputs.get("project", "test-project")
         email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
-        # As the provider names it (tests/standins/gcp_iam.py): the IAM API's resource name.
+        # As the provider names it (tests/support/standins/gcp_iam.py): the IAM API's resource name.
         return {"email": email, "name": f"projects/{project}/serviceAccounts/{email}"}
     if args.typ == "pulumi-python:dynamic:Resource" and "qr_id" in inputs:
         zone = inputs["zones"][0]

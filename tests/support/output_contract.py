@@ -3,9 +3,9 @@
 Which outputs exist, their types and secrecy, and which may hold their documented empty value or
 be absent: by backend, and by the stack's config (the uptime check off by default, monitoring or
 the compile cache off, a provisioning with no run end). The mock-level tests
-(tests/test_output_contract.py) and the engine stack tests (tests/test_engine_v5e1.py) both ask
-`expected(config)` and `problems(...)` here, so a new output or a changed config default cannot
-leave one of them behind. What only a state of the world explains (an expired node, a log
+(tests/mocked/test_output_contract.py) and the engine stack tests (tests/engine/test_engine_v5e1.py)
+both ask `expected(config)` and `problems(...)` here, so a new output or a changed config default
+cannot leave one of them behind. What only a state of the world explains (an expired node, a log
 without a memory line) is the situation's own, passed as `world_empty` / `world_absent`.
 
 The Pulumi engine drops an output whose value is None (pulumi/runtime/rpc.py

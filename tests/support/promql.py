@@ -1,12 +1,12 @@
 """PromQL and Prometheus configs, checked by Prometheus' own code: a tiny Go program built once.
 
 Why this parser: it is the one Prometheus evaluates queries with
-(`github.com/prometheus/prometheus/promql/parser`, pinned in tests/promql_check/go.mod at
+(`github.com/prometheus/prometheus/promql/parser`, pinned in tests/support/promql_check/go.mod at
 v0.316.0, i.e. Prometheus 3.16; go.sum pins every module's hash), and Cloud Monitoring's PromQL
 follows upstream's syntax ("PromQL in Cloud Monitoring"). No PyPI package wraps that parser; the
 Python packages that parse PromQL are reimplementations. The binary is built into
-tests/promql_check/.bin/, named after the hash of its sources, so a change rebuilds it and an
-unchanged checkout builds it once; a lock keeps parallel test workers from building it twice.
+tests/support/promql_check/.bin/, named after the hash of its sources, so a change rebuilds it and
+an unchanged checkout builds it once; a lock keeps parallel test workers from building it twice.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def prometheus_config_error(config_yaml: str) -> str:
 @functools.cache
 def prometheus_2_44_names() -> frozenset[str]:
     """Prometheus 2.44's PromQL functions and aggregation operators, from its own parser
-    (tests/promql_2_44): what Managed Service for Prometheus can evaluate."""
+    (tests/support/promql_2_44): what Managed Service for Prometheus can evaluate."""
     done = subprocess.run(
         [str(_binary(SOURCE_2_44))], capture_output=True, text=True, check=True, timeout=60
     )

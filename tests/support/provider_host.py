@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from tests.pulumi_program import ROOT, ProgramRun
+from tests.support.pulumi_program import ROOT, ProgramRun
 
 #: Prefix of every script: `provider` is the unpickled object.
 UNPICKLE = "import base64, sys, dill\nprovider = dill.loads(base64.b64decode(sys.argv[1]))\n"

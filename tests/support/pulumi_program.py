@@ -17,7 +17,7 @@ from scripts.program_runner import (
     stack_file_config,
     with_changes,
 )
-from tests.mock_outputs import MANAGED_ZONES, cloud_outputs
+from tests.support.mock_outputs import MANAGED_ZONES, cloud_outputs
 
 __all__ = [
     "ROOT",

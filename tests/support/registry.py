@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
-from tests import engine
+from tests.support import engine
 
 SERVICE = "registry.docker.io"  # what Docker Hub's challenge names
 ISSUER = "tpu-vllm-test-token-service"

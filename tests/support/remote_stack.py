@@ -18,11 +18,11 @@ from pulumi.runtime import mocks
 
 from components.remote_scripts import READINESS_ANSWER_SECONDS
 from components.vm.node_scripts import READINESS_HEARTBEAT_SECONDS
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHost
-from tests.mock_outputs import cloud_outputs
-from tests.pulumi_program import TEST_PROJECT, run_program
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHost
+from tests.support.mock_outputs import cloud_outputs
+from tests.support.pulumi_program import TEST_PROJECT, run_program
 
 IMAGE = "vllm/vllm-tpu:nightly"
 START = "vllm-start"

@@ -1,10 +1,10 @@
 """A renewal inside the window, end to end on loopback: TPU API fake, two fake VMs over real
 SSH, a Cloud DNS record and a client that keeps asking the name.
 
-Used by tests/test_zero_gap_renewal.py (what must hold) and tests/bench_renewal_gap.py (the
+Used by tests/ssh/test_zero_gap_renewal.py (what must hold) and benchmarks/renewal_gap.py (the
 client-visible gap, measured for both replacement orders). Every piece is the program's own:
 the provider's props, the command texts of a mocked run of the v5e1 stack with `dns.*`, its
-dependency graph (tests/engine_order.py runs the steps in the engine's order), and the
+dependency graph (tests/support/engine_order.py runs the steps in the engine's order), and the
 provider's read, diff, create and delete against the fake TPU API. Only time is scaled: the
 record's TTL (60 s) and the drain (3 min) become fractions of a second, the run's end comes a
 few seconds after ACTIVE, and the fake vLLM boots at 2000x.
@@ -31,16 +31,16 @@ import pulumi.dynamic as dyn
 
 from components.vm.host_key import NodeHostKeyProvider
 from components.vm.queued_resource import QueuedResourceProvider
-from tests import engine_order
-from tests.fakes.cloud_dns import CachingResolver, FakeManagedZone
-from tests.fakes.metadata_server import FakeMetadataServer
-from tests.fakes.secret_manager import FakeSecretManager
-from tests.fakes.ssh_host import SshHost, SshHostFactory
-from tests.fakes.tpu_api import FakeTpuApi
-from tests.mock_outputs import MANAGED_ZONE, ZONE_DNS_NAME
-from tests.pulumi_program import TEST_PROJECT, run_program
-from tests.remote_stack import FETCH, IMAGE, READY, START, commands, on_host
-from tests.test_queued_resource import props_for
+from tests.loopback.test_queued_resource import props_for
+from tests.support import engine_order
+from tests.support.fakes.cloud_dns import CachingResolver, FakeManagedZone
+from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.fakes.secret_manager import FakeSecretManager
+from tests.support.fakes.ssh_host import SshHost, SshHostFactory
+from tests.support.fakes.tpu_api import FakeTpuApi
+from tests.support.mock_outputs import MANAGED_ZONE, ZONE_DNS_NAME
+from tests.support.pulumi_program import TEST_PROJECT, run_program
+from tests.support.remote_stack import FETCH, IMAGE, READY, START, commands, on_host
 
 STACK = "v5e1"
 WITH_DNS = {"tpu-vllm:dns.managedZone": MANAGED_ZONE}
@@ -245,7 +245,7 @@ class Renewal:
                     node.others_serving_at_ready[other] = ask(other, self.ports).ok
         elif name == "vllm-metrics-agent":
             # The Ops Agent's setup after readiness changes nothing a client sees; its script
-            # runs against stand-ins in tests/test_metrics_agent.py (here it would download
+            # runs against stand-ins in tests/loopback/test_metrics_agent.py (here it would download
             # Google's installer).
             pass
         elif name == "endpoint-name-a":

@@ -1,8 +1,8 @@
-"""Seed 000's facts the tests check, kept in the repository (tests/fixtures/seed_facts/).
+"""Seed 000's facts the tests check, kept in the repository (tests/support/fixtures/seed_facts/).
 
 A clone of the project has no `../shared/seeds/`, so the suite reads the flags and figures from
 `seed_000.json`, where each fact is a verbatim quote of the seed plus the value taken from it.
-`tests/test_seed_facts.py` compares the quotes with the seed text itself wherever it exists
+`tests/mocked/test_seed_facts.py` compares the quotes with the seed text itself wherever it exists
 (`../shared/seeds/` beside the checkout, or the directory in `TPU_VLLM_SEEDS_DIR`).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 FACTS_FILE = Path(__file__).resolve().parent / "fixtures" / "seed_facts" / "seed_000.json"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @cache

@@ -6,8 +6,8 @@ where TYPE is the type token prefixed by the qualified types of its parent chain
 `NewURN`, called with the parent's `QualifiedType()` by `pkg/resource/deploy/deployment.go`
 `generateURN`). Renaming, retyping or reparenting a resource changes its URN, and the engine
 then deletes the old one and creates a new one: a TPU replaced, an endpoint down. So the URNs of
-each case below are stored (tests/fixtures/urns/CASE.txt, written from the code before a
-refactor) and `tests/test_urns.py` compares the program's against them.
+each case below are stored (tests/support/fixtures/urns/CASE.txt, written from the code before a
+refactor) and `tests/mocked/test_urns.py` compares the program's against them.
 
 The mock monitor's own URNs (pulumi/runtime/mocks.py `make_urn`) keep only the parent's last
 type and add `pulumi:pulumi:Stack$` to top-level resources, so the engine's are rebuilt here
@@ -15,7 +15,7 @@ from each RegisterResource request's type, name and parent. A custom resource wi
 provider also lists that provider's URN (`  provider=URN`): moving a resource to another
 provider replaces it too.
 
-    python -m tests.urns --write    # regenerate the fixtures (only when a change is meant)
+    python -m tests.support.urns --write    # regenerate the fixtures (only when a change is meant)
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ from typing import Any
 from pulumi.runtime import mocks
 
 from scripts.program_runner import GET_MANAGED_ZONE, Registration, managed_zone_lookup
-from tests.mock_outputs import MANAGED_ZONE, MANAGED_ZONES
-from tests.pulumi_program import ROOT, run_program
-from tests.test_gke_backend import existing_cluster
+from tests.mocked.test_gke_backend import existing_cluster
+from tests.support.mock_outputs import MANAGED_ZONE, MANAGED_ZONES
+from tests.support.pulumi_program import ROOT, run_program
 
-FIXTURES = ROOT / "tests" / "fixtures" / "urns"
+FIXTURES = ROOT / "tests" / "support" / "fixtures" / "urns"
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 
 
 def existing_cluster_and_zones(args: mocks.MockCallArgs) -> dict[str, Any]:
     """An existing GKE cluster fit for the stack (what `gke.cluster` looks up, answered as
-    tests/test_gke_backend.py does), and the test project's Cloud DNS zones."""
+    tests/mocked/test_gke_backend.py does), and the test project's Cloud DNS zones."""
     if args.token == GET_MANAGED_ZONE:
         return managed_zone_lookup(MANAGED_ZONES)(args)
     answer: dict[str, Any] = existing_cluster()(args)

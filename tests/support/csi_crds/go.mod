@@ -1,6 +1,6 @@
 // The Secrets Store CSI driver's CRDs (SecretProviderClass), taken from its Go module for the
-// Kubernetes layer's API server (tests/kube_crds.py); never copied in.
-module tpu-vllm/tests/csi_crds
+// Kubernetes layer's API server (tests/support/kube_crds.py); never copied in.
+module tpu-vllm/tests/support/csi_crds
 
 go 1.26.6
 

@@ -13,8 +13,8 @@ What it imitates:
   and never longer, which is the best case for a client; a client library that caches longer
   is what `renewal.drain`'s margin beyond the TTL is for.
 
-The addresses are the fake TPU API's node IPs (203.0.113.N); tests/renewal_harness.py maps each
-to the loopback port of the fake VM that plays that node, so a client "connects to the name" on
+The addresses are the fake TPU API's node IPs (203.0.113.N); tests/support/renewal_harness.py maps
+each to the loopback port of the fake VM that plays that node, so a client "connects to the name" on
 127.0.0.1.
 """
 
@@ -58,7 +58,7 @@ class FakeManagedZone:
 
 class Zone(Protocol):
     """Anything that answers a name's record set: this fake zone, or the stand-in gcp
-    provider's Cloud DNS (tests/test_engine_renewal.py)."""
+    provider's Cloud DNS (tests/engine/test_engine_renewal.py)."""
 
     def lookup(self, name: str) -> RecordSet | None: ...
 

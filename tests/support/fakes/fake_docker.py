@@ -5,10 +5,10 @@ Why this exists: the tpu-vllm remote scripts run ``sudo docker run ...`` on a TP
 readiness from ``docker logs``/``docker inspect``. CI has no Docker engine, so this one file
 stands in for the CLI *and* the daemon. Daemon state lives in the directory named by
 ``FAKE_DOCKER_STATE``; a started container is a detached supervisor process that replays a
-reconstructed vLLM boot log (``tests/fixtures/vllm_logs``) at a chosen pace and, once the log says
-``Application startup complete.``, answers HTTP like vLLM's OpenAI server. Every ``docker`` and
-``sudo`` invocation is appended to ``invocations.jsonl`` (argv, full environment, cwd) so tests can
-prove that a secret never reaches a command line or an environment.
+reconstructed vLLM boot log (``tests/support/fixtures/vllm_logs``) at a chosen pace and, once the
+log says ``Application startup complete.``, answers HTTP like vLLM's OpenAI server. Every ``docker``
+and ``sudo`` invocation is appended to ``invocations.jsonl`` (argv, full environment, cwd) so tests
+can prove that a secret never reaches a command line or an environment.
 
 Messages, output shapes and exit codes were checked against the real docker CLI 28.2.2 (run
 against a loopback stub daemon): e.g. ``rm -f`` of a missing container prints the daemon error to
@@ -19,7 +19,7 @@ denied unless the test puts the user in the docker group. ``docker logs -f`` end
 container stops (or restarts), so ``docker logs -f C | grep -m1 READY`` hangs after a ready
 line, exactly as on the VM.
 
-State directory layout (tests normally use ``tests.fakes.ssh_host.FakeDocker`` instead)::
+State directory layout (tests normally use ``tests.support.fakes.ssh_host.FakeDocker`` instead)::
 
     invocations.jsonl      one JSON object per docker/sudo call: tool, argv, env, cwd, uid, time
     images.json            {"images": [...]} present images (``docker pull`` adds)
@@ -39,7 +39,7 @@ State directory layout (tests normally use ``tests.fakes.ssh_host.FakeDocker`` i
 Log fixture format: ``<seconds since container start>\\t<1|2|@>\\t<text>``; 1 = stdout,
 2 = stderr, ``@`` = directive (``exit N``: the container exits with code N); ``#`` starts a
 comment line; ``${PORT}`` in a text becomes the ``--port`` given to ``vllm serve``. Replay waits
-``seconds / speed`` wall-clock seconds (see tests/fixtures/vllm_logs/README.md).
+``seconds / speed`` wall-clock seconds (see tests/support/fixtures/vllm_logs/README.md).
 
 Runs as a plain script under whichever python3 the harness pinned (stdlib only, Python 3.9+).
 """
@@ -262,8 +262,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-# The privileged half of the fake VM (tests/fakes/root_helper.py, served by the test process when
-# it runs as root): the container's writes and the fake sudo's file-ownership commands run as
+# The privileged half of the fake VM (tests/support/fakes/root_helper.py, served by the test process
+# when it runs as root): the container's writes and the fake sudo's file-ownership commands run as
 # real root through it, as they do on a TPU VM. Absent (tests not run as root), both run as the
 # SSH user, as before.
 ROOT_HELPER_SOCKET = "root-helper.sock"
@@ -979,8 +979,8 @@ COUNTED = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 
 
 def metrics_page(model: str, prompt_tokens: float, generation_tokens: float) -> str:
-    """GET /metrics: the vLLM 0.32 sample (tests/fixtures/vllm_metrics, rendered through vLLM's
-    own metric definitions) with this server's model and token counters, so two scrapes show
+    """GET /metrics: the vLLM 0.32 sample (tests/support/fixtures/vllm_metrics, rendered through
+    vLLM's own metric definitions) with this server's model and token counters, so two scrapes show
     the tokens the fake served in between, as vLLM's counters would."""
     text = (fixtures_dir().parent / "vllm_metrics" / "v6e4_metrics.txt").read_text()
     text = text.replace(f'model_name="{SAMPLE_MODEL}"', f'model_name="{model}"')
@@ -2647,7 +2647,7 @@ def serve_info(container: Container) -> ServeInfo:
 def tool_call(function: JSONDict) -> JSONDict:
     """The assistant message of a model that calls `function` (its first required argument
     "Paris"), as vLLM's tool-call parser hands it back: `content` null beside `tool_calls`
-    (the same shape as tests/fakes/openai_server.py)."""
+    (the same shape as tests/support/fakes/openai_server.py)."""
     parameters = function.get("parameters") or {}
     required = parameters.get("required") or list(parameters.get("properties") or {})
     call = {

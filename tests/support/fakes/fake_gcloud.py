@@ -7,7 +7,7 @@ and records each call's argv and environment to `$FAKE_DOCKER_STATE/gcloud_invoc
 so tests can prove no secret was passed in. Stdlib only: it runs under the system python3.
 
 `gcloud storage cat|cp|rsync|objects update` work on a bucket kept in the local directory
-`$FAKE_GCS_ROOT` (tests/fakes/gcs_store.py). Their behaviour follows the Cloud SDK sources
+`$FAKE_GCS_ROOT` (tests/support/fakes/gcs_store.py). Their behaviour follows the Cloud SDK sources
 (googlecloudsdk/command_lib/storage/rsync_command_util.py): rsync needs an existing source
 container ("Did not find existing container at: URL"), skips a file whose size and mtime
 match (the mtime is kept in the object's metadata on upload and restored on download),
@@ -38,8 +38,8 @@ import urllib.error
 import urllib.request
 
 if __package__:  # imported by the tests
-    from tests.fakes.gcs_store import GcsStore, StoreError
-else:  # run as a script by bin/gcloud, from the harness's copy of tests/fakes
+    from tests.support.fakes.gcs_store import GcsStore, StoreError
+else:  # run as a script by bin/gcloud, from the harness's copy of tests/support/fakes
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gcs_store import GcsStore, StoreError  # type: ignore[import-not-found,no-redef]
 

@@ -11,18 +11,19 @@ that tool calls, as documented in https://cloud.google.com/storage/docs/json_api
 - ``PATCH  /storage/v1/b/B/o/NAME``                     objects.patch (``customTime`` only moves
   forward: 400 otherwise, as on the real service)
 - ``POST   /upload/storage/v1/b/B/o?uploadType=resumable`` and ``PUT`` to its session URI:
-  resumable uploads, with status checks and 308 Resume Incomplete (tests/fakes/gcs_resumable.py)
+  resumable uploads, with status checks and 308 Resume Incomplete
+  (tests/support/fakes/gcs_resumable.py)
 Injected transient failures (``inject``: a status with the service's error body, a reset
 connection, a reset partway through a resumable PUT, an answer lost after the request was done;
-tests/fakes/gcs_faults.py) meet the next matching requests; each request's arrival time is
+tests/support/fakes/gcs_faults.py) meet the next matching requests; each request's arrival time is
 recorded (``requests[i]["time"]``, time.monotonic).
 Request preconditions (https://cloud.google.com/storage/docs/request-preconditions): objects.get
 (either form) and objects.insert take ``ifGenerationMatch``; the request proceeds only if the
 object's live generation is that number (``0``: there is no live object, "Setting to 0 makes
 the operation succeed only if there are no live versions of the object", objects.insert), and
 otherwise fails with 412 Precondition Failed and changes nothing. The check and the write are
-one step (tests/fakes/gcs_store.py), as on the service, which keeps the last writer otherwise.
-Object resources carry ``generation`` and ``metageneration`` (int64 values, sent as JSON
+one step (tests/support/fakes/gcs_store.py), as on the service, which keeps the last writer
+otherwise. Object resources carry ``generation`` and ``metageneration`` (int64 values, sent as JSON
 strings, as the JSON API sends every int64).
 Every call needs ``Authorization: Bearer <token>`` (401 otherwise). Faults set on the store
 (``list``, ``read``, ``write``, ``touch``, ``put``) apply here too; a ``read`` fault with
@@ -64,10 +65,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.gcs_faults import Injection, Injections, Reset, error_body, reset
-from tests.fakes.gcs_resumable import Sessions, content_range
-from tests.fakes.gcs_store import GcsStore, StoreError
-from tests.fakes.loopback import LoopbackHttpServer
+from tests.support.fakes.gcs_faults import Injection, Injections, Reset, error_body, reset
+from tests.support.fakes.gcs_resumable import Sessions, content_range
+from tests.support.fakes.gcs_store import GcsStore, StoreError
+from tests.support.fakes.loopback import LoopbackHttpServer
 
 PAGE_SIZE = 1000
 MTIME_KEY = "goog-reserved-file-mtime"
@@ -278,8 +279,8 @@ class FakeGcsApi(LoopbackHttpServer):
                 self, method: str, url: urllib.parse.SplitResult, query: dict[str, str],
                 body: bytes, headers: dict[str, str],
             ) -> bool:  # fmt: skip
-                """Meet an injected failure (tests/fakes/gcs_faults.py), if one applies: True
-                if it answered for the request."""
+                """Meet an injected failure (tests/support/fakes/gcs_faults.py), if one applies:
+                True if it answered for the request."""
                 name = _object_name(url, query, body, headers, fake.sessions)
                 self.object_name = name
                 injection = fake.injections.take(method, f"{urllib.parse.unquote(url.path)} {name}")
@@ -479,7 +480,7 @@ class FakeGcsApi(LoopbackHttpServer):
         """The next `times` `method` requests on objects whose name (or path) contains `match`
         meet `status` with the service's error body, or with status 0 a reset connection;
         `after_bytes` resets a resumable PUT after that many of its bytes (kept); with
-        `lose_answer` the request is done and then the connection reset (tests/fakes/
+        `lose_answer` the request is done and then the connection reset (tests/support/fakes/
         gcs_faults.py)."""
         self.injections.add(Injection(method, match, status, times, after_bytes, lose_answer))
 

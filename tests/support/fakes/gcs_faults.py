@@ -1,5 +1,5 @@
-"""Transient failures the fake Cloud Storage JSON API (tests/fakes/gcs_api.py) can inject: an
-error status with the service's error body, a connection reset before the answer, a reset
+"""Transient failures the fake Cloud Storage JSON API (tests/support/fakes/gcs_api.py) can inject:
+an error status with the service's error body, a connection reset before the answer, a reset
 partway through a resumable upload's bytes, or a request done whose answer is lost.
 
 Why these: Google's "Retry strategy" page for Cloud Storage

@@ -1,4 +1,4 @@
-"""The fake Cloud Storage JSON API's resumable upload sessions (tests/fakes/gcs_api.py).
+"""The fake Cloud Storage JSON API's resumable upload sessions (tests/support/fakes/gcs_api.py).
 
 As the JSON API documents them (https://cloud.google.com/storage/docs/performing-resumable-
 uploads) and as googleapis/storage-testbench serves them (testbench/rest_server.py
@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.gcs_store import StoreError
+from tests.support.fakes.gcs_store import StoreError
 
 _RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)$")
 

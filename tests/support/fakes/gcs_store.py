@@ -1,5 +1,5 @@
 """A Cloud Storage bucket kept in a local directory: what the fake `gcloud storage` and the fake
-JSON API (tests/fakes/gcs_api.py) both read and write, and what tests inspect.
+JSON API (tests/support/fakes/gcs_api.py) both read and write, and what tests inspect.
 
 Layout under the root (``FAKE_GCS_ROOT`` on the SSH "VM")::
 

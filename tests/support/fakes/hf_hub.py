@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.loopback import LoopbackHttpServer
+from tests.support.fakes.loopback import LoopbackHttpServer
 
 GATED_MODEL = "google/gemma-4-E2B-it"
 OPEN_MODEL = "openai-community/gpt2"

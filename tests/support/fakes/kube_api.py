@@ -23,12 +23,12 @@ slow test set-up on a loaded machine cannot use up the delays before the client 
 `appear_after` seconds until the CRD exists (None: never), then `establish_after` seconds more
 until it is established.
 
-The ComputeClass CRD is the project's own picture (tests/compute_class_crd.py): the current
+The ComputeClass CRD is the project's own picture (tests/support/compute_class_crd.py): the current
 version from GKE's reference and the ComputeClass API's Go types, and `early=True`, datreeio's
 first published copy (2025-05-28: no `priorities[].location`, and the rule refusing flex-start
 with TPUs). The PodMonitoring CRD's v1 schema is prometheus-engine's
 (`charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`), read from its Go module
-(tests/gmp_crds.py).
+(tests/support/gmp_crds.py).
 
 `write_auth_plugin` writes a stand-in for `gke-gcloud-auth-plugin` that prints the
 ExecCredential kubernetes/cloud-provider-gcp `cmd/gke-gcloud-auth-plugin/cred.go` prints.
@@ -53,10 +53,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests import compute_class_crd as compute_class_definition
-from tests import gmp_crds
-from tests.fakes.kube_deployments import status_object
-from tests.fakes.loopback import HOST, LoopbackHttpServer, send_json
+from tests.support import compute_class_crd as compute_class_definition
+from tests.support import gmp_crds
+from tests.support.fakes.kube_deployments import status_object
+from tests.support.fakes.loopback import HOST, LoopbackHttpServer, send_json
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 EXEC_API_VERSION = "client.authentication.k8s.io/v1beta1"
@@ -93,13 +93,15 @@ def _crd(
 
 
 def compute_class_crd(*, early: bool = False) -> dict[str, Any]:
-    """The project's ComputeClass CRD (tests/compute_class_crd.py), as the fake serves it."""
+    """The project's ComputeClass CRD (tests/support/compute_class_crd.py), as the fake serves
+    it."""
     return _served(compute_class_definition.crd(early=early))
 
 
 def pod_monitoring_crd() -> dict[str, Any]:
     """Managed collection's CRD (GKE installs it with managed collection's components): its v1
-    schema from prometheus-engine's own CRD manifest, through its Go module (tests/gmp_crds.py)."""
+    schema from prometheus-engine's own CRD manifest, through its Go module
+    (tests/support/gmp_crds.py)."""
     schema = {"openAPIV3Schema": gmp_crds.schema("podmonitorings")}
     version = {"name": "v1", "served": True, "storage": True, "schema": schema}
     return _crd(

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.fakes.loopback import HOST, LoopbackHttpServer
+from tests.support.fakes.loopback import HOST, LoopbackHttpServer
 
 
 @dataclass(frozen=True)

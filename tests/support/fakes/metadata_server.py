@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.fakes.loopback import LoopbackHttpServer, send_json
+from tests.support.fakes.loopback import LoopbackHttpServer, send_json
 
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 

@@ -7,7 +7,7 @@ consumers of the stack's ``openai_base_url`` touch, in the shapes vLLM's OpenAI 
 - ``GET  /v1/models``            ``{"object": "list", "data": [{"id": MODEL, ...}]}``
 - ``POST /v1/chat/completions``  ``chat.completion`` objects; with ``tools`` (and
   ``tool_choice`` other than ``"none"``) a tool call with ``finish_reason: "tool_calls"``
-- ``GET  /metrics``              vLLM 0.32's exposition (tests/fixtures/vllm_metrics), its
+- ``GET  /metrics``              vLLM 0.32's exposition (tests/support/fixtures/vllm_metrics), its
   token counters counting what this fake served
 - ``GET  /health``               200 with an empty body, or ``health_status`` (vLLM's
   ``vllm/entrypoints/serve/instrumentator/health.py``: 200, or 503 once the engine is dead);
@@ -55,8 +55,8 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.fakes.fake_docker import metrics_page
-from tests.fakes.loopback import LoopbackHttpServer
+from tests.support.fakes.fake_docker import metrics_page
+from tests.support.fakes.loopback import LoopbackHttpServer
 
 DEFAULT_API_KEY = "fake-vllm-api-key"
 DEFAULT_MODEL = "google/gemma-4-E2B-it"
@@ -148,7 +148,7 @@ class FakeOpenAI(LoopbackHttpServer):
             return self.health_status, b""
         if method == "GET" and path == "/metrics":
             # Outside /v1, so no key (vLLM's GUARDED_PREFIX); the vLLM 0.32 sample with this
-            # server's model and the tokens it served (tests/fixtures/vllm_metrics).
+            # server's model and the tokens it served (tests/support/fixtures/vllm_metrics).
             return 200, metrics_page(self.model, *self.tokens).encode()
         if path.startswith("/v1") and not self._authorized(headers):
             return self.refused_status, self._auth_error()

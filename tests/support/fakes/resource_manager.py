@@ -47,7 +47,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.loopback import LoopbackHttpServer, send_json
+from tests.support.fakes.loopback import LoopbackHttpServer, send_json
 
 PATH_RE = re.compile(r"^/v1/projects/(?P<project>[^/:]+):getEffectiveOrgPolicy$")
 V2_PATH_RE = re.compile(r"^/v2/(?P<name>.+):getEffectivePolicy$")

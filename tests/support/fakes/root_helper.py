@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.fake_docker import ROOT_HELPER_SOCKET, ROOT_HELPER_TOOLS
+from tests.support.fakes.fake_docker import ROOT_HELPER_SOCKET, ROOT_HELPER_TOOLS
 
 __all__ = ["ROOT_HELPER_SOCKET", "RootHelper"]
 _HEADER = struct.Struct(">Q")

@@ -57,7 +57,7 @@ from typing import Any
 import google_crc32c
 import pytest
 
-from tests.fakes.loopback import LoopbackHttpServer
+from tests.support.fakes.loopback import LoopbackHttpServer
 
 DEFAULT_TOKEN = "test-token"
 MAX_PAYLOAD_BYTES = 64 * 1024

@@ -32,7 +32,7 @@ user). ``user_created_after=SECONDS`` (or ``None`` with ``create_user()`` called
 models that: the authorized keys are installed only then, so authentication fails before.
 
 Use ``ssh_host`` for defaults or ``ssh_host_factory(env=..., images_present=...)``; register the
-fixtures with ``pytest_plugins = ("tests.fakes.ssh_host",)`` in ``tests/conftest.py``.
+fixtures with ``pytest_plugins = ("tests.support.fakes.ssh_host",)`` in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ from .root_helper import RootHelper
 
 SSHD = "/usr/sbin/sshd"
 HOST = "127.0.0.1"
-TESTS_DIR = Path(__file__).resolve().parent.parent
-FAKES_DIR = TESTS_DIR / "fakes"
-FIXTURES_DIR = TESTS_DIR / "fixtures"
+SUPPORT_DIR = Path(__file__).resolve().parent.parent
+FAKES_DIR = SUPPORT_DIR / "fakes"
+FIXTURES_DIR = SUPPORT_DIR / "fixtures"
 # sshd's default PATH for a non-root user on Debian (_PATH_STDPATH), behind the fake bin dir.
 USER_PATH_TAIL = "/usr/local/bin:/usr/bin:/bin:/usr/games"
 SUDO_SECURE_PATH = fake_docker.SUDO_SECURE_PATH
@@ -78,7 +78,7 @@ class _ScenarioRequired(TypedDict):
 class Scenario(_ScenarioRequired, total=False):
     """What the next fake ``docker run`` replays (written to ``<state>/scenario.json``).
 
-    ``log``: file in ``tests/fixtures/vllm_logs`` (or an absolute path).
+    ``log``: file in ``tests/support/fixtures/vllm_logs`` (or an absolute path).
     ``speed``: fixture seconds per wall-clock second (2000 turns an 857 s boot into 0.43 s).
     ``exit_at``: fixture time at which the container dies silently; ``exit_code`` (default 137).
     ``restart_log``: log replayed after a restart (default: ``log``).
@@ -460,7 +460,7 @@ class SshHost:
         login (0: at once; None: when the test calls ``create_user()``).
         ``sshd_options``: sshd_config lines that win over the defaults below (e.g.
         ``AllowTcpForwarding yes`` for a jump host, ``AcceptEnv FOO``), for tests of the
-        SSH client itself (tests/test_standins_command.py)."""
+        SSH client itself (tests/ssh/test_standins_command.py)."""
         missing = _missing_tools()
         if missing:
             raise RuntimeError(f"missing {missing}; install with: {APT_HINT}")

@@ -100,7 +100,7 @@ import googleapiclient
 import pytest
 from googleapiclient import discovery
 
-from tests.fakes.loopback import LoopbackHttpServer
+from tests.support.fakes.loopback import LoopbackHttpServer
 
 API_VERSION = "v2alpha1"
 DEFAULT_TOKEN = "test-token"
@@ -279,8 +279,8 @@ class ManualClock:
 
 
 class Machines(Protocol):
-    """The VMs behind the nodes (tests/fakes/tpu_vm.py `TpuVmFleet`), when a test wants nodes
-    that can be reached: the fake then reports each node's external IP and host keys from its
+    """The VMs behind the nodes (tests/support/fakes/tpu_vm.py `TpuVmFleet`), when a test wants
+    nodes that can be reached: the fake then reports each node's external IP and host keys from its
     VM. Called with the fake's lock held: implementations must not block. `key` is unique per
     queued resource, even when a name is used again."""
 
@@ -481,7 +481,7 @@ class SchemaValidator:
     def __init__(
         self, strict_integers: bool = False, schemas: Mapping[str, Any] | None = None
     ) -> None:
-        # Another API's discovery document may be given (tests/discovery.py: Monitoring).
+        # Another API's discovery document may be given (tests/support/discovery.py: Monitoring).
         self._schemas: Mapping[str, Any] = (
             schemas if schemas is not None else discovery_document()["schemas"]
         )
@@ -856,7 +856,7 @@ class _Handler(BaseHTTPRequestHandler):
     # each turn a 409 and a GET, each stalled ~40 ms. Buffering (`wbufsize = -1`, flushed once
     # by handle_one_request) sends the whole answer in one write, and TCP_NODELAY (the
     # combination the socketserver comment asks for) sends an answer larger than the buffer
-    # at once too. tests/test_fake_tpu_api.py checks that each answer arrives whole.
+    # at once too. tests/loopback/test_fake_tpu_api.py checks that each answer arrives whole.
     wbufsize = -1
     disable_nagle_algorithm = True
 
@@ -1886,7 +1886,7 @@ def fake_tpu() -> Iterator[FakeTpuApi]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve the fake for manual poking: ``python -m tests.fakes.tpu_api --port 8089``."""
+    """Serve the fake for manual poking: ``python -m tests.support.fakes.tpu_api --port 8089``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token", default=DEFAULT_TOKEN)

@@ -4,12 +4,12 @@
 (`networkEndpoints[].accessConfig.externalIp`, port 22) as the user the program names
 (`tpu-vllm`, components/vm/ssh.py), with the key the program put into the node's `ssh-keys`
 metadata, and verifies the host key it read from the node's guest attributes. So each node of
-`tests/fakes/tpu_api.py` (with `FakeTpuApi(machines=TpuVmFleet(...))`) gets a VM that does what
-a TPU VM image does with that metadata:
+`tests/support/fakes/tpu_api.py` (with `FakeTpuApi(machines=TpuVmFleet(...))`) gets a VM that does
+what a TPU VM image does with that metadata:
 
 * its own address, 127.0.2.N (all of 127/8 is loopback on Linux), held with a lock file for
   its life so parallel test runs (pytest-xdist workers, other checkouts) never share one, and
-  its own network namespace, joined to that address (tests/fakes/netns.py): sshd listens on
+  its own network namespace, joined to that address (tests/support/fakes/netns.py): sshd listens on
   the VM's port 22 and vLLM on `vllm.port`, and the readiness check's `127.0.0.1` is the VM's;
 * the guest agent's accounts (GoogleCloudPlatform/guest-agent `non_windows_accounts.go`:
   `getUserKeys` takes `user:KEY` lines from `ssh-keys`; no account when OS Login is on,
@@ -22,8 +22,8 @@ a TPU VM image does with that metadata:
   the address any more and every process of the VM is killed, as Google deletes the VM.
 
 The rest of the VM (fake docker replaying vLLM logs, fake sudo and gcloud, the root helper) is
-`tests/fakes/ssh_host.py`'s. Needs root (namespaces, uids): `TpuVmFleet.available()` says why
-not.
+`tests/support/fakes/ssh_host.py`'s. Needs root (namespaces, uids): `TpuVmFleet.available()` says
+why not.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ ADDRESS_PREFIX = "127.0.2."
 UID_RANGE = range(62000, 62999)
 LOCK_DIR = Path(tempfile.gettempdir()) / "tpu-vllm-fake-vms"
 SSH_PORT = 22
-#: What a fresh node replays when its server starts (tests/fixtures/vllm_logs), at 2000x: the
-#: 857 s cold start in under half a second.
+#: What a fresh node replays when its server starts (tests/support/fixtures/vllm_logs), at 2000x:
+#: the 857 s cold start in under half a second.
 DEFAULT_SCENARIO: Scenario = {"log": "v5e1_ready.log", "speed": 2000.0}
 
 

@@ -1,4 +1,4 @@
-module tpu-vllm/tests/gmp_crds
+module tpu-vllm/tests/support/gmp_crds
 
 go 1.26.7
 

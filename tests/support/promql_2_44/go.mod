@@ -1,4 +1,4 @@
-module tpu-vllm/tests/promql_2_44
+module tpu-vllm/tests/support/promql_2_44
 
 go 1.26.7
 

@@ -1,4 +1,4 @@
-module tpu-vllm/tests/promql_check
+module tpu-vllm/tests/support/promql_check
 
 go 1.26.7
 

@@ -2,7 +2,7 @@
 // promql/parser, the one Prometheus evaluates queries with) and says which expressions fail.
 //
 // Input on stdin: a JSON array of expressions. Output on stdout: a JSON array of the same length,
-// "" for an expression that parses, else the parser's error. Built and run by tests/promql.py.
+// "" for an expression that parses, else the parser's error. Built and run by tests/support/promql.py.
 //
 // With -config, stdin is a Prometheus configuration (YAML) instead, loaded with Prometheus' own
 // config.Load, as the Ops Agent's Prometheus receiver loads its `config:` (ops-agent

@@ -1,6 +1,6 @@
 """Drive a stand-in plugin the way the engine does: start `pulumi-resource-NAME` from
-tests/standins/bin/ with an engine address, read its port from stdout, and call it over gRPC with
-the pulumi SDK's generated stubs (`pulumi.runtime.proto`). For tests; one process per client.
+tests/support/standins/bin/ with an engine address, read its port from stdout, and call it over gRPC
+with the pulumi SDK's generated stubs (`pulumi.runtime.proto`). For tests; one process per client.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from google.protobuf import struct_pb2
 from pulumi.provider.experimental.property_value import PropertyValue
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from tests.standins.values import Plain, marshal, unmarshal
+from tests.support.standins.values import Plain, marshal, unmarshal
 
 BIN = Path(__file__).resolve().parent / "bin"
 

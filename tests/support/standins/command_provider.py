@@ -1,15 +1,15 @@
 """Stand-in for pulumi-command 1.2.1: `command:remote:Command`, run over real SSH.
 
 The Go module proxy here does not serve pulumi-command's provider, so the suite runs this one in
-its place (tests/standins/bin/pulumi-resource-command). It imitates, each function naming its
-source:
+its place (tests/support/standins/bin/pulumi-resource-command). It imitates, each function naming
+its source:
 - pulumi/pulumi-command v1.2.1 `provider/pkg/provider/remote/` (`command.go`,
   `commandController.go`, `commandOutputs.go`, `connection.go`, `proxyConnection.go`,
   `logging.go`), `common/inputs.go`, `util/util.go`: what the resource does;
 - pulumi/pulumi-go-provider v1.3.0 `infer/` (`resource.go`, `apply_defaults.go`,
   `apply_secrets.go`), `provider.go` and `logging.go`: how its `infer` framework turns that into
   Check, Diff, Create, Read, Update and Delete;
-- golang.org/x/crypto/ssh v0.48.0 through tests/standins/command_ssh.py: the SSH itself.
+- golang.org/x/crypto/ssh v0.48.0 through tests/support/standins/command_ssh.py: the SSH itself.
 
 In short: Check fills `Annotate`'s defaults and marks `connection` and its keys secret; Diff
 compares the new inputs with the old ones path by path, `triggers` replacing (its nested paths
@@ -60,13 +60,13 @@ from pulumi.provider.experimental.provider import (
 )
 from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc
 
-from tests.standins.command_keys import SshError
-from tests.standins.command_ssh import Connection, Job, run
-from tests.standins.kinds import ApiError
-from tests.standins.provider import engine_address, urn_name, urn_type
-from tests.standins.provider import run as serve
-from tests.standins.schema import Schema, load
-from tests.standins.values import UNKNOWN, to_plain
+from tests.support.standins.command_keys import SshError
+from tests.support.standins.command_ssh import Connection, Job, run
+from tests.support.standins.kinds import ApiError
+from tests.support.standins.provider import engine_address, urn_name, urn_type
+from tests.support.standins.provider import run as serve
+from tests.support.standins.schema import Schema, load
+from tests.support.standins.values import UNKNOWN, to_plain
 
 VERSION = "1.2.1"
 TOKEN = "command:remote:Command"

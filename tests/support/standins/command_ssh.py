@@ -16,7 +16,8 @@ What asyncssh cannot do through its public API, and how it is done here:
 - x/crypto's session takes an exit-status and an exit-signal both (asyncssh drops the
   connection on the second): `_SetenvChannel` reads them itself.
 - Keys are read the way x/crypto reads them before asyncssh sees them
-  (tests/standins/command_keys.py); asyncssh only builds the key from what x/crypto would take.
+  (tests/support/standins/command_keys.py); asyncssh only builds the key from what x/crypto would
+  take.
 
 Left out: Windows agent pipes (`connection_windows.go`); the stall behind `bufio.Scanner`'s 64 KiB
 line limit (a longer output line ends util.LogOutput's scan, and pulumi-command's command then
@@ -36,7 +37,12 @@ from typing import Any, Protocol, TypeVar
 import asyncssh
 from asyncssh.packet import SSHPacket, String
 
-from tests.standins.command_keys import SshError, go_quote, parse_authorized_key, parse_private_key
+from tests.support.standins.command_keys import (
+    SshError,
+    go_quote,
+    parse_authorized_key,
+    parse_private_key,
+)
 
 T = TypeVar("T")
 

@@ -19,10 +19,10 @@ import os
 import re
 from typing import Any, ClassVar
 
-from tests.standins.kinds import ApiError, Context, Kind
-from tests.standins.schema import Failure
-from tests.standins.store import Store
-from tests.standins.values import UNKNOWN, Plain
+from tests.support.standins.kinds import ApiError, Context, Kind
+from tests.support.standins.schema import Failure
+from tests.support.standins.store import Store
+from tests.support.standins.values import UNKNOWN, Plain
 
 ATTRIBUTION_LABEL = {"goog-pulumi-provisioned": "true"}
 _MEMBER = re.compile(
@@ -31,7 +31,7 @@ _MEMBER = re.compile(
 
 
 def project_number(project: str) -> str:
-    """A fake but stable project number: the same rule as tests/fakes/secret_manager.py, so
+    """A fake but stable project number: the same rule as tests/support/fakes/secret_manager.py, so
     names agree whether or not that fake is the Secret Manager in use."""
     if project.isdigit():
         return project

@@ -25,11 +25,11 @@ import re
 import secrets
 from typing import Any
 
-from tests.standins.gcp_common import insert_new, label_outputs, not_found, read_stored
-from tests.standins.kinds import Context, Kind, enum_failure, fixed, last_segment
-from tests.standins.schema import Failure
-from tests.standins.store import Store
-from tests.standins.values import UNKNOWN, Plain
+from tests.support.standins.gcp_common import insert_new, label_outputs, not_found, read_stored
+from tests.support.standins.kinds import Context, Kind, enum_failure, fixed, last_segment
+from tests.support.standins.schema import Failure
+from tests.support.standins.store import Store
+from tests.support.standins.values import UNKNOWN, Plain
 
 COMPUTE_V1 = "https://www.googleapis.com/compute/v1/"
 _GCE_NAME = r"^(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"

@@ -45,11 +45,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.standins.gcp_common import label_outputs, not_found, read_stored
-from tests.standins.kinds import ApiError, Context, Function, Kind, canonical, enum_failure, fixed
-from tests.standins.schema import Failure
-from tests.standins.store import Store
-from tests.standins.values import Plain
+from tests.support.standins.gcp_common import label_outputs, not_found, read_stored
+from tests.support.standins.kinds import (
+    ApiError,
+    Context,
+    Function,
+    Kind,
+    canonical,
+    enum_failure,
+    fixed,
+)
+from tests.support.standins.schema import Failure
+from tests.support.standins.store import Store
+from tests.support.standins.values import Plain
 
 CLUSTERS, POOLS, SERVER_CONFIGS = (
     "container_clusters",

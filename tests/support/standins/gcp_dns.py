@@ -21,11 +21,11 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from tests.standins.gcp_common import read_stored
-from tests.standins.kinds import ApiError, Context, Function, Kind, fixed, last_segment
-from tests.standins.schema import Failure
-from tests.standins.store import Store
-from tests.standins.values import UNKNOWN, Plain
+from tests.support.standins.gcp_common import read_stored
+from tests.support.standins.kinds import ApiError, Context, Function, Kind, fixed, last_segment
+from tests.support.standins.schema import Failure
+from tests.support.standins.store import Store
+from tests.support.standins.values import UNKNOWN, Plain
 
 ZONES = "dns_managed_zones"
 RECORDS = "dns_record_sets"

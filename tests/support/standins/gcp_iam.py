@@ -25,11 +25,11 @@ import re
 import secrets
 from typing import Any
 
-from tests.standins.gcp_common import IamMember, not_found
-from tests.standins.kinds import ApiError, Context, Kind, fixed, last_segment
-from tests.standins.schema import Failure
-from tests.standins.store import Store
-from tests.standins.values import UNKNOWN, Plain
+from tests.support.standins.gcp_common import IamMember, not_found
+from tests.support.standins.kinds import ApiError, Context, Kind, fixed, last_segment
+from tests.support.standins.schema import Failure
+from tests.support.standins.store import Store
+from tests.support.standins.values import UNKNOWN, Plain
 
 _ACCOUNT_ID = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 _SERVICE_ACCOUNT_LINK = re.compile(r"projects/[^/]+/serviceAccounts/[^/]+@[^/]+")

@@ -52,8 +52,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.standins.gcp_common import not_found, now, project_number, read_stored
-from tests.standins.kinds import (
+from tests.support.standins.gcp_common import not_found, now, project_number, read_stored
+from tests.support.standins.kinds import (
     ApiError,
     Context,
     Function,
@@ -63,9 +63,9 @@ from tests.standins.kinds import (
     fixed,
     last_segment,
 )
-from tests.standins.schema import Failure
-from tests.standins.store import Store
-from tests.standins.values import UNKNOWN, Plain, integral
+from tests.support.standins.schema import Failure
+from tests.support.standins.store import Store
+from tests.support.standins.values import UNKNOWN, Plain, integral
 
 DASHBOARDS, UPTIME_CHECKS, ALERT_POLICIES, UPTIME_IPS = (
     "monitoring_dashboards",

@@ -1,15 +1,15 @@
 """Stand-in for pulumi-gcp 10.2.0: every resource type and invoke the program uses.
 
 pulumi-gcp's provider is built from a patched Terraform upstream that no module proxy serves,
-so the end-to-end tests run this instead (tests/standins/bin/pulumi-resource-gcp). What each
+so the end-to-end tests run this instead (tests/support/standins/bin/pulumi-resource-gcp). What each
 type imitates, and from which source, is in its module: gcp_secrets, gcp_iam, gcp_compute,
 gcp_storage, gcp_dns, gcp_container, gcp_monitoring. Inputs are checked against pulumi-gcp
-10.2.0's schema (made from the pinned SDK: tests/standins/schema.py).
+10.2.0's schema (made from the pinned SDK: tests/support/standins/schema.py).
 """
 
 from __future__ import annotations
 
-from tests.standins import (
+from tests.support.standins import (
     gcp_compute,
     gcp_container,
     gcp_dns,
@@ -18,7 +18,7 @@ from tests.standins import (
     gcp_secrets,
     gcp_storage,
 )
-from tests.standins.provider import StandinProvider, run
+from tests.support.standins.provider import StandinProvider, run
 
 VERSION = "10.2.0"
 

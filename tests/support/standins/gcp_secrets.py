@@ -19,7 +19,7 @@ bridges it (`provider/secret_manager.go`: `secretId` autonamed, `deleteBeforeRep
 Where it goes: with `gcp:secretManagerCustomEndpoint` (or GOOGLE_SECRET_MANAGER_CUSTOM_ENDPOINT,
 the provider's own override, base `https://secretmanager.googleapis.com/v1/`) set, to that REST
 API with `gcp:accessToken` / GOOGLE_OAUTH_ACCESS_TOKEN as the bearer: in the tests, the loopback
-fake tests/fakes/secret_manager.py, where the node's own Secret Manager reads (and
+fake tests/support/fakes/secret_manager.py, where the node's own Secret Manager reads (and
 scripts/save_hf_token.py's writes) meet what the stack made. Otherwise to the stand-in's store.
 """
 
@@ -34,11 +34,17 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from tests.standins.gcp_common import IamMember, label_outputs, not_found, now, project_number
-from tests.standins.kinds import ApiError, Context, Function, Kind, fixed, last_segment
-from tests.standins.schema import Failure
-from tests.standins.store import Store
-from tests.standins.values import Plain, is_unknown
+from tests.support.standins.gcp_common import (
+    IamMember,
+    label_outputs,
+    not_found,
+    now,
+    project_number,
+)
+from tests.support.standins.kinds import ApiError, Context, Function, Kind, fixed, last_segment
+from tests.support.standins.schema import Failure
+from tests.support.standins.store import Store
+from tests.support.standins.values import Plain, is_unknown
 
 
 class RestSecrets:

@@ -12,8 +12,8 @@ resource_storage_bucket.go` and `iam_storage_bucket.go`, as pulumi-gcp 10.2.0 br
   policy's resource id `b/{bucket}`.
 
 Where objects live: when TPU_VLLM_STANDIN_GCS_ROOT names the directory of the loopback bucket
-store (tests/fakes/gcs_store.py, what the fake `gcloud storage` and the JSON API fake serve), a
-created bucket is a directory there, so the node's cache tool finds it; delete removes it
+store (tests/support/fakes/gcs_store.py, what the fake `gcloud storage` and the JSON API fake
+serve), a created bucket is a directory there, so the node's cache tool finds it; delete removes it
 (with its objects only under `force_destroy`).
 """
 
@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tests.standins.gcp_common import (
+from tests.support.standins.gcp_common import (
     IamMember,
     label_outputs,
     not_found,
@@ -32,9 +32,9 @@ from tests.standins.gcp_common import (
     project_number,
     read_stored,
 )
-from tests.standins.kinds import ApiError, Context, Kind, fixed, last_segment
-from tests.standins.store import Store
-from tests.standins.values import Plain
+from tests.support.standins.kinds import ApiError, Context, Kind, fixed, last_segment
+from tests.support.standins.store import Store
+from tests.support.standins.values import Plain
 
 GCS_ROOT_ENV = "TPU_VLLM_STANDIN_GCS_ROOT"
 STORAGE_V1 = "https://www.googleapis.com/storage/v1/b/"

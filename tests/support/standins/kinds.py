@@ -5,7 +5,7 @@ A `Kind` says, per Terraform resource it imitates: which inputs force a replacem
 / `RequiresReplace`), which are Optional+Computed (left out, they keep what the cloud set), which
 are sets (order does not count), Terraform's `Default:`s, the bridge's autonaming, and how to
 create, read, update and delete one. The generic protocol work (check, diff, previews, secrets)
-is tests/standins/provider.py's.
+is tests/support/standins/provider.py's.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from tests.standins.schema import Failure
-from tests.standins.values import UNKNOWN, Plain, integral
+from tests.support.standins.schema import Failure
+from tests.support.standins.values import UNKNOWN, Plain, integral
 
 #: Provider config keys and the environment variables Terraform's google provider reads when a key
 #: is unset (hashicorp/terraform-provider-google-beta: `google-beta/envvar/envvar_utils.go` for

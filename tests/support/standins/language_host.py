@@ -345,7 +345,7 @@ def serve(engine_address: str) -> None:
 def engine_address(argv: list[str]) -> str:
     """The last argument that is no flag: the engine passes its address last
     (`buildArgsForNewPlugin`), after any flag and its value (`-tracing URL`); as the stand-in
-    providers read it (tests/standins/provider.py `engine_address`)."""
+    providers read it (tests/support/standins/provider.py `engine_address`)."""
     return next((arg for arg in reversed(argv) if not arg.startswith("-")), "")
 
 

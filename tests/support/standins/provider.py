@@ -56,9 +56,9 @@ from pulumi.provider.experimental.server import ProviderServicer
 from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
 from pulumi.runtime.proto import provider_pb2_grpc
 
-from tests.standins.kinds import ApiError, Context, Function, Kind
-from tests.standins.schema import Schema, load
-from tests.standins.values import UNKNOWN, Plain, integral, is_unknown, marshal, unmarshal
+from tests.support.standins.kinds import ApiError, Context, Function, Kind
+from tests.support.standins.schema import Schema, load
+from tests.support.standins.values import UNKNOWN, Plain, integral, is_unknown, marshal, unmarshal
 
 
 def _empty(value: object) -> bool:

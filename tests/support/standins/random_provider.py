@@ -19,10 +19,10 @@ from typing import Any
 
 import bcrypt
 
-from tests.standins.kinds import Context, Kind
-from tests.standins.provider import StandinProvider, run
-from tests.standins.schema import Failure
-from tests.standins.values import UNKNOWN, Plain
+from tests.support.standins.kinds import Context, Kind
+from tests.support.standins.provider import StandinProvider, run
+from tests.support.standins.schema import Failure
+from tests.support.standins.values import UNKNOWN, Plain
 
 VERSION = "4.21.4"
 NUMERIC = "0123456789"

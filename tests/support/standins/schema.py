@@ -1,9 +1,9 @@
 """Inputs checked against the trimmed Pulumi schema of the provider a stand-in imitates.
 
-The schemas are read from the SDKs the program pins by tests/standins/schema_trim.py, when first
-needed, and kept in tests/standins/.schemas/ (not committed: the provider's own data comes from
-its installed package, never copied into the project), named after the package's version and a
-hash of the trimmer, so a new pin or a changed trimmer makes them anew.
+The schemas are read from the SDKs the program pins by tests/support/standins/schema_trim.py, when
+first needed, and kept in tests/support/standins/.schemas/ (not committed: the provider's own data
+comes from its installed package, never copied into the project), named after the package's version
+and a hash of the trimmer, so a new pin or a changed trimmer makes them anew.
 
 A bridged provider's `Check` refuses what Terraform's schema validation refuses; the messages
 below are Terraform plugin SDK v2's
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.standins.values import is_unknown
+from tests.support.standins.values import is_unknown
 
 SCHEMAS = Path(__file__).resolve().parent / ".schemas"
 #: Provider name -> the Python SDK the program pins for it (requirements.txt).
@@ -163,7 +163,7 @@ def load(name: str) -> Schema:
 @functools.cache
 def trimmed_cached(package: str) -> dict[str, Any]:
     # Imported here: the trimmer reads the SDKs' sources, which a plugin needs only on a miss.
-    from tests.standins import schema_trim
+    from tests.support.standins import schema_trim
 
     trimmer = hashlib.sha256(Path(schema_trim.__file__).read_bytes()).hexdigest()[:12]
     path = SCHEMAS / f"{package}-{importlib.metadata.version(package)}-{trimmer}.json"

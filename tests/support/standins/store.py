@@ -32,7 +32,7 @@ def state_dir() -> Path:
     if not value:
         raise StoreError(
             f"{STATE_ENV} is not set: the stand-in providers keep what they create in that "
-            "directory (tests/standins/store.py). Set it to a directory of your choice."
+            "directory (tests/support/standins/store.py). Set it to a directory of your choice."
         )
     path = Path(value)
     path.mkdir(parents=True, exist_ok=True)

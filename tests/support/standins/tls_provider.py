@@ -22,10 +22,10 @@ import hashlib
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from tests.standins.kinds import Context, Kind, enum_failure
-from tests.standins.provider import StandinProvider, run
-from tests.standins.schema import Failure
-from tests.standins.values import Plain
+from tests.support.standins.kinds import Context, Kind, enum_failure
+from tests.support.standins.provider import StandinProvider, run
+from tests.support.standins.schema import Failure
+from tests.support.standins.values import Plain
 
 VERSION = "5.6.2"
 ALGORITHMS = ["RSA", "ECDSA", "ED25519"]
