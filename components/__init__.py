@@ -26,6 +26,6 @@ third-party libraries. Must not import: components.vm or components.gke. A share
 needed one backend would tie the other to it; what both need moves up here instead. Each backend
 package may import the shared top and itself, never the other backend; a module here is used
 by both backends or by `__main__.py`, else it belongs in the one backend that uses it. Names
-used across modules are public (no `_private` imports). tests/test_layout.py enforces these
+used across modules are public (no `_private` imports). tests/mocked/test_layout.py enforces these
 rules, and that no module here is longer than about 500 lines.
 """

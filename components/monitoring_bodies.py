@@ -4,7 +4,7 @@ One source of truth for what the stack declares to watch its server: the tests v
 bodies against the Monitoring API's discovery documents that ship with google-api-python-client
 (`monitoring.v1.json` for `Dashboard`, `monitoring.v3.json` for `AlertPolicy` and
 `UptimeCheckConfig`) and parse every PromQL expression with Prometheus' own parser
-(tests/test_monitoring.py); components/monitoring.py hands the same bodies to pulumi-gcp
+(tests/mocked/test_monitoring.py); components/monitoring.py hands the same bodies to pulumi-gcp
 (`dashboard_json` as JSON; the others through `pulumi_args`, the snake_case spelling of the REST
 fields that pulumi-gcp's AlertPolicy and UptimeCheckConfig arguments map to).
 

@@ -8,8 +8,8 @@ empty value (docs/outputs.md) instead of a missing name. Components keep None in
 it means "not known yet" (a connection host before the node exists).
 
 Both backends fill every field of `BackendOutputs`, so `__main__.py` exports one contract
-whichever backend ran (tests/test_output_contract.py). A field that means nothing for a backend
-gets its documented empty value; only the optional outputs (`startup_seconds`,
+whichever backend ran (tests/mocked/test_output_contract.py). A field that means nothing for a
+backend gets its documented empty value; only the optional outputs (`startup_seconds`,
 `first_answer_seconds`) may be None, and are then absent.
 """
 

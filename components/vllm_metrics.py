@@ -4,8 +4,8 @@ Names come from the engine the image runs: vLLM 0.32.0 `vllm/v1/metrics/loggers.
 (`PrometheusStatLogger`, from the vllm-tpu 0.32.0 sdist; tpu-inference adds no serving metric).
 prometheus_client appends `_total` to a counter's name when it renders it, so the counter
 `vllm:prompt_tokens` is scraped as `vllm:prompt_tokens_total`; histograms as `_bucket`, `_sum`,
-`_count`. Every name here appears in tests/fixtures/vllm_metrics/v6e4_metrics.txt, and none of
-`REMOVED` does (tests/test_monitoring.py).
+`_count`. Every name here appears in tests/support/fixtures/vllm_metrics/v6e4_metrics.txt, and none
+of `REMOVED` does (tests/mocked/test_monitoring.py).
 
 Cloud Monitoring stores what Managed Service for Prometheus (GKE) or the Ops Agent's Prometheus
 receiver (VM) scrapes as `prometheus.googleapis.com/NAME/KIND` on the `prometheus_target`

@@ -45,8 +45,9 @@ DYNAMIC = "pulumi-python:dynamic:Resource"
 #: 2023-06 copy still showed $0.15, effective 2022-05-16). Check the page before relying on it.
 PROMETHEUS_USD_PER_MILLION_SAMPLES = 0.06
 SECONDS_PER_MONTH = 2_592_000  # 30 days
-#: A vLLM /metrics sample of the engine the image runs (tests/fixtures/vllm_metrics/README.md).
-METRICS_SAMPLE = ROOT / "tests" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
+#: A vLLM /metrics sample of the engine the image runs
+#: (tests/support/fixtures/vllm_metrics/README.md).
+METRICS_SAMPLE = ROOT / "tests" / "support" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
 
 
 #: A histogram's lines that Managed Service for Prometheus folds into one distribution point.

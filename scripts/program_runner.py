@@ -44,7 +44,7 @@ class Registration:
     """One RegisterResource request as the engine receives it: what makes a resource's URN.
 
     `parent` and `provider` are what the mock monitor answered for them (its URNs name only
-    the parent's own type, not the whole chain a real engine's do; `tests/urns.py` rebuilds
+    the parent's own type, not the whole chain a real engine's do; `tests/support/urns.py` rebuilds
     the engine's)."""
 
     type: str

@@ -25,7 +25,7 @@ something to renew:
    run ended, until its next `pulumi up`.
 
 The schedule's period must be shorter than the lead, or a scheduled check can miss the window
-(tests/test_renewal_window.py reads the cron in .github/workflows/renew.yml and checks it).
+(tests/loopback/test_renewal_window.py reads the cron in .github/workflows/renew.yml and checks it).
 
 A GKE stack (a non-empty `cluster` output) is never renewed: GKE replaces each ended node
 itself, so the script only says so.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README "Tests"; .ci/run calls it too): install what the tests need into the
 # project's virtualenv, then run the suite. Works on a plain clone: nothing outside the checkout
-# is read (seed 000's facts are kept in tests/fixtures/seed_facts/).
+# is read (seed 000's facts are kept in tests/support/fixtures/seed_facts/).
 #
 #   scripts/test.sh [PYTEST ARGS...]     VENV=DIR picks another virtualenv (default .venv)
 set -euo pipefail
@@ -24,9 +24,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "test: missing ${missing[*]}. Fix (Debian/Ubuntu): sudo apt-get install openssh-server openssh-client curl" >&2
   exit 2
 fi
-# Go builds Prometheus' own PromQL parser for the observability tests (tests/promql.py).
+# Go builds Prometheus' own PromQL parser for the observability tests (tests/support/promql.py).
 if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
-  echo "test: missing go (Go 1.26.7 or later; it builds tests/promql_check). Fix: install it from go.dev/dl or your distribution" >&2
+  echo "test: missing go (Go 1.26.7 or later; it builds tests/support/promql_check). Fix: install it from go.dev/dl or your distribution" >&2
   exit 2
 fi
 
@@ -49,10 +49,11 @@ fi
 
 # In parallel, two workers per core (TPU_VLLM_TEST_WORKERS=N for another count, 0 for none): the
 # suite mostly waits (sshd sessions, logs replayed at wall-clock pace, the engine's steps, a
-# drain), so workers that wait leave the cores to the others. Each engine file's tests run on one
-# worker in order (one stack's steps), every other test on its own (tests/conftest.py); tests
-# that need a fixed port or user take their own (tests/fakes/tpu_vm.py). Arguments given here
-# come last: `-n 0` runs serially. The run ends with the skipped tests counted by reason, or
-# "skipped tests: none" (tests/conftest.py), so a layer that skipped is never silent.
+# drain), so workers that wait leave the cores to the others. Each file of tests/engine/ and
+# tests/kube/ runs on one worker in order (one stack's steps, one control plane), every other test
+# on its own (tests/conftest.py); tests that need a fixed port or user take their own
+# (tests/support/fakes/tpu_vm.py). Arguments given here come last: `-n 0` runs serially. The run
+# ends with the skipped tests counted by reason, or "skipped tests: none" (tests/conftest.py), so a
+# layer that skipped is never silent.
 workers="${TPU_VLLM_TEST_WORKERS:-$(($(nproc) * 2))}"
 exec "$VENV/bin/python" -m pytest -q -n "$workers" --dist load "$@"

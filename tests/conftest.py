@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -17,13 +16,13 @@ from typing import Any
 import pytest
 
 pytest_plugins = [
-    "tests.fakes.tpu_api",
-    "tests.fakes.secret_manager",
-    "tests.fakes.metadata_server",
-    "tests.fakes.ssh_host",
-    "tests.fakes.fake_pulumi",
-    "tests.fakes.hf_hub",
-    "tests.fakes.resource_manager",
+    "tests.support.fakes.tpu_api",
+    "tests.support.fakes.secret_manager",
+    "tests.support.fakes.metadata_server",
+    "tests.support.fakes.ssh_host",
+    "tests.support.fakes.fake_pulumi",
+    "tests.support.fakes.hf_hub",
+    "tests.support.fakes.resource_manager",
 ]
 
 
@@ -73,18 +72,19 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-#: The engine tests of one stack: one file's steps, in order (tests/engine_stack.py); and the
-#: Kubernetes layer's files, each of whose tests share that file's control plane
-#: (tests/kube_cluster.py).
-STACK_FILES = re.compile(r"(^|/)test_(engine|kube)_[^/]*\.py$")
+#: The engine layer: each file one stack's steps, in order (tests/support/engine_stack.py); and the
+#: Kubernetes layer, each of whose files shares one control plane (tests/support/kube_cluster.py).
+ENGINE_DIR = "tests/engine/"
+ONE_WORKER_DIRS = (ENGINE_DIR, "tests/kube/")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under `-n N` (`--dist load`): each engine file's tests to one worker, in order, every other
-    test on its own, so no long file holds a worker while the rest wait. Long files go first
-    (pytest-xdist's `loadscope` orders work by size). pytest-xdist's own `loadgroup` would do
-    this by mark, but under pytest 9.2 its suffix on `item._nodeid` no longer changes the id."""
+    """Under `-n N` (`--dist load`): the tests of each file in tests/engine/ and tests/kube/ to one
+    worker, in order, every other test on its own, so no long file holds a worker while the rest
+    wait. Long files go first (pytest-xdist's `loadscope` orders work by size). pytest-xdist's own
+    `loadgroup` would do this by mark, but under pytest 9.2 its suffix on `item._nodeid` no longer
+    changes the id."""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -92,7 +92,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class StackScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return path if STACK_FILES.search(path) else nodeid
+            return path if path.startswith(ONE_WORKER_DIRS) else nodeid
 
     return StackScheduling(config, log)
 
@@ -107,11 +107,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 def _engine_tools_summary(terminalreporter: Any) -> None:
     """Which language host and pulumi-command the engine tests ran: a real one or the suite's
-    stand-in (tests/engine_cli.py). Printed whenever an engine stack test ran, also under -q."""
+    stand-in (tests/support/engine_cli.py). Printed whenever a test of tests/engine/ ran, also
+    under -q."""
     reports = [r for reports in terminalreporter.stats.values() for r in reports]
-    if not any("test_engine_" in str(getattr(r, "nodeid", "")).split("::")[0] for r in reports):
+    if not any(str(getattr(r, "nodeid", "")).startswith(ENGINE_DIR) for r in reports):
         return
-    from tests import engine, engine_cli
+    from tests.support import engine, engine_cli
 
     found = engine._find()
     if isinstance(found, str):
@@ -160,7 +161,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if not report.skipped or hasattr(report, "wasxfail"):
         return
-    # The Kubernetes layer (tests/kube_cluster.py) follows the same rule under its own variable.
+    # The Kubernetes layer (tests/support/kube_cluster.py) follows the same rule under its own
+    # variable.
     for marker, variable in (
         ("engine", "TPU_VLLM_REQUIRE_ENGINE"),
         ("kube", "TPU_VLLM_REQUIRE_KUBE"),

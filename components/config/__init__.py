@@ -16,7 +16,7 @@ rather than builds it: `catalog` (chips, models, prices), `messages` (how errors
 `renewal` (the renewal window's constants) and `ssh_dial` (the SSH dial budget).
 Must not import: `components.vm` or `components.gke` (config is shared by both backends), nor
 any module that registers resources or imports this package (that would be an import cycle).
-tests/test_layout.py enforces both lists.
+tests/mocked/test_layout.py enforces both lists.
 """
 
 from components.config.access import DEFAULT_HF_TOKEN_SECRET, DEFAULT_NETWORK, AccessSettings

@@ -84,7 +84,7 @@ def stray_key_problems(names: Iterable[str]) -> list[str]:
     `pulumi config set tpu-vllm:tpu.chip v6e-4` without `--path` stores one key named
     `tpu.chip` beside the `tpu-vllm:tpu` object; the program reads only the objects, so the
     value would be ignored and the default used: a TPU of the wrong size, billed. Found by
-    running the real CLI (tests/test_engine_failures.py)."""
+    running the real CLI (tests/engine/test_engine_failures.py)."""
     problems = []
     for name in sorted(names):
         namespace, _, key = name.partition(":")

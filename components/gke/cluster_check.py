@@ -2,7 +2,7 @@
 against the cluster and keep its answer beside the inputs; `diff` reports a change only when
 the inputs the check reads change; read and delete ask nothing (the dynamic provider's
 defaults). Subclasses stay named classes: the state pickles a provider by its class's module
-path (tests/test_provider_state.py), so each must keep resolving.
+path (tests/mocked/test_provider_state.py), so each must keep resolving.
 """
 
 from __future__ import annotations

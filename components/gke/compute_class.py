@@ -38,8 +38,8 @@ depend on the injection.
 
 Schema: the CRD is GKE's own and no package ships it. The shapes used here were checked against
 GKE's ComputeClass reference and the API's Go types (GoogleCloudPlatform/compute-class-api):
-tests/compute_class_crd.py is the project's picture of that CRD, served by a real API server in
-tests/test_kube_compute_class.py, which accepts this module's classes as sent.
+tests/support/compute_class_crd.py is the project's picture of that CRD, served by a real API server
+in tests/kube/test_kube_compute_class.py, which accepts this module's classes as sent.
 """
 
 from __future__ import annotations

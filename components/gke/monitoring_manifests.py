@@ -5,7 +5,7 @@ Cloud Monitoring's vLLM exporter page applies): `monitoring.googleapis.com/v1` P
 `spec.selector.matchLabels` picking the server pods, `spec.endpoints[]` with `port`, `path`,
 `interval`; accepted under that CRD (prometheus-engine
 `charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml`, from its Go module) by a
-real API server with strict field validation in tests/test_kube_gke_objects.py.
+real API server with strict field validation in tests/kube/test_kube_gke_objects.py.
 Its name becomes the `job` label of every series (prometheus-engine
 `pkg/operator/apis/monitoring/v1/pod_config.go`), so it is `tpu-vllm-STACK`, as on the VM.
 """

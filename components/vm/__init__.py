@@ -28,6 +28,6 @@ host unpickles the one in the state for `delete` and `read` (pulumi/dynamic/__ma
 `__provider` of its last create or update, possibly for good. So moving or renaming one of these
 modules needs an alias at the old path: components/queued_resource.py, components/org_policy.py
 and components/host_key.py are the paths of states written before components/vm/ existed, and
-stay (tests/test_provider_state.py unpickles providers taken before the move). The move itself
-is no change to such a stack: each provider's `diff` ignores `__provider`.
+stay (tests/mocked/test_provider_state.py unpickles providers taken before the move). The move
+itself is no change to such a stack: each provider's `diff` ignores `__provider`.
 """

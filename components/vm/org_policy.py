@@ -29,7 +29,7 @@ goes on.
 registered resource at `pulumi preview` and `pulumi up`, before any create; the queued resource
 depends on the gate, so a refused check means no TPU is requested. Under Pulumi mocks no provider
 runs, so the program's tests never reach Google; the provider itself is tested against a
-loopback fake of both APIs (`tests/fakes/resource_manager.py`).
+loopback fake of both APIs (`tests/support/fakes/resource_manager.py`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ renamed output cannot break a consumer silently. Use it for the outputs that are
 The outputs the contract marks optional (docs/outputs.md, "The contract": `max_run_cost_usd`,
 `startup_seconds`) are absent when they have no value, because the Pulumi engine drops an output
 whose value is None; read those with `get_output`, which gives None instead of failing.
-Everything read here is in the tpu-vllm output contract, which `tests/test_output_contract.py`
-guards (it also runs this program against each stack's outputs).
+Everything read here is in the tpu-vllm output contract, which
+`tests/mocked/test_output_contract.py` guards (it also runs this program against each stack's
+outputs).
 """
 
 import pulumi

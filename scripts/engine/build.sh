@@ -27,7 +27,8 @@
 #   pulumi-resource-command       module $COMMAND_MODULE at the commit of release $COMMAND_RELEASE
 #                                 ($COMMAND_VERSION): the proxy refuses it. Not built; recorded.
 # This script builds only real tools: for the two the proxy refuses, the test suite runs its own
-# stand-ins (tests/standins/, docs/testing.md "The two stand-ins"), and a real one wherever found.
+# stand-ins (tests/support/standins/, docs/testing.md "The two stand-ins"), and a real one wherever
+# found.
 set -euo pipefail
 # The whole script is one function, read before it runs: editing or checking out another version
 # of this file while a build runs (minutes) cannot change what the running build does.
@@ -48,8 +49,8 @@ main() {
   COMMAND_VERSION=v0.0.0-20260303235922-7f3eb6f3b77c
 
   # The OCI registry the image-pinning tests resolve against, and the client that pushes their test
-  # image (tests/registry.py): wrapper module registry/ (go.mod, go.sum committed) with both as
-  # `tool` lines. crane's requirements raise a few of the registry's indirect ones (go.mod says
+  # image (tests/support/registry.py): wrapper module registry/ (go.mod, go.sum committed) with both
+  # as `tool` lines. crane's requirements raise a few of the registry's indirect ones (go.mod says
   # which): both are built from one module graph.
   REGISTRY_VERSION=v3.1.2 # github.com/distribution/distribution/v3/cmd/registry
   CRANE_VERSION=v0.22.1   # github.com/google/go-containerregistry/cmd/crane

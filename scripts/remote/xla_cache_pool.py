@@ -31,7 +31,7 @@ T = TypeVar("T")
 #: MULTI_FILE_HIGH_CPU_PROCESS_COUNT, each with 4 threads), far below a bucket's initial ~5000
 #: reads/s and ~1000 writes/s (Cloud Storage docs, request rate guidelines), and cheap here:
 #: each worker streams in BLOCK-sized pieces, so memory stays at workers x BLOCK whatever the
-#: entry sizes. Against a loopback fake with 30 ms per request (tests/bench_restore_speed.py)
+#: entry sizes. Against a loopback fake with 30 ms per request (benchmarks/restore_speed.py)
 #: 16 gave 10-13x the serial MB/s and 32 only ~20% more than 16, for twice the connections.
 DEFAULT_WORKERS = 16
 WORKERS_ENV = "TPU_VLLM_CACHE_WORKERS"
