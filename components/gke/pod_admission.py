@@ -25,6 +25,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 
+from components.engine_values import whole_numbers
 from components.gke import pod_security
 from components.gke.cluster_check import ClusterCheckProvider
 from components.gke.kube_api import (
@@ -41,19 +42,6 @@ from components.gke.progress import report
 #: restarts while it resizes).
 TIMEOUT_SECONDS = 300.0
 POLL_SECONDS = 10.0
-
-
-def whole_numbers(value: Any) -> Any:
-    """`value` with integral floats as ints: numbers reach a dynamic provider through the
-    engine as protobuf doubles (`8000` as `8000.0`), and the API server refuses a float where
-    its schema has an int32 (a port, a probe's seconds)."""
-    if isinstance(value, Mapping):
-        return {k: whole_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [whole_numbers(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 def _dry_run(api: KubeApi, namespace: str, pod: Mapping[str, Any]) -> tuple[int, Any]:

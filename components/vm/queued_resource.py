@@ -47,13 +47,14 @@ resource's props, and the API client is built inside each method.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
 import pulumi.dynamic as dyn
 
 from components import renewal
+from components.engine_values import whole_numbers
 from components.vm.queued_resource_create import try_zone
 from components.vm.queued_resource_delete import delete_and_wait, drain_if_succeeded
 from components.vm.queued_resource_spec import (
@@ -145,7 +146,9 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         support, so an update previews with unknown outputs (a new host key, re-run
         fetch/start/ready) that `up` would not perform."""
         name = olds.get("qr_name") or id_
-        replaces = [k for k in SPEC_KEYS if _norm(olds.get(k)) != _norm(news.get(k))]
+        replaces = [
+            k for k in SPEC_KEYS if whole_numbers(olds.get(k)) != whole_numbers(news.get(k))
+        ]
         new_zones = [str(z) for z in news.get("zones") or ()]
         old_zone = olds.get("zone")
         if old_zone and old_zone not in new_zones:
@@ -169,7 +172,9 @@ class QueuedResourceProvider(dyn.ResourceProvider):
                 "successor has answered, then this node is drained and deleted"
             )
             return dyn.DiffResult(changes=True, replaces=["image"], delete_before_replace=False)
-        stored = [k for k in IN_PLACE_KEYS if _norm(olds.get(k)) != _norm(news.get(k))]
+        stored = [
+            k for k in IN_PLACE_KEYS if whole_numbers(olds.get(k)) != whole_numbers(news.get(k))
+        ]
         lead = news.get("renewal_lead_seconds")
         termination = olds.get("termination_time")
         window = renewal.in_window(olds.get("state"), termination, lead)
@@ -202,7 +207,9 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         keep what the TPU API said: no TPU call is needed, nothing about the node changed."""
         outs = {k: olds.get(k) for k in OUTPUT_KEYS}
         changed = [
-            IN_PLACE_CONFIG[k] for k in IN_PLACE_KEYS if _norm(olds.get(k)) != _norm(news.get(k))
+            IN_PLACE_CONFIG[k]
+            for k in IN_PLACE_KEYS
+            if whole_numbers(olds.get(k)) != whole_numbers(news.get(k))
         ]
         report(f"{olds.get('qr_name') or id_}: stored {', '.join(changed) or 'its settings'}")
         return dyn.UpdateResult(outs={**_inputs(news), **outs})
@@ -222,19 +229,6 @@ def _api(timing: Timing) -> TpuApi:
 
 def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k != "__provider" and k not in OUTPUT_KEYS}
-
-
-def _norm(value: Any) -> Any:
-    """Props cross the engine as protobuf Structs: 4 arrives as 4.0. Compare by value."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)):
-        return int(value) if float(value).is_integer() else float(value)
-    if isinstance(value, Mapping):
-        return {str(k): _norm(v) for k, v in value.items()}
-    if isinstance(value, Sequence):
-        return [_norm(v) for v in value]
-    return value
 
 
 def _window_text(termination_time: str | None, lead: Any, drain: Any) -> str:

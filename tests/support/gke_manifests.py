@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.gke.pod_admission import whole_numbers
+from components.engine_values import whole_numbers
 from tests.support.pulumi_program import ProgramRun
 
 STACK = "v6e4-gke"
