@@ -45,7 +45,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from components.config import StackConfig
+from components.config import ServerSections
 from components.naming import resource_id, stack_labels
 
 #: Bumped when the meaning of the key or the layout changes: old generations then go unused.
@@ -83,7 +83,7 @@ NO_CACHE: dict[str, Any] = {
 }
 
 
-def key_material(config: StackConfig) -> dict[str, Any]:
+def key_material(config: ServerSections) -> dict[str, Any]:
     """What the cache key hashes: everything known at preview that changes compiled programs.
 
     In: the accelerator type (the device topology JAX keys on), the tensor-parallel size, the
@@ -111,13 +111,13 @@ def key_material(config: StackConfig) -> dict[str, Any]:
     }
 
 
-def cache_key(config: StackConfig) -> str:
+def cache_key(config: ServerSections) -> str:
     """A short, stable hash of `key_material` (16 hex digits: 64 bits)."""
     text = json.dumps(key_material(config), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def bucket_name(config: StackConfig) -> str:
+def bucket_name(config: ServerSections) -> str:
     """`cache.bucket`, else the per-stack bucket's name: deterministic, so known at preview.
 
     Bucket names are global; the project's hash makes this one unique to the project.
@@ -128,12 +128,12 @@ def bucket_name(config: StackConfig) -> str:
     return f"{resource_id(config.stack)}-xla-{suffix}"
 
 
-def cache_prefix(config: StackConfig, bucket: str | None = None) -> str:
+def cache_prefix(config: ServerSections, bucket: str | None = None) -> str:
     """`gs://BUCKET/xla-cache/KEY/`: where this configuration's generations live."""
     return f"gs://{bucket or bucket_name(config)}/{FOLDER}/{cache_key(config)}/"
 
 
-def compile_cache_output(config: StackConfig) -> str:
+def compile_cache_output(config: ServerSections) -> str:
     """The `compile_cache` stack output: the prefix, or "" when the cache is disabled."""
     return cache_prefix(config) if config.cache.enabled else ""
 
@@ -175,7 +175,9 @@ class CompileCacheArgs:
     service_account_email: pulumi.Input[str]
 
     @classmethod
-    def of(cls, config: StackConfig, service_account_email: pulumi.Input[str]) -> CompileCacheArgs:
+    def of(
+        cls, config: ServerSections, service_account_email: pulumi.Input[str]
+    ) -> CompileCacheArgs:
         bucket = bucket_name(config)
         return cls(
             project=config.project,

@@ -39,7 +39,7 @@ which new compiles are written.
 
 from __future__ import annotations
 
-from components.config import StackConfig
+from components.config import ServerSections
 
 #: `jax_persistent_cache_min_compile_time_secs` as JAX reads it from the environment.
 MIN_COMPILE_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
@@ -50,7 +50,7 @@ def seconds_text(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
 
 
-def container_env(config: StackConfig) -> dict[str, str]:
+def container_env(config: ServerSections) -> dict[str, str]:
     """{name: value} for the server container on both backends (VM `docker run -e`, GKE env).
 
     Rendered whether or not the bucket cache is enabled: the same VM's `~/.cache/vllm` mount

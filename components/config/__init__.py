@@ -41,6 +41,12 @@ from components.config.renewal import (
     RENEWAL_ROUND_SECONDS,
     RenewalSettings,
 )
+from components.config.sections import (
+    ServerSections,
+    ServerSettings,
+    WorkloadSections,
+    WorkloadSettings,
+)
 from components.config.tpu import (
     DEFAULT_CAPACITY_WAIT,
     PROVISIONING_MODELS,
@@ -95,9 +101,13 @@ __all__ = [
     "ModelSettings",
     "MonitoringSettings",
     "RenewalSettings",
+    "ServerSections",
+    "ServerSettings",
     "StackConfig",
     "TpuSettings",
     "VllmSettings",
+    "WorkloadSections",
+    "WorkloadSettings",
     "load_stack_config",
     "normalize_chip",
     "parse_duration",

@@ -8,7 +8,6 @@ sections, hands them over in dependency order and assembles the result.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from components.config.model import ModelSettings, check_fit, parse_model
 from components.config.monitoring import MonitoringSettings, parse_monitoring
 from components.config.reader import ConfigError, Reader, as_str, parse_positive_duration
 from components.config.renewal import RenewalSettings, parse_renewal
+from components.config.sections import ServerSettings, WorkloadSettings
 from components.config.tpu import (
     DEFAULT_CAPACITY_WAIT,
     TpuSettings,
@@ -60,10 +60,26 @@ class StackConfig:
     renewal: RenewalSettings = field(default=RenewalSettings())
     monitoring: MonitoringSettings = field(default=MonitoringSettings())
 
-    def serving(self, image: str) -> StackConfig:
-        """This config with `vllm.image` set to the pinned `NAME@sha256:...` the nodes run
-        (components/image_pin.py), for the renderers that read the image from the config."""
-        return dataclasses.replace(self, vllm=dataclasses.replace(self.vllm, image=image))
+    def server_settings(self) -> ServerSettings:
+        """The sections the VM's server is rendered from (components/config/sections.py)."""
+        return ServerSettings(
+            self.project, self.stack, self.tpu, self.model, self.vllm, self.cache, self.monitoring
+        )
+
+    def workload_settings(self) -> WorkloadSettings:
+        """The sections the GKE workload is rendered from."""
+        return WorkloadSettings(
+            self.project,
+            self.stack,
+            self.tpu,
+            self.model,
+            self.vllm,
+            self.cache,
+            self.monitoring,
+            self.access,
+            self.renewal,
+            self.replicas,
+        )
 
     @property
     def replicas(self) -> int:

@@ -42,7 +42,7 @@ def build_gke(
 
     `image` is the pinned `NAME@sha256:...` (components/image_pin.py) every replica runs;
     `checked` is `components.gke.cluster.preflight`'s answer, looked up before anything."""
-    cluster = GkeTpuCluster("gke", GkeTpuClusterArgs(config=config, checked=checked))
+    cluster = GkeTpuCluster("gke", GkeTpuClusterArgs.of(config, checked))
     # The reserved address never changes, so the record is written once and stays right.
     name = (
         EndpointName(
@@ -68,7 +68,7 @@ def build_gke(
     workload = GkeWorkload(
         "vllm",
         GkeWorkloadArgs(
-            config=config,
+            settings=config.workload_settings(),
             image=image,
             kubeconfig=cluster.kubeconfig,
             cluster=cluster.cluster,

@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 
 from components import remote_scripts
-from components.config import StackConfig
+from components.config import WorkloadSections
 from components.gke import pod_resources, pod_security
 from components.gke.k8s_manifests import (
     SCRIPTS_DIR,
@@ -60,7 +60,7 @@ def _limits() -> dict[str, Any]:
 
 
 def compile_cache_extras(
-    config: StackConfig, image: pulumi.Input[str], prefix: str, timeout_seconds: int
+    config: WorkloadSections, image: pulumi.Input[str], prefix: str, timeout_seconds: int
 ) -> PodExtras:
     """An init container that restores the cache before the server starts, and a sidecar that
     saves it once this pod's server is ready, every `cache.saveInterval` after, and when the

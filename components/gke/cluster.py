@@ -40,9 +40,17 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components import catalog
-from components.config import ConfigError, GkeSettings, StackConfig
+from components.config import (
+    AccessSettings,
+    ConfigError,
+    GkeSettings,
+    ModelSettings,
+    MonitoringSettings,
+    StackConfig,
+    TpuSettings,
+)
 from components.gke import k8s_manifests, nap_limits
-from components.naming import labels, resource_id
+from components.naming import resource_id, stack_labels
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RELEASE_CHANNEL = "REGULAR"
@@ -261,9 +269,29 @@ def lookup_channel_versions(config: StackConfig) -> Any:
 
 @dataclass
 class GkeTpuClusterArgs:
-    config: StackConfig
-    #: What `preflight` learned from the cloud before anything was registered.
+    """The sections the cluster reads, and what `preflight` learned of the cloud before it."""
+
+    project: str
+    stack: str
+    gke: GkeSettings
+    access: AccessSettings
+    model: ModelSettings
+    tpu: TpuSettings
+    monitoring: MonitoringSettings
     checked: ClusterCheck
+
+    @classmethod
+    def of(cls, config: StackConfig, checked: ClusterCheck) -> GkeTpuClusterArgs:
+        return cls(
+            config.project,
+            config.stack,
+            config.gke,
+            config.access,
+            config.model,
+            config.tpu,
+            config.monitoring,
+            checked,
+        )
 
 
 @dataclass(frozen=True)
@@ -302,7 +330,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GkeTpuClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        config = args.config
+        config = args
         settings = config.gke
         found = args.checked.found
         #: Whether vLLM's metrics can be collected (a created cluster switches it on).
@@ -358,7 +386,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
             address_type="EXTERNAL",
             network_tier="PREMIUM",
             description=f"tpu-vllm {config.stack}: the endpoint's stable address",
-            labels=labels(config),
+            labels=stack_labels(config.stack),
             opts=child,
         )
         # Unknown only under mocks that know no cloud outputs; never None in the outputs.
@@ -384,7 +412,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
         return [self.system_pool] if self.system_pool is not None else []
 
     def _create_cluster(
-        self, name: str, config: StackConfig, settings: GkeSettings
+        self, name: str, config: GkeTpuClusterArgs, settings: GkeSettings
     ) -> gcp.container.Cluster:
         cluster = gcp.container.Cluster(
             f"{name}-cluster",
@@ -425,7 +453,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 if config.monitoring.enabled
                 else None
             ),
-            resource_labels=labels(config),
+            resource_labels=stack_labels(config.stack),
             # `pulumi destroy` must be able to delete what `pulumi up` made.
             deletion_protection=False,
             opts=pulumi.ResourceOptions(
@@ -452,7 +480,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),
-                resource_labels=labels(config),
+                resource_labels=stack_labels(config.stack),
             ),
             opts=pulumi.ResourceOptions(parent=self, custom_timeouts=_pool_timeouts()),
         )

@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.config import StackConfig
+from components.config import WorkloadSections
 from components.naming import resource_id
 
 API_VERSION = "cloud.google.com/v1"
@@ -62,11 +62,11 @@ def class_name(stack: str) -> str:
     return resource_id(stack)
 
 
-def node_selector(config: StackConfig) -> dict[str, str]:
+def node_selector(config: WorkloadSections) -> dict[str, str]:
     return {LABEL: class_name(config.stack)}
 
 
-def toleration(config: StackConfig) -> dict[str, str]:
+def toleration(config: WorkloadSections) -> dict[str, str]:
     """The class's taint, `cloud.google.com/compute-class=NAME:NoSchedule`, tolerated."""
     return {
         "key": LABEL,
@@ -76,7 +76,7 @@ def toleration(config: StackConfig) -> dict[str, str]:
     }
 
 
-def priority(config: StackConfig) -> dict[str, Any]:
+def priority(config: WorkloadSections) -> dict[str, Any]:
     """The one priority rule: the slice, in `tpu.zones`, provisioned as `tpu.provisioning`."""
     tpu = config.tpu
     gke = tpu.chip.gke
@@ -98,7 +98,7 @@ def priority(config: StackConfig) -> dict[str, Any]:
     return rule
 
 
-def compute_class(config: StackConfig, labels: Mapping[str, str]) -> dict[str, Any]:
+def compute_class(config: WorkloadSections, labels: Mapping[str, str]) -> dict[str, Any]:
     """The ComputeClass manifest (cluster-scoped: no namespace)."""
     return {
         "apiVersion": API_VERSION,

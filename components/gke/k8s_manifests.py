@@ -32,7 +32,7 @@ from typing import Any
 import pulumi
 
 from components import catalog, jax_cache_env, remote_scripts
-from components.config import StackConfig
+from components.config import WorkloadSections
 from components.gke import compute_class, pod_resources, pod_security, server_probes
 from components.naming import resource_id
 
@@ -93,7 +93,7 @@ def namespace_name(stack: str) -> str:
     return resource_id(stack)
 
 
-def labels(config: StackConfig) -> dict[str, str]:
+def labels(config: WorkloadSections) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": APP,
         "app.kubernetes.io/instance": resource_id(config.stack),
@@ -101,7 +101,7 @@ def labels(config: StackConfig) -> dict[str, str]:
     }
 
 
-def selector(config: StackConfig) -> dict[str, str]:
+def selector(config: WorkloadSections) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": APP,
         "app.kubernetes.io/instance": resource_id(config.stack),
@@ -109,11 +109,13 @@ def selector(config: StackConfig) -> dict[str, str]:
     }
 
 
-def object_meta(name: str, namespace: str, config: StackConfig, **extra: Any) -> dict[str, Any]:
+def object_meta(
+    name: str, namespace: str, config: WorkloadSections, **extra: Any
+) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, "labels": labels(config), **extra}
 
 
-def namespace(config: StackConfig) -> dict[str, Any]:
+def namespace(config: WorkloadSections) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -125,7 +127,7 @@ def namespace(config: StackConfig) -> dict[str, Any]:
     }
 
 
-def service_account(config: StackConfig, gsa_email: pulumi.Input[str]) -> dict[str, Any]:
+def service_account(config: WorkloadSections, gsa_email: pulumi.Input[str]) -> dict[str, Any]:
     """The KSA, bound to the stack's GSA: GKE's Workload Identity reads this annotation."""
     return {
         "apiVersion": "v1",
@@ -139,7 +141,7 @@ def service_account(config: StackConfig, gsa_email: pulumi.Input[str]) -> dict[s
     }
 
 
-def ksa_role_binding(config: StackConfig, role: str) -> dict[str, Any]:
+def ksa_role_binding(config: WorkloadSections, role: str) -> dict[str, Any]:
     """Binds the Role named `role` (the binding has its name) to the pods' KSA, which the
     server pods and the readiness Job run as."""
     ns = namespace_name(config.stack)
@@ -176,7 +178,7 @@ def scripts_config_map_name(files_digest: str) -> str:
     return f"{SCRIPTS_CONFIG_MAP}-{files_digest[:10]}"
 
 
-def scripts_config_map(config: StackConfig, files: Mapping[str, str]) -> dict[str, Any]:
+def scripts_config_map(config: WorkloadSections, files: Mapping[str, str]) -> dict[str, Any]:
     name = scripts_config_map_name(scripts_digest(files))
     return {
         "apiVersion": "v1",
@@ -203,7 +205,7 @@ class MountedSecret:
 
 
 def secret_provider_class(
-    config: StackConfig, name: str, secrets: Sequence[MountedSecret]
+    config: WorkloadSections, name: str, secrets: Sequence[MountedSecret]
 ) -> dict[str, Any]:
     """GKE's Secret Manager add-on: which versions to mount, and under which file names.
 
@@ -236,7 +238,7 @@ def secrets_volume(name: str, provider_class: str) -> dict[str, Any]:
     }
 
 
-def node_selector(config: StackConfig) -> dict[str, str]:
+def node_selector(config: WorkloadSections) -> dict[str, str]:
     """The TPU node this replica needs: one of the stack's own ComputeClass, selected by the
     class alone. The class's `tpu` rule already names the slice (components/gke/compute_class.py),
     so its nodes are the right TPU; the reference this follows selects only
@@ -255,7 +257,7 @@ TPU_TOLERATION = {
 }
 
 
-def server_command(config: StackConfig) -> tuple[list[str], list[str]]:
+def server_command(config: WorkloadSections) -> tuple[list[str], list[str]]:
     """(command, args): the VM path's entrypoint, then `vllm serve MODEL` and its flags."""
     return [ENTRYPOINT], ["vllm", "serve", config.model.id, *config.vllm.serve_args()]
 
@@ -271,7 +273,7 @@ class PodExtras:
 
 
 def deployment(
-    config: StackConfig,
+    config: WorkloadSections,
     *,
     image: pulumi.Input[str],
     api_key_version: pulumi.Input[str],
@@ -389,7 +391,7 @@ def deployment(
     }
 
 
-def pod_disruption_budget(config: StackConfig) -> dict[str, Any]:
+def pod_disruption_budget(config: WorkloadSections) -> dict[str, Any]:
     """At least one replica keeps serving while nodes are drained. Drains go through the
     eviction API, which honours this budget (GKE docs "About custom ComputeClasses": a migrated
     or consolidated node is drained respecting PodDisruptionBudgets). How GKE drains a node it
@@ -422,7 +424,7 @@ L4_RBS = {"cloud.google.com/l4-rbs": "enabled"}
 STATIC_ADDRESSES_ANNOTATION = "networking.gke.io/load-balancer-ip-addresses"
 
 
-def service(config: StackConfig, address_name: pulumi.Input[str]) -> dict[str, Any]:
+def service(config: WorkloadSections, address_name: pulumi.Input[str]) -> dict[str, Any]:
     """The one stable address: a backend-service-based passthrough Network Load Balancer on
     the reserved regional address (named, not given as an IP), open only to
     `access.allowedCidrs` (GKE turns loadBalancerSourceRanges into the load balancer's firewall

@@ -34,7 +34,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import remote_scripts
-from components.config import StackConfig
+from components.config import WorkloadSettings
 from components.gke import (
     cache_manifests,
     compute_class,
@@ -55,7 +55,8 @@ AWAIT_MARGIN_SECONDS = 300
 
 @dataclass
 class GkeWorkloadArgs:
-    config: StackConfig
+    #: What the Kubernetes objects are rendered from (`StackConfig.workload_settings()`).
+    settings: WorkloadSettings
     #: `NAME@sha256:...`, the pinned image every replica runs (components/image_pin.py).
     image: pulumi.Input[str]
     kubeconfig: pulumi.Input[str]
@@ -91,7 +92,7 @@ class GkeWorkload(pulumi.ComponentResource):
         self, name: str, args: GkeWorkloadArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tpu-vllm:index:GkeWorkload", name, None, opts)
-        config = args.config
+        config = args.settings
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=args.kubeconfig,

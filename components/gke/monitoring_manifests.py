@@ -15,14 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from components import vllm_metrics
-from components.config import StackConfig
+from components.config import WorkloadSections
 from components.gke import k8s_manifests as m
 
 API_VERSION = "monitoring.googleapis.com/v1"
 KIND = "PodMonitoring"
 
 
-def pod_monitoring(config: StackConfig) -> dict[str, Any]:
+def pod_monitoring(config: WorkloadSections) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

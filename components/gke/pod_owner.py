@@ -36,7 +36,7 @@ from typing import Any
 
 import pulumi
 
-from components.config import StackConfig
+from components.config import WorkloadSections
 from components.gke.k8s_manifests import labels, namespace_name
 
 API_VERSION = "v1"
@@ -49,7 +49,7 @@ PURPOSE = (
 )
 
 
-def pods_owner(config: StackConfig) -> dict[str, Any]:
+def pods_owner(config: WorkloadSections) -> dict[str, Any]:
     """The ConfigMap, without `metadata.name`: pulumi-kubernetes names it (`NAME-xxxxxxxx`)."""
     return {
         "apiVersion": API_VERSION,

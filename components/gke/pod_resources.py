@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from components import catalog
 from components.catalog import Chip
-from components.config import StackConfig
+from components.config import WorkloadSections
 from components.config.model import ModelSettings
 
 GIB = 1024**3
@@ -155,7 +155,7 @@ def server_resources(chip: Chip, model: ModelSettings) -> dict[str, dict[str, st
     }
 
 
-def shm_volume(config: StackConfig, name: str) -> dict[str, object]:
+def shm_volume(config: WorkloadSections, name: str) -> dict[str, object]:
     """`/dev/shm` in memory, bounded: seed 000's `--shm-size`, sized for the download."""
     size = f"{shm_gib(config.model)}Gi"
     return {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}

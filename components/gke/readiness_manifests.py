@@ -35,7 +35,7 @@ from typing import Any
 import pulumi
 
 from components import remote_scripts
-from components.config import StackConfig
+from components.config import WorkloadSections
 from components.gke import compute_class, k8s_manifests, pod_resources, pod_security
 from components.gke.k8s_manifests import (
     DEPLOYMENT,
@@ -70,7 +70,7 @@ SCRATCH_DIR = "/tmp"  # noqa: S108 - the pod's own emptyDir
 IMAGE_PULL_SECONDS = 600
 
 
-def replica_turn_seconds(config: StackConfig, cache_restore_seconds: int) -> int:
+def replica_turn_seconds(config: WorkloadSections, cache_restore_seconds: int) -> int:
     """One replica's turn in a rolling update: the old pod stops, the new one pulls, restores
     the cache (`cache.restoreTimeout`; 0 without the cache) and starts (`vllm.readinessTimeout`
     from container start, which the startup probe allows)."""
@@ -82,7 +82,7 @@ def replica_turn_seconds(config: StackConfig, cache_restore_seconds: int) -> int
     )
 
 
-def readiness_deadline_seconds(config: StackConfig, cache_restore_seconds: int) -> int:
+def readiness_deadline_seconds(config: WorkloadSections, cache_restore_seconds: int) -> int:
     """How long the Job waits for the rollout and a Ready replica: a first flex-start node
     (`tpu.capacityWait`, the update's spare node or a create's first), then each replica's
     turn, one at a time as a rolling update replaces them, each new pod on the node its old
@@ -91,18 +91,18 @@ def readiness_deadline_seconds(config: StackConfig, cache_restore_seconds: int) 
     return config.tpu.capacity_wait_seconds + config.replicas * turn
 
 
-def answers_seconds(config: StackConfig) -> int:
+def answers_seconds(config: WorkloadSections) -> int:
     """The model's answers to the Job after the deadline's wait: one bound per question."""
     questions = 2 if config.vllm.tool_call_parser else 1
     return questions * remote_scripts.READINESS_ANSWER_SECONDS
 
 
-def job_seconds(config: StackConfig, cache_restore_seconds: int) -> int:
+def job_seconds(config: WorkloadSections, cache_restore_seconds: int) -> int:
     """The most the Job's script runs: the deadline, then the answers."""
     return readiness_deadline_seconds(config, cache_restore_seconds) + answers_seconds(config)
 
 
-def rollout_reader_role(config: StackConfig) -> dict[str, Any]:
+def rollout_reader_role(config: WorkloadSections) -> dict[str, Any]:
     """`GET /apis/apps/v1/namespaces/NS/deployments/vllm`, its generation and status; nothing
     else (`resourceNames`)."""
     return {
@@ -120,11 +120,11 @@ def rollout_reader_role(config: StackConfig) -> dict[str, Any]:
     }
 
 
-def rollout_reader_binding(config: StackConfig) -> dict[str, Any]:
+def rollout_reader_binding(config: WorkloadSections) -> dict[str, Any]:
     return ksa_role_binding(config, ROLLOUT_READER)
 
 
-def question_env(config: StackConfig) -> list[dict[str, str]]:
+def question_env(config: WorkloadSections) -> list[dict[str, str]]:
     """The VM's two readiness questions (scripts/remote/wait_ready.py `question_bodies`), as
     the Job's env: the chat always, the tool call only when the server has a tool-call parser
     (`TOOL_BODY` empty otherwise), and how long each answer may take. No secret: the key is
@@ -139,7 +139,7 @@ def question_env(config: StackConfig) -> list[dict[str, str]]:
 
 
 def readiness_job(
-    config: StackConfig,
+    config: WorkloadSections,
     revision: pulumi.Input[str],
     scripts_config_map: str,
     cache_restore_seconds: int,

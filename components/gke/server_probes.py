@@ -10,13 +10,15 @@ import math
 from typing import Any
 
 from components import remote_scripts
-from components.config import StackConfig
+from components.config import WorkloadSections
 from scripts.remote import wait_ready
 
 PROBE_PERIOD_SECONDS = 10
 
 
-def startup_probe_command(config: StackConfig, secrets_dir: str, scripts_dir: str) -> list[str]:
+def startup_probe_command(
+    config: WorkloadSections, secrets_dir: str, scripts_dir: str
+) -> list[str]:
     """The VM's readiness checks, once, in the server container (scripts/remote/wait_ready.py
     `probe`): /health, /v1/models with the key read from its mounted file (the path is in argv,
     never the key), the chat, and the tool call when the server has a tool-call parser."""
@@ -36,7 +38,7 @@ def startup_probe_command(config: StackConfig, secrets_dir: str, scripts_dir: st
     return [*command, "--tool-call"] if config.vllm.tool_call_parser else command
 
 
-def startup_probe_timeout_seconds(config: StackConfig) -> int:
+def startup_probe_timeout_seconds(config: WorkloadSections) -> int:
     """One probe's bound: /health and /v1/models, then each question's answer, and a margin
     for Python's start. The kubelet fails an exec probe that outlasts it."""
     questions = 2 if config.vllm.tool_call_parser else 1
@@ -44,7 +46,7 @@ def startup_probe_timeout_seconds(config: StackConfig) -> int:
     return int(2 * http + questions * remote_scripts.READINESS_ANSWER_SECONDS + 10)
 
 
-def probes(config: StackConfig, secrets_dir: str, scripts_dir: str) -> dict[str, Any]:
+def probes(config: WorkloadSections, secrets_dir: str, scripts_dir: str) -> dict[str, Any]:
     """The startup probe asks the model; readiness and liveness watch /health.
 
     A pod is Ready only once its startup probe has passed (the kubelet runs no readiness probe

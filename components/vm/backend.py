@@ -39,7 +39,7 @@ def build_vm(
     `image` is the pinned `NAME@sha256:...` (components/image_pin.py) the node serves."""
     ssh = SshIdentity("ssh")
     metadata = ssh.metadata(publish_host_key=not config.access.allow_unverified_host_key)
-    tpu = FlexStartTpu("tpu", FlexStartTpuArgs(config=config, image=image, metadata=metadata))
+    tpu = FlexStartTpu("tpu", FlexStartTpuArgs.of(config, image, metadata))
     host_key = NodeHostKey(
         "node-host-key",
         node_name=tpu.node,
@@ -64,7 +64,7 @@ def build_vm(
     server = VllmServer(
         "vllm",
         VllmServerArgs(
-            config=config,
+            settings=config.server_settings(),
             connection=connection,
             host=tpu.external_ip,
             image=image,

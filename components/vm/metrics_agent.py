@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from components import vllm_metrics
-from components.config import StackConfig
+from components.config import ServerSections
 from components.remote_scripts import HEADER
 from components.vm.node_scripts import fill, template
 
@@ -43,7 +43,7 @@ OTEL_CONFIG = "/run/google-cloud-ops-agent-opentelemetry-collector/otel.yaml"
 INSTALL_RETRY_SECONDS = 30
 
 
-def agent_config(config: StackConfig) -> dict[str, Any]:
+def agent_config(config: ServerSections) -> dict[str, Any]:
     """/etc/google-cloud-ops-agent/config.yaml: one Prometheus receiver, defaults off."""
     interval = f"{config.monitoring.scrape_interval_seconds}s"
     return {
@@ -83,7 +83,7 @@ COLLECTOR_WAIT_SECONDS = 60
 
 
 def metrics_agent_script(
-    config: StackConfig,
+    config: ServerSections,
     config_dir: str = CONFIG_DIR,
     installer_url: str = INSTALLER_URL,
     *,

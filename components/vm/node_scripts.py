@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from components import compile_cache, jax_cache_env, log_links
-from components.config import StackConfig
+from components.config import ServerSections
 from components.remote_scripts import (
     API_KEY_FILE,
     HEADER,
@@ -62,7 +62,7 @@ def fill(text: str, values: Mapping[str, str]) -> str:
     return text
 
 
-def docker_run_words(config: StackConfig, container: str) -> list[str]:
+def docker_run_words(config: ServerSections, container: str) -> list[str]:
     """`docker run` as (already quoted) words, one option with its value per line.
 
     Seed 000 §1.3's command, except the HF token: instead of an `-e HF_TOKEN` holding it (shown
@@ -134,7 +134,7 @@ def _cache_paths() -> dict[str, str]:
     }
 
 
-def cache_restore_script(config: StackConfig) -> str:
+def cache_restore_script(config: ServerSections) -> str:
     """The start script's cache step: restore alongside the image pull, or record "off"."""
     if not config.cache.enabled:
         return fill(template("cache_off.sh"), _cache_paths()).rstrip("\n")
@@ -150,7 +150,7 @@ def cache_restore_script(config: StackConfig) -> str:
     ).rstrip("\n")
 
 
-def cache_save_script(config: StackConfig, container: str) -> str:
+def cache_save_script(config: ServerSections, container: str) -> str:
     """The readiness script's last step: save the cache in the background, then every
     `cache.saveInterval` and when the container stops (a no-op when the cache is off)."""
     paths = _cache_paths()
@@ -165,7 +165,7 @@ def cache_save_script(config: StackConfig, container: str) -> str:
     )
 
 
-def log_flags(config: StackConfig) -> list[str]:
+def log_flags(config: ServerSections) -> list[str]:
     """`docker run` options that send the container's stdout/stderr to Cloud Logging.
 
     Docker's `gcplogs` driver (Docker docs "Google Cloud Logging driver"; moby
@@ -187,7 +187,7 @@ def log_flags(config: StackConfig) -> list[str]:
 
 
 def start_server_script(
-    config: StackConfig,
+    config: ServerSections,
     container: str,
     log_driver_wait: int = LOG_DRIVER_WAIT_SECONDS,
     log_driver_retry: float = LOG_DRIVER_RETRY_SECONDS,
@@ -227,7 +227,7 @@ def container_ref(start_stdout: str | None, name: str) -> str:
 
 
 def readiness_script(
-    config: StackConfig,
+    config: ServerSections,
     start_stdout: str | None,
     container: str,
     poll_seconds: float = 1.0,

@@ -9,9 +9,15 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from components.config import StackConfig
+from components.config import (
+    AccessSettings,
+    MonitoringSettings,
+    RenewalSettings,
+    StackConfig,
+    TpuSettings,
+)
 from components.monitoring import uptime_source_ranges
-from components.naming import labels, resource_id
+from components.naming import resource_id, stack_labels
 from components.vm.org_policy import OrgPolicyGate
 from components.vm.queued_resource import QueuedResource
 from components.vm.queued_resource_spec import SLOTS
@@ -44,51 +50,76 @@ def node_ids(stack: str) -> tuple[str, ...]:
 
 
 def queued_resource_props(
-    config: StackConfig,
+    args: FlexStartTpuArgs,
     *,
     service_account_email: pulumi.Input[str],
     network_tag: str,
-    metadata: Mapping[str, pulumi.Input[str]],
-    image: pulumi.Input[str] | None,
     timing: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The dynamic resource's inputs. Tests build the same props to drive the provider.
 
-    `image` is the pinned image the node will serve: a new one replaces the node create-first
-    (components/vm/queued_resource.py `diff`)."""
-    tpu = config.tpu
+    A new `args.image` replaces the node create-first (components/vm/queued_resource.py `diff`)."""
+    tpu = args.tpu
     return {
-        "project": config.project,
+        "project": args.project,
         "zones": list(tpu.zones),
-        "qr_id": resource_id(config.stack),
-        "node_id": node_ids(config.stack)[0],
+        "qr_id": resource_id(args.stack),
+        "node_id": node_ids(args.stack)[0],
         "accelerator_type": tpu.chip.accelerator_type,
         "runtime_version": tpu.runtime_version,
         "provisioning": tpu.provisioning,
         "max_run_seconds": tpu.max_run_seconds,
         "capacity_wait_seconds": tpu.capacity_wait_seconds,
         "service_account_email": service_account_email,
-        "labels": labels(config),
+        "labels": stack_labels(args.stack),
         "tags": [network_tag],
-        "network": config.access.network,
-        "metadata": dict(metadata),
+        "network": args.access.network,
+        "metadata": dict(args.metadata),
         "timing": dict(timing or {}),
         # Read at each diff (the renewal window) and at the delete of a replaced node (the
         # drain); like `timing`, a change to them never replaces the TPU.
-        "renewal_lead_seconds": config.renewal.lead_seconds,
-        "drain_seconds": config.renewal.drain_seconds,
-        "image": image,
+        "renewal_lead_seconds": args.renewal.lead_seconds,
+        "drain_seconds": args.renewal.drain_seconds,
+        "image": args.image,
     }
 
 
 @dataclass
 class FlexStartTpuArgs:
-    config: StackConfig
+    """The sections the node reads: the request (`tpu`), who may reach it (`access`), when its
+    successor starts (`renewal`), its telemetry (`monitoring`) and the port it serves on."""
+
+    project: str
+    stack: str
+    tpu: TpuSettings
+    access: AccessSettings
+    renewal: RenewalSettings
+    monitoring: MonitoringSettings
+    port: int
     #: `NAME@sha256:...` the node serves (components/image_pin.py); a new one means a new node.
     image: pulumi.Input[str]
     #: Node metadata (SSH public key, guest attributes). Never secrets: metadata is readable
     #: from the VM and by anyone with compute.instances.get.
     metadata: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        config: StackConfig,
+        image: pulumi.Input[str],
+        metadata: Mapping[str, pulumi.Input[str]] | None = None,
+    ) -> FlexStartTpuArgs:
+        return cls(
+            config.project,
+            config.stack,
+            config.tpu,
+            config.access,
+            config.renewal,
+            config.monitoring,
+            config.vllm.port,
+            image,
+            dict(metadata or {}),
+        )
 
 
 class FlexStartTpu(pulumi.ComponentResource):
@@ -107,30 +138,25 @@ class FlexStartTpu(pulumi.ComponentResource):
         self, name: str, args: FlexStartTpuArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tpu-vllm:index:FlexStartTpu", name, None, opts)
-        config = args.config
-        self.network_tag = resource_id(config.stack)
+        self.network_tag = resource_id(args.stack)
         # Before any TPU is requested: stop if an org policy would make the node unusable.
         self.org_policy_gate = OrgPolicyGate(
             f"{name}-org-policy",
-            project=config.project,
-            allow_unverified_host_key=config.access.allow_unverified_host_key,
+            project=args.project,
+            allow_unverified_host_key=args.access.allow_unverified_host_key,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.service_account = self._create_service_account(name, config)
+        self.service_account = self._create_service_account(name, args)
         self.service_account_email = self.service_account.email
         self.queued_resource_resource = QueuedResource(
             f"{name}-qr",
             queued_resource_props(
-                config,
-                service_account_email=self.service_account.email,
-                network_tag=self.network_tag,
-                metadata=args.metadata,
-                image=args.image,
+                args, service_account_email=self.service_account.email, network_tag=self.network_tag
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[self.org_policy_gate]),
         )
-        self.firewalls = self._create_firewalls(name, config)
-        self.telemetry_grants = self._grant_telemetry(name, config)
+        self.firewalls = self._create_firewalls(name, args)
+        self.telemetry_grants = self._grant_telemetry(name, args)
         qr = self.queued_resource_resource
         self.zone = qr.zone
         self.queued_resource = qr.qr_name
@@ -151,29 +177,31 @@ class FlexStartTpu(pulumi.ComponentResource):
             }
         )
 
-    def _create_service_account(self, name: str, config: StackConfig) -> gcp.serviceaccount.Account:
+    def _create_service_account(
+        self, name: str, args: FlexStartTpuArgs
+    ) -> gcp.serviceaccount.Account:
         # A dedicated identity per stack, so the node can be granted exactly one secret.
         return gcp.serviceaccount.Account(
             f"{name}-sa",
-            project=config.project,
-            account_id=resource_id(config.stack),
-            display_name=f"tpu-vllm node ({config.stack})",
+            project=args.project,
+            account_id=resource_id(args.stack),
+            display_name=f"tpu-vllm node ({args.stack})",
             description="Identity of the TPU VM that serves vLLM; reads only its own secrets.",
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-    def _grant_telemetry(self, name: str, config: StackConfig) -> list[gcp.projects.IAMMember]:
+    def _grant_telemetry(self, name: str, args: FlexStartTpuArgs) -> list[gcp.projects.IAMMember]:
         """`monitoring.enabled`: the node's own identity may write metrics (the Ops Agent) and
         log entries (Docker's gcplogs driver), and nothing more (IAM "Monitoring roles",
         "Logging roles"). Grants to this stack's account only, so `pulumi destroy` removing
         them takes nothing from anyone else."""
-        if not config.monitoring.enabled:
+        if not args.monitoring.enabled:
             return []
         member = self.service_account.email.apply(lambda email: f"serviceAccount:{email}")
         return [
             gcp.projects.IAMMember(
                 f"{name}-{what}",
-                project=config.project,
+                project=args.project,
                 role=role,
                 member=member,
                 opts=pulumi.ResourceOptions(parent=self),
@@ -181,35 +209,35 @@ class FlexStartTpu(pulumi.ComponentResource):
             for what, role in TELEMETRY_ROLES
         ]
 
-    def _create_firewalls(self, name: str, config: StackConfig) -> list[gcp.compute.Firewall]:
+    def _create_firewalls(self, name: str, args: FlexStartTpuArgs) -> list[gcp.compute.Firewall]:
         """Per port: an allow for the configured ranges, and a deny for everyone else.
 
         The allow alone restricts nothing on a network that already lets the port in (such as
         `default-allow-ssh`); the deny, on this node's tag only, makes the ranges the only way in.
         """
         rules: list[tuple[str, int, Sequence[str]]] = [
-            ("serving", config.vllm.port, config.access.allowed_cidrs),
-            ("ssh", SSH_PORT, config.access.ssh_cidrs),
+            ("serving", args.port, args.access.allowed_cidrs),
+            ("ssh", SSH_PORT, args.access.ssh_cidrs),
         ]
-        if config.monitoring.uptime_check:
+        if args.monitoring.uptime_check:
             # Google's uptime checkers, to `/health`; what else they reach without the API key:
             # docs/operations.md "Watch it serve".
-            rules.insert(1, ("uptime-check", config.vllm.port, uptime_source_ranges()))
+            rules.insert(1, ("uptime-check", args.port, uptime_source_ranges()))
         firewalls = []
         for what, port, cidrs in rules:
-            firewalls.append(self._allow(name, config, what, port, cidrs))
+            firewalls.append(self._allow(name, args, what, port, cidrs))
             if what == "uptime-check":
                 continue  # the serving port's deny already covers everyone else
             ports = [str(port)]
             firewalls.append(
                 gcp.compute.Firewall(
                     f"{name}-{what}-deny",
-                    project=config.project,
-                    network=config.access.network,
+                    project=args.project,
+                    network=args.access.network,
                     direction="INGRESS",
                     priority=DENY_PRIORITY,
                     description=(
-                        f"tpu-vllm {config.stack}: {what} port {port} from anywhere else, "
+                        f"tpu-vllm {args.stack}: {what} port {port} from anywhere else, "
                         "whatever other rules of the network allow"
                     ),
                     source_ranges=[EVERYWHERE],
@@ -221,15 +249,15 @@ class FlexStartTpu(pulumi.ComponentResource):
         return firewalls
 
     def _allow(
-        self, name: str, config: StackConfig, what: str, port: int, cidrs: Sequence[str]
+        self, name: str, args: FlexStartTpuArgs, what: str, port: int, cidrs: Sequence[str]
     ) -> gcp.compute.Firewall:
         return gcp.compute.Firewall(
             f"{name}-{what}",
-            project=config.project,
-            network=config.access.network,
+            project=args.project,
+            network=args.access.network,
             direction="INGRESS",
             priority=ALLOW_PRIORITY,
-            description=f"tpu-vllm {config.stack}: {what} port {port} from its ranges",
+            description=f"tpu-vllm {args.stack}: {what} port {port} from its ranges",
             source_ranges=list(cidrs),
             target_tags=[self.network_tag],
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(port)])],

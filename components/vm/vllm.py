@@ -21,7 +21,7 @@ import pulumi
 import pulumi_command as command
 
 from components.compile_cache import NO_CACHE, CompileCache, cache_result
-from components.config import StackConfig
+from components.config import ServerSettings
 from components.outputs import endpoint_urls
 from components.vm import metrics_agent, node_scripts
 from components.vm.node_command import node_command
@@ -63,7 +63,8 @@ def _warn_if_agent_failed(stdout: str | None, urn: str) -> None:
 
 @dataclass
 class VllmServerArgs:
-    config: StackConfig
+    #: What the node's scripts are rendered from (`StackConfig.server_settings()`).
+    settings: ServerSettings
     connection: command.remote.ConnectionArgs
     host: pulumi.Input[str | None]
     #: `NAME@sha256:...`, the pinned image the container runs (components/image_pin.py).
@@ -92,7 +93,7 @@ class VllmServer(pulumi.ComponentResource):
         self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tpu-vllm:index:VllmServer", name, None, opts)
-        config = args.config
+        config = args.settings
         self.start = node_command(
             f"{name}-start",
             args.connection,

@@ -19,7 +19,7 @@ import pytest
 
 from components import config as config_module
 from components.vm.queued_resource import QueuedResourceProvider
-from components.vm.tpu import queued_resource_props
+from components.vm.tpu import FlexStartTpuArgs, queued_resource_props
 from tests.support.fakes.tpu_api import FakeTpuApi
 from tests.support.mock_outputs import SERVED_IMAGE
 from tests.support.pulumi_program import stack_file_config
@@ -43,11 +43,9 @@ def provider_props(stack: str) -> dict[str, Any]:
     sections = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("tpu-vllm:")}
     cfg = config_module.parse_stack_config(sections, project=PROJECT, stack=stack)
     props = queued_resource_props(
-        cfg,
+        FlexStartTpuArgs.of(cfg, SERVED_IMAGE, {"enable-guest-attributes": "TRUE"}),
         service_account_email=f"tpu-vllm-{stack}@{PROJECT}.iam.gserviceaccount.com",
         network_tag=f"tpu-vllm-{stack}",
-        metadata={"enable-guest-attributes": "TRUE"},
-        image=SERVED_IMAGE,
         timing=FAST,
     )
     return {**props, "__provider": "opaque"}

@@ -30,7 +30,7 @@ from components.vm.queued_resource_spec import (
     STATES,
     Spec,
 )
-from components.vm.tpu import queued_resource_props
+from components.vm.tpu import FlexStartTpuArgs, queued_resource_props
 from scripts import renew
 from tests.loopback.test_queued_resource import SA_EMAIL, stack_config
 from tests.support import discovery
@@ -68,11 +68,11 @@ def request_tpu(fake: FakeTpuApi) -> str:
     """Create the v5e1 stack's queued resource in the fake with the provider's own body."""
     spec = Spec.from_props(
         queued_resource_props(
-            stack_config(STACK),
+            FlexStartTpuArgs.of(
+                stack_config(STACK), SERVED_IMAGE, {"enable-guest-attributes": "TRUE"}
+            ),
             service_account_email=SA_EMAIL,
             network_tag=f"tpu-vllm-{STACK}",
-            metadata={"enable-guest-attributes": "TRUE"},
-            image=SERVED_IMAGE,
         )
     )
     queued = fake.discovery_client().projects().locations().queuedResources()
