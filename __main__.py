@@ -12,7 +12,7 @@ from components.config import load_stack_config
 from components.dns import require_managed_zone
 from components.gke.backend import build_gke
 from components.gke.cluster import preflight
-from components.image_pin import ImagePin, hold_everything_for
+from components.image_pin import ImagePin, ImagePinArgs, hold_everything_for
 from components.outputs import object_or_empty, text_or_empty
 from components.secrets import require_hf_token_secret
 from components.vm.backend import build_vm
@@ -29,9 +29,7 @@ checked = preflight(config) if config.backend == "gke" else None
 # no such image, or refuses, stops the run with nothing created.
 pin = ImagePin(
     "vllm-image",
-    reference=config.vllm.image,
-    upgrade=config.vllm.image_upgrade,
-    endpoint=config.vllm.registry_endpoint,
+    ImagePinArgs(config.vllm.image, config.vllm.image_upgrade, config.vllm.registry_endpoint),
 )
 hold_everything_for(pin)
 

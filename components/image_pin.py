@@ -27,6 +27,7 @@ module where it is.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -117,6 +118,15 @@ def _outs(props: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k != "__provider"}
 
 
+@dataclass(frozen=True)
+class ImagePinArgs:
+    """The image reference to pin, when to look again (`vllm.imageUpgrade`), and the registry."""
+
+    reference: str
+    upgrade: str
+    endpoint: str
+
+
 class ImagePin(dyn.Resource):
     """`image` is `NAME@sha256:...`, what every node and replica runs; `digest` its digest."""
 
@@ -125,22 +135,16 @@ class ImagePin(dyn.Resource):
     reference: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        *,
-        reference: str,
-        upgrade: str,
-        endpoint: str,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: ImagePinArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        ref = image_ref.parse(reference)  # config validated it: this cannot fail here
+        ref = image_ref.parse(args.reference)  # config validated it: this cannot fail here
         super().__init__(
             ImagePinProvider(),
             name,
             {
-                "reference": reference,
-                "upgrade": upgrade,
-                "endpoint": endpoint,
+                "reference": args.reference,
+                "upgrade": args.upgrade,
+                "endpoint": args.endpoint,
                 # Filled by `check`; a digest reference is its own.
                 "digest": ref.digest,
                 "image": ref.pinned(ref.digest) if ref.digest else None,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -259,33 +260,36 @@ class ServedCrdsProvider(ClusterCheckProvider):
         return f"{props.get('cluster')}/crds"
 
 
+@dataclass(frozen=True)
+class ServedCrdsArgs:
+    """The cluster, the (name, version) CRDs it must serve, and the ComputeClass to dry-run."""
+
+    kubeconfig: pulumi.Input[str]
+    cluster: pulumi.Input[str]
+    crds: Sequence[tuple[str, str]]
+    compute_class_spec: Mapping[str, Any]
+    timeout_seconds: float = CRD_WAIT_TIMEOUT_SECONDS
+    poll_seconds: float = POLL_SECONDS
+
+
 class ServedCrds(dyn.Resource):
     """Done once every CRD in `crds` ((name, version) pairs) is served by the cluster."""
 
     served: pulumi.Output[dict[str, str]]
 
     def __init__(
-        self,
-        name: str,
-        *,
-        kubeconfig: pulumi.Input[str],
-        cluster: pulumi.Input[str],
-        crds: Sequence[tuple[str, str]],
-        compute_class_spec: Mapping[str, Any],
-        timeout_seconds: float = CRD_WAIT_TIMEOUT_SECONDS,
-        poll_seconds: float = POLL_SECONDS,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: ServedCrdsArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(
             ServedCrdsProvider(),
             name,
             {
-                "kubeconfig": kubeconfig,
-                "cluster": cluster,
-                "crds": [{"name": n, "version": v} for n, v in crds],
-                "compute_class_spec": dict(compute_class_spec),
-                "timeout_seconds": timeout_seconds,
-                "poll_seconds": poll_seconds,
+                "kubeconfig": args.kubeconfig,
+                "cluster": args.cluster,
+                "crds": [{"name": n, "version": v} for n, v in args.crds],
+                "compute_class_spec": dict(args.compute_class_spec),
+                "timeout_seconds": args.timeout_seconds,
+                "poll_seconds": args.poll_seconds,
                 "served": None,
                 "waited_seconds": None,
             },

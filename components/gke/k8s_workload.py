@@ -206,15 +206,15 @@ class GkeWorkload(pulumi.ComponentResource):
         # enforces more than the pods meet stops the run with nothing changed.
         self.admission = pod_admission.PodAdmission(
             f"{name}-pod-admission",
-            kubeconfig=args.kubeconfig,
-            namespace=m.namespace_name(config.stack),
-            pods=[
-                pod_admission.pod_of("server", deployment["spec"]["template"]),
-                pod_admission.pod_of("readiness", job["spec"]["template"]),
-            ],
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.namespace, self.service_account]
+            pod_admission.PodAdmissionArgs(
+                kubeconfig=args.kubeconfig,
+                namespace=m.namespace_name(config.stack),
+                pods=[
+                    pod_admission.pod_of("server", deployment["spec"]["template"]),
+                    pod_admission.pod_of("readiness", job["spec"]["template"]),
+                ],
             ),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, self.service_account]),
         )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
@@ -294,12 +294,15 @@ class GkeWorkload(pulumi.ComponentResource):
         # Beside the Job, not after it: says where its pod stands while pulumi-kubernetes waits.
         self.readiness_watch = readiness_watch.ReadinessWatch(
             f"{name}-ready-watch",
-            kubeconfig=args.kubeconfig,
-            namespace=m.namespace_name(config.stack),
-            job=readiness_manifests.READINESS_JOB,
-            revision=revision,
-            timeout_seconds=readiness_manifests.job_seconds(config, restore) + AWAIT_MARGIN_SECONDS,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=job_after),
+            readiness_watch.ReadinessWatchArgs(
+                kubeconfig=args.kubeconfig,
+                namespace=m.namespace_name(config.stack),
+                job=readiness_manifests.READINESS_JOB,
+                revision=revision,
+                timeout_seconds=readiness_manifests.job_seconds(config, restore)
+                + AWAIT_MARGIN_SECONDS,
+            ),
+            pulumi.ResourceOptions(parent=self, depends_on=job_after),
         )
         self.pod_monitoring: k8s.apiextensions.CustomResource | None = None
         if args.managed_collection:
@@ -334,15 +337,17 @@ class GkeWorkload(pulumi.ComponentResource):
         monitored = [(crd_wait.POD_MONITORING_CRD, version)] if managed_collection else []
         return crd_wait.ServedCrds(
             f"{name}-crds",
-            kubeconfig=kubeconfig,
-            cluster=cluster,
-            crds=[
-                (crd_wait.COMPUTE_CLASS_CRD, compute_class.API_VERSION.rsplit("/", 1)[1]),
-                (crd_wait.SECRET_PROVIDER_CLASS_CRD, m.SPC_API_VERSION.rsplit("/", 1)[1]),
-                *monitored,
-            ],
-            compute_class_spec=spec,
-            opts=pulumi.ResourceOptions(parent=self),
+            crd_wait.ServedCrdsArgs(
+                kubeconfig=kubeconfig,
+                cluster=cluster,
+                crds=[
+                    (crd_wait.COMPUTE_CLASS_CRD, compute_class.API_VERSION.rsplit("/", 1)[1]),
+                    (crd_wait.SECRET_PROVIDER_CLASS_CRD, m.SPC_API_VERSION.rsplit("/", 1)[1]),
+                    *monitored,
+                ],
+                compute_class_spec=spec,
+            ),
+            pulumi.ResourceOptions(parent=self),
         )
 
     def _grant(

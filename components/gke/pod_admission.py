@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -158,27 +159,30 @@ def pod_of(what: str, template: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class PodAdmissionArgs:
+    """The pods to dry-run in the namespace before anything changes."""
+
+    kubeconfig: pulumi.Input[str]
+    namespace: str
+    pods: Sequence[Mapping[str, Any]]
+
+
 class PodAdmission(dyn.Resource):
     """Done once the cluster would admit every pod in `pods` (`pod_of` entries)."""
 
     qos: pulumi.Output[dict[str, str]]
 
     def __init__(
-        self,
-        name: str,
-        *,
-        kubeconfig: pulumi.Input[str],
-        namespace: str,
-        pods: Sequence[Mapping[str, Any]],
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: PodAdmissionArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(
             PodAdmissionProvider(),
             name,
             {
-                "kubeconfig": kubeconfig,
-                "namespace": namespace,
-                "pods": list(pods),
+                "kubeconfig": args.kubeconfig,
+                "namespace": args.namespace,
+                "pods": list(args.pods),
                 "timeout_seconds": TIMEOUT_SECONDS,
                 "poll_seconds": POLL_SECONDS,
                 "qos": None,

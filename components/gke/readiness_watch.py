@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -169,31 +170,34 @@ class ReadinessWatchProvider(ClusterCheckProvider):
         return f"{props['namespace']}/{props['job']}"
 
 
+@dataclass(frozen=True)
+class ReadinessWatchArgs:
+    """The readiness Job to watch, at which revision, and for how long."""
+
+    kubeconfig: pulumi.Input[str]
+    namespace: str
+    job: str
+    revision: pulumi.Input[str]
+    timeout_seconds: int
+
+
 class ReadinessWatch(dyn.Resource):
     """Reports the readiness Job's pod's scheduling until it is placed or the Job ends."""
 
     scheduled: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        *,
-        kubeconfig: pulumi.Input[str],
-        namespace: str,
-        job: str,
-        revision: pulumi.Input[str],
-        timeout_seconds: int,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: ReadinessWatchArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(
             ReadinessWatchProvider(),
             name,
             {
-                "kubeconfig": kubeconfig,
-                "namespace": namespace,
-                "job": job,
-                "revision": revision,
-                "timeout_seconds": timeout_seconds,
+                "kubeconfig": args.kubeconfig,
+                "namespace": args.namespace,
+                "job": args.job,
+                "revision": args.revision,
+                "timeout_seconds": args.timeout_seconds,
                 "poll_seconds": POLL_SECONDS,
                 "report_seconds": REPORT_SECONDS,
                 "scheduled": None,

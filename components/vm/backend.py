@@ -24,10 +24,11 @@ from components.outputs import BackendOutputs, endpoint_urls, text_or_empty
 from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.vllm_metrics import queries_for
-from components.vm.host_key import NodeHostKey
+from components.vm.host_key import NodeHostKey, NodeHostKeyArgs
+from components.vm.queued_resource_spec import node_ids
 from components.vm.secrets_fetch import fetch_secrets
 from components.vm.ssh import SshIdentity, ssh_command
-from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs, node_ids
+from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs
 from components.vm.vllm import VllmServer, VllmServerArgs
 
 
@@ -42,10 +43,12 @@ def build_vm(
     tpu = FlexStartTpu("tpu", FlexStartTpuArgs.of(config, image, metadata))
     host_key = NodeHostKey(
         "node-host-key",
-        node_name=tpu.node,
-        node_create_time=tpu.created_at,
-        allow_unverified=config.access.allow_unverified_host_key,
-        opts=pulumi.ResourceOptions(parent=tpu),
+        NodeHostKeyArgs(
+            node_name=tpu.node,
+            node_create_time=tpu.created_at,
+            allow_unverified=config.access.allow_unverified_host_key,
+        ),
+        pulumi.ResourceOptions(parent=tpu),
     )
     connection = ssh.connection(tpu.external_ip, host_key.host_key)
     secrets = NodeSecrets(

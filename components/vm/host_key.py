@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -126,31 +127,34 @@ class NodeHostKeyProvider(dyn.ResourceProvider):
         return dyn.DiffResult(changes=bool(replaces), replaces=replaces)
 
 
+@dataclass(frozen=True)
+class NodeHostKeyArgs:
+    """The node whose published host key is awaited, and how long to wait."""
+
+    node_name: pulumi.Input[str]
+    node_create_time: pulumi.Input[str | None]
+    allow_unverified: bool
+    timeout_seconds: float = 600
+    poll_seconds: float = 10
+
+
 class NodeHostKey(dyn.Resource):
     """`host_key` is `ssh-ed25519 AAAA...`, or None when unverified connections are allowed."""
 
     host_key: pulumi.Output[str | None]
 
     def __init__(
-        self,
-        name: str,
-        *,
-        node_name: pulumi.Input[str],
-        node_create_time: pulumi.Input[str | None],
-        allow_unverified: bool,
-        timeout_seconds: float = 600,
-        poll_seconds: float = 10,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: NodeHostKeyArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(
             NodeHostKeyProvider(),
             name,
             {
-                "node_name": node_name,
-                "node_create_time": node_create_time,
-                "allow_unverified": allow_unverified,
-                "timeout_seconds": timeout_seconds,
-                "poll_seconds": poll_seconds,
+                "node_name": args.node_name,
+                "node_create_time": args.node_create_time,
+                "allow_unverified": args.allow_unverified,
+                "timeout_seconds": args.timeout_seconds,
+                "poll_seconds": args.poll_seconds,
                 "host_key": None,
             },
             opts,

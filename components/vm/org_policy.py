@@ -315,20 +315,23 @@ class OrgPolicyGateProvider(dyn.ResourceProvider):
         return dyn.UpdateResult(outs={k: v for k, v in news.items() if k != "__provider"})
 
 
+@dataclass(frozen=True)
+class OrgPolicyGateArgs:
+    """The project whose org policies are read, and whether an unverified host key is allowed."""
+
+    project: str
+    allow_unverified_host_key: bool
+
+
 class OrgPolicyGate(dyn.Resource):
     """A resource whose only job is its provider's check: make it a dependency of the TPU."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        project: str,
-        allow_unverified_host_key: bool,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: OrgPolicyGateArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(
             OrgPolicyGateProvider(),
             name,
-            {"project": project, "allow_unverified_host_key": allow_unverified_host_key},
+            {"project": args.project, "allow_unverified_host_key": args.allow_unverified_host_key},
             opts,
         )

@@ -48,13 +48,16 @@ resource's props, and the API client is built inside each method.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 import pulumi.dynamic as dyn
 
 from components import renewal
+from components.config import RenewalSettings, TpuSettings
 from components.engine_values import whole_numbers
+from components.naming import resource_id, stack_labels
 from components.vm.queued_resource_create import try_zone
 from components.vm.queued_resource_delete import delete_and_wait, drain_if_succeeded
 from components.vm.queued_resource_spec import (
@@ -67,6 +70,7 @@ from components.vm.queued_resource_spec import (
     Spec,
     Timing,
     describe,
+    node_ids,
 )
 from components.vm.tpu_api import ApiError, TpuApi, report
 
@@ -243,6 +247,49 @@ def _window_text(termination_time: str | None, lead: Any, drain: Any) -> str:
     )
 
 
+@dataclass(frozen=True)
+class QueuedResourceArgs:
+    """One node's request; `props()` is what the provider receives (the `Spec` fields)."""
+
+    project: str
+    stack: str
+    tpu: TpuSettings
+    #: `access.network`, the VPC the node joins.
+    network: str
+    renewal: RenewalSettings
+    #: The pinned image the node will serve: a new one replaces the node create-first (`diff`).
+    image: pulumi.Input[str] | None
+    metadata: Mapping[str, pulumi.Input[str]]
+    service_account_email: pulumi.Input[str]
+    network_tag: str
+    timing: Mapping[str, float] = field(default_factory=dict)
+
+    def props(self) -> dict[str, Any]:
+        tpu = self.tpu
+        return {
+            "project": self.project,
+            "zones": list(tpu.zones),
+            "qr_id": resource_id(self.stack),
+            "node_id": node_ids(self.stack)[0],
+            "accelerator_type": tpu.chip.accelerator_type,
+            "runtime_version": tpu.runtime_version,
+            "provisioning": tpu.provisioning,
+            "max_run_seconds": tpu.max_run_seconds,
+            "capacity_wait_seconds": tpu.capacity_wait_seconds,
+            "service_account_email": self.service_account_email,
+            "labels": stack_labels(self.stack),
+            "tags": [self.network_tag],
+            "network": self.network,
+            "metadata": dict(self.metadata),
+            "timing": dict(self.timing),
+            # Read at each diff (the renewal window) and at the delete of a replaced node (the
+            # drain); like `timing`, a change to them never replaces the TPU.
+            "renewal_lead_seconds": self.renewal.lead_seconds,
+            "drain_seconds": self.renewal.drain_seconds,
+            "image": self.image,
+        }
+
+
 class QueuedResource(dyn.Resource):
     """One queued resource with one node. Inputs are the `Spec` fields plus `zones`/`timing`."""
 
@@ -259,12 +306,12 @@ class QueuedResource(dyn.Resource):
     def __init__(
         self,
         name: str,
-        props: Mapping[str, Any],
+        args: QueuedResourceArgs,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
             QueuedResourceProvider(),
             name,
-            {**props, **dict.fromkeys(OUTPUT_KEYS)},
+            {**args.props(), **dict.fromkeys(OUTPUT_KEYS)},
             opts,
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components import renewal
+from components.naming import resource_id
 from components.vm.tpu_api import ApiError, TpuApi
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -99,6 +100,14 @@ OUTPUT_KEYS = (
     "termination_time",
     "zone_errors",
 )
+
+
+def node_ids(stack: str) -> tuple[str, ...]:
+    """Every node id the stack's TPU may have: its own, and the renewal's successor beside it
+    (queued_resource_spec.Spec.in_slot appends each slot's suffix to the node id). The
+    dashboard's TPU tiles pick this stack's nodes by them."""
+    own = resource_id(stack, "-node")
+    return tuple(own + slot for slot in SLOTS)
 
 
 @dataclass(frozen=True)

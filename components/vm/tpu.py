@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pulumi
 import pulumi_gcp as gcp
@@ -17,10 +16,9 @@ from components.config import (
     TpuSettings,
 )
 from components.monitoring import uptime_source_ranges
-from components.naming import resource_id, stack_labels
-from components.vm.org_policy import OrgPolicyGate
-from components.vm.queued_resource import QueuedResource
-from components.vm.queued_resource_spec import SLOTS
+from components.naming import resource_id
+from components.vm.org_policy import OrgPolicyGate, OrgPolicyGateArgs
+from components.vm.queued_resource import QueuedResource, QueuedResourceArgs
 
 SSH_PORT = 22
 # VPC firewall rules apply in priority order, lowest number first, and at equal priority a deny
@@ -41,47 +39,26 @@ TELEMETRY_ROLES = (
 )
 
 
-def node_ids(stack: str) -> tuple[str, ...]:
-    """Every node id the stack's TPU may have: its own, and the renewal's successor beside it
-    (queued_resource_spec.Spec.in_slot appends each slot's suffix to the node id). The
-    dashboard's TPU tiles pick this stack's nodes by them."""
-    own = resource_id(stack, "-node")
-    return tuple(own + slot for slot in SLOTS)
-
-
-def queued_resource_props(
+def queued_resource_args(
     args: FlexStartTpuArgs,
     *,
     service_account_email: pulumi.Input[str],
     network_tag: str,
     timing: Mapping[str, float] | None = None,
-) -> dict[str, Any]:
-    """The dynamic resource's inputs. Tests build the same props to drive the provider.
-
-    A new `args.image` replaces the node create-first (components/vm/queued_resource.py `diff`)."""
-    tpu = args.tpu
-    return {
-        "project": args.project,
-        "zones": list(tpu.zones),
-        "qr_id": resource_id(args.stack),
-        "node_id": node_ids(args.stack)[0],
-        "accelerator_type": tpu.chip.accelerator_type,
-        "runtime_version": tpu.runtime_version,
-        "provisioning": tpu.provisioning,
-        "max_run_seconds": tpu.max_run_seconds,
-        "capacity_wait_seconds": tpu.capacity_wait_seconds,
-        "service_account_email": service_account_email,
-        "labels": stack_labels(args.stack),
-        "tags": [network_tag],
-        "network": args.access.network,
-        "metadata": dict(args.metadata),
-        "timing": dict(timing or {}),
-        # Read at each diff (the renewal window) and at the delete of a replaced node (the
-        # drain); like `timing`, a change to them never replaces the TPU.
-        "renewal_lead_seconds": args.renewal.lead_seconds,
-        "drain_seconds": args.renewal.drain_seconds,
-        "image": args.image,
-    }
+) -> QueuedResourceArgs:
+    """The queued resource FlexStartTpu asks for. Tests drive the provider with its `props()`."""
+    return QueuedResourceArgs(
+        project=args.project,
+        stack=args.stack,
+        tpu=args.tpu,
+        network=args.access.network,
+        renewal=args.renewal,
+        image=args.image,
+        metadata=args.metadata,
+        service_account_email=service_account_email,
+        network_tag=network_tag,
+        timing=dict(timing or {}),
+    )
 
 
 @dataclass
@@ -142,15 +119,14 @@ class FlexStartTpu(pulumi.ComponentResource):
         # Before any TPU is requested: stop if an org policy would make the node unusable.
         self.org_policy_gate = OrgPolicyGate(
             f"{name}-org-policy",
-            project=args.project,
-            allow_unverified_host_key=args.access.allow_unverified_host_key,
-            opts=pulumi.ResourceOptions(parent=self),
+            OrgPolicyGateArgs(args.project, args.access.allow_unverified_host_key),
+            pulumi.ResourceOptions(parent=self),
         )
         self.service_account = self._create_service_account(name, args)
         self.service_account_email = self.service_account.email
         self.queued_resource_resource = QueuedResource(
             f"{name}-qr",
-            queued_resource_props(
+            queued_resource_args(
                 args, service_account_email=self.service_account.email, network_tag=self.network_tag
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[self.org_policy_gate]),

@@ -30,7 +30,7 @@ from pulumi import automation as auto
 
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
-from components.vm.tpu import node_ids
+from components.vm.queued_resource_spec import node_ids
 from tests.support import engine
 from tests.support.fakes.secret_manager import ApiError as SecretManagerError
 from tests.support.fakes.secret_manager import FakeSecretManager

@@ -19,7 +19,7 @@ import pytest
 
 from components import config as config_module
 from components.vm.queued_resource import QueuedResourceProvider
-from components.vm.tpu import FlexStartTpuArgs, queued_resource_props
+from components.vm.tpu import FlexStartTpuArgs, queued_resource_args
 from tests.support.fakes.tpu_api import FakeTpuApi
 from tests.support.mock_outputs import SERVED_IMAGE
 from tests.support.pulumi_program import stack_file_config
@@ -42,12 +42,12 @@ def provider_props(stack: str) -> dict[str, Any]:
     raw = stack_file_config(stack)
     sections = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("tpu-vllm:")}
     cfg = config_module.parse_stack_config(sections, project=PROJECT, stack=stack)
-    props = queued_resource_props(
+    props = queued_resource_args(
         FlexStartTpuArgs.of(cfg, SERVED_IMAGE, {"enable-guest-attributes": "TRUE"}),
         service_account_email=f"tpu-vllm-{stack}@{PROJECT}.iam.gserviceaccount.com",
         network_tag=f"tpu-vllm-{stack}",
         timing=FAST,
-    )
+    ).props()
     return {**props, "__provider": "opaque"}
 
 

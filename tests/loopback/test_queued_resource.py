@@ -27,7 +27,7 @@ from components import config as config_module
 from components.vm import queued_resource_delete
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.queued_resource_spec import OUTPUT_KEYS, Spec
-from components.vm.tpu import FlexStartTpuArgs, queued_resource_props
+from components.vm.tpu import FlexStartTpuArgs, queued_resource_args
 from tests.support.docs import read_doc, section
 from tests.support.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
 from tests.support.mock_outputs import SERVED_IMAGE
@@ -67,12 +67,12 @@ def as_engine(value: Any) -> Any:
 
 def props_for(stack: str, **tpu_changes: Any) -> dict[str, Any]:
     cfg = stack_config(stack, **tpu_changes)
-    props = queued_resource_props(
+    props = queued_resource_args(
         FlexStartTpuArgs.of(cfg, SERVED_IMAGE, {"enable-guest-attributes": "TRUE"}),
         service_account_email=SA_EMAIL,
         network_tag=f"tpu-vllm-{stack}",
         timing=FAST,
-    )
+    ).props()
     return {**as_engine(props), "__provider": "opaque"}
 
 

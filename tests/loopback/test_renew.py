@@ -30,7 +30,7 @@ from components.vm.queued_resource_spec import (
     STATES,
     Spec,
 )
-from components.vm.tpu import FlexStartTpuArgs, queued_resource_props
+from components.vm.tpu import FlexStartTpuArgs, queued_resource_args
 from scripts import renew
 from tests.loopback.test_queued_resource import SA_EMAIL, stack_config
 from tests.support import discovery
@@ -67,13 +67,13 @@ def tpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTpuApi]:
 def request_tpu(fake: FakeTpuApi) -> str:
     """Create the v5e1 stack's queued resource in the fake with the provider's own body."""
     spec = Spec.from_props(
-        queued_resource_props(
+        queued_resource_args(
             FlexStartTpuArgs.of(
                 stack_config(STACK), SERVED_IMAGE, {"enable-guest-attributes": "TRUE"}
             ),
             service_account_email=SA_EMAIL,
             network_tag=f"tpu-vllm-{STACK}",
-        )
+        ).props()
     )
     queued = fake.discovery_client().projects().locations().queuedResources()
     parent = f"projects/{spec.project}/locations/{ZONE}"

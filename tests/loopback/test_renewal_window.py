@@ -25,7 +25,7 @@ from components.naming import resource_id
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.queued_resource_create import ADOPT_CLOCK_SKEW_SECONDS, _ZoneAttempt
 from components.vm.queued_resource_spec import RENEWAL_SUFFIX, REQUEST_LABEL, Spec
-from components.vm.tpu import FlexStartTpuArgs, queued_resource_props
+from components.vm.tpu import FlexStartTpuArgs, queued_resource_args
 from components.vm.tpu_api import TpuApi
 from scripts import budget
 from tests.loopback.test_queued_resource import (  # noqa: F401 - tpu_env is a fixture
@@ -481,12 +481,12 @@ def test_what_a_retried_create_adopts_is_told_by_its_label_else_by_its_create_ti
 def props_of_stack(stack: str, lead: float | None, drain: float = 0.4) -> dict[str, Any]:
     """The props stack `stack` would send: v5e1's stack file under another stack name."""
     config = dataclasses.replace(stack_config("v5e1"), stack=stack)
-    raw = queued_resource_props(
+    raw = queued_resource_args(
         FlexStartTpuArgs.of(config, SERVED_IMAGE, {"enable-guest-attributes": "TRUE"}),
         service_account_email=SA_EMAIL,
         network_tag=resource_id(stack),
         timing=FAST,
-    )
+    ).props()
     return {
         **as_engine(raw),
         "__provider": "opaque",

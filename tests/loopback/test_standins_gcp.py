@@ -20,7 +20,7 @@ from pulumi.runtime.proto import provider_pb2
 
 from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
-from components.vm.tpu import node_ids
+from components.vm.queued_resource_spec import node_ids
 from tests.support.fakes.secret_manager import FakeSecretManager
 from tests.support.standins.client import Plugin, urn
 from tests.support.standins.gcp_common import project_number

@@ -20,8 +20,7 @@ from components import monitoring_bodies as bodies
 from components import vllm_metrics as vm
 from components.config import MAX_SCRAPE_SECONDS, MIN_SCRAPE_SECONDS, ConfigError
 from components.naming import resource_id
-from components.vm.queued_resource_spec import SLOTS, Spec
-from components.vm.tpu import node_ids
+from components.vm.queued_resource_spec import SLOTS, Spec, node_ids
 from scripts.program_runner import UPTIME_CHECK_IPS
 from tests.mocked.test_gke_backend import existing_cluster
 from tests.support.discovery import violations
