@@ -29,7 +29,7 @@ from components.gke.progress import minutes, report
 REVISION_ANNOTATION = "tpu-vllm/server-revision"
 POLL_SECONDS = 5.0
 REPORT_SECONDS = 60.0
-#: A Job never seen was refused (its own step says why); waiting longer would hold `pulumi up`.
+#: A Job never seen was refused or never made (its step says why); waiting would hold `pulumi up`.
 APPEAR_SECONDS = 300.0
 
 
