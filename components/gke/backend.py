@@ -1,17 +1,8 @@
 """The GKE backend: N flex-start TPU replicas in a GKE cluster behind one reserved address.
 
-config -> cluster (no TPU node pool: the TPU nodes come from the stack's ComputeClass, among the
-Kubernetes objects) -> DNS name -> secrets (grants, API key) -> compile cache -> Kubernetes
-objects -> readiness -> monitoring (PodMonitoring, dashboard, uptime check, alerts). The same
-secrets component as the VM path makes the API key and
-grants the stack's service account the two secrets; here that account is the pods' Workload
-Identity. The same `dns.*` record as the VM path's points at the reserved address.
-
-What stays VM-only: the org-policy gate (it checks OS Login and guest attributes, which only the
-SSH path needs), SSH and its host key, and renewal: the stack's ComputeClass has GKE seek a
-flex-start node's replacement `renewal.lead` before the node's run ends (node recycling), and
-the PodDisruptionBudget keeps a replica serving while another moves, so there is nothing to
-renew: `renew_command` is "", and `expires_at` is "" (no one moment at which the endpoint ends).
+The cluster has no TPU node pool: the TPU nodes come from the stack's ComputeClass, which also
+recycles them, so there is nothing to renew (`renew_command` and `expires_at` are "").
+Why and what is shared with the VM path: docs/gke.md.
 """
 
 from __future__ import annotations
@@ -38,10 +29,7 @@ def build_gke(
     image: pulumi.Input[str],
     checked: ClusterCheck,
 ) -> BackendOutputs:
-    """Register the GKE backend's components and return its part of the outputs.
-
-    `image` is the pinned `NAME@sha256:...` (components/image_pin.py) every replica runs;
-    `checked` is `components.gke.cluster.preflight`'s answer, looked up before anything."""
+    """`image` is the pinned `NAME@sha256:...`; `checked` is `cluster.preflight`'s answer."""
     cluster = GkeTpuCluster("gke", GkeTpuClusterArgs.of(config, checked))
     # The reserved address never changes, so the record is written once and stays right.
     name = (
@@ -56,7 +44,6 @@ def build_gke(
         "secrets",
         NodeSecretsArgs.of(config, cluster.service_account_email),
     )
-    # The VM path's cache, bucket and key: the pods' identity may write it.
     cache = (
         CompileCache(
             "compile-cache",
@@ -106,7 +93,7 @@ def build_gke(
     )
     # GKE's logging agent sends container logs to Cloud Logging whatever `monitoring` says.
     logs = log_links.gke_filter(namespace, k8s_manifests.CONTAINER)
-    if not pulumi.runtime.is_dry_run():  # the VM path prints its expiry at `up` too
+    if not pulumi.runtime.is_dry_run():
         pulumi.log.info(
             gke_recycle_notice(
                 config.stack, config.tpu.max_run_seconds, config.renewal.lead_seconds or 0
@@ -130,11 +117,10 @@ def build_gke(
         ssh_private_key=pulumi.Output.secret(""),
         ssh_host_key="",
         hbm={},
-        startup_seconds=None,  # optional, so absent: each replica starts on its own
-        first_answer_seconds=None,  # likewise: the readiness Job does not time a replica's start
+        startup_seconds=None,  # each replica starts on its own, untimed
+        first_answer_seconds=None,
         replicas=config.replicas,
         cluster=cluster.cluster,
-        # Each replica restores on its own; its init container's log says how it went.
         cache_restored={
             **compile_cache.NO_CACHE,
             "reason": (

@@ -1,11 +1,7 @@
 """The GKE backend's Kubernetes objects for the XLA compile cache (components/compile_cache.py).
 
-An init container restores the cache before the server starts and a sidecar saves it once the
-server is ready, again every `cache.saveInterval` and on the pod's SIGTERM, with the same node
-tool and the same prefix (key) as the VM path. The generation is the pinned image's digest
-(components/image_pin.py), which the containers are given: nothing waits for the kubelet to
-publish the pulled image's ID. Pure functions beside components/gke/k8s_manifests.py, whose pod
-they extend (`PodExtras`).
+An init container restores it and a sidecar saves it, with the VM path's tool and key; the
+generation is the pinned image's digest, so nothing waits for the kubelet's image ID.
 """
 
 from __future__ import annotations
@@ -25,19 +21,16 @@ from components.gke.k8s_manifests import (
 )
 
 CACHE_WORK_DIR = "/var/lib/tpu-vllm/xla-cache"
-#: The VM path's LOCAL_CACHE_DIR (~/.cache/vllm/xla_cache) as the container sees it.
+#: The VM path's LOCAL_CACHE_DIR as the container sees it.
 CACHE_DIR = f"{VLLM_CACHE_DIR}/xla_cache"
 RESTORE_CONTAINER = "xla-cache-restore"
 SAVE_CONTAINER = "xla-cache-save"
-#: How long the sidecar's last save (on SIGTERM) may take: inside the pod's grace period
-#: (components/gke/k8s_manifests.py `deployment`, 30 s), which the kubelet ends with SIGKILL,
-#: with room for the upload's last request to finish.
+#: The last save, on SIGTERM: inside the pod's 30 s of grace, with room for the last request.
 STOP_SAVE_SECONDS = 20
 
 
 def cache_script_files() -> dict[str, str]:
-    """The node tool shared with the VM path (all its parts, side by side: a ConfigMap key
-    is a file name), and the two GKE steps around it."""
+    """The VM path's node tool (a ConfigMap key is a file name) and the two GKE steps."""
     return {
         **{
             name: remote_scripts.REMOTE.joinpath(name).read_text()
@@ -51,8 +44,6 @@ def cache_script_files() -> dict[str, str]:
 
 
 def _limits() -> dict[str, Any]:
-    """What both cache containers ask and may do (components/gke/pod_resources.py,
-    components/gke/pod_security.py): small requests, the server's security context."""
     return {
         "resources": copy.deepcopy(pod_resources.CACHE_CONTAINER),
         "securityContext": dict(pod_security.SERVER_CONTAINER),
@@ -62,9 +53,7 @@ def _limits() -> dict[str, Any]:
 def compile_cache_extras(
     config: WorkloadSections, image: pulumi.Input[str], prefix: str, timeout_seconds: int
 ) -> PodExtras:
-    """An init container that restores the cache before the server starts, and a sidecar that
-    saves it once this pod's server is ready, every `cache.saveInterval` after, and when the
-    pod stops: the same prefix (key) as the VM path."""
+    """The sidecar saves once the server is ready, every `cache.saveInterval`, and at the end."""
     env = [
         {"name": "TOOLS", "value": SCRIPTS_DIR},
         {"name": "CACHE_PREFIX", "value": prefix},

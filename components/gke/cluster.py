@@ -1,33 +1,10 @@
-"""GkeTpuCluster: the cluster (created or existing), the workload identity, and the reserved
-address the Service serves on.
+"""GkeTpuCluster: the cluster (created or existing), the pods' Workload Identity, and the
+reserved address the Service serves on.
 
-The TPU nodes are not a node pool of this component: the stack's ComputeClass
-(components/gke/compute_class.py) asks GKE to create flex-start (or spot / on-demand) TPU node pools
-for the pods that select it, and to recycle a flex-start node `renewal.lead` before its run
-ends, which a node pool the stack made could not get (see that module for why and the sources).
-That needs GKE 1.33.3-gke.1136000 (catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION), or an older
-cluster (down to the flex-start TPU floor) with cluster-level node auto-provisioning enabled
-(GKE docs "About custom ComputeClasses"). No autoscaling profile is required: each pod fills a
-whole TPU node, so there is nothing to pack or consolidate.
-
-Queued provisioning is not asked for. Flex-start *with* queued provisioning is a documented
-combination (GKE docs "Run a large-scale workload with flex-start with queued provisioning":
-`--flex-start --enable-queued-provisioning`; GoogleCloudPlatform/cluster-toolkit
-`examples/gke-consumption-options/dws-flex-start-queued-provisioning/gke-tpu-v6e`), but it is
-for batch work: in such a pool "nodes can be only obtained through queuing via the Cluster
-Autoscaler ProvisioningRequest API" (the GKE API's `NodePool.QueuedProvisioning.enabled`). A
-ProvisioningRequest (made by hand or by Kueue for a Job) asks for all of a workload's nodes at
-once, and the autoscaler does not scale such a pool up for an ordinary pending pod. A Deployment
-creates no ProvisioningRequest, so its pods would wait forever, and when a flex-start node's run
-ends nothing would ask for the replacement. GKE recommends queued provisioning for workloads that
-must start on several nodes at the same time, flex-start VMs (the class's flex-start priority)
-for single-node ones: each replica here is one node.
-
-A created cluster has no default node pool (`remove_default_node_pool` with the one node the
-API insists on), one small CPU node for system pods and the readiness Job, Workload Identity,
-and GKE's Secret Manager add-on; it is zonal for one zone in `tpu.zones`, else regional.
-An existing cluster (`gke.cluster`) is checked for the same before anything is created, and
-a created one's version (the channel's default in its location) against the version floor.
+No TPU node pool: the stack's ComputeClass (compute_class.py) creates and recycles the TPU
+nodes. The pre-flight checks stop a cluster that cannot carry that class before anything is
+created. Why, the version floors and why not queued provisioning: docs/gke.md "Prerequisites",
+"What it creates".
 """
 
 from __future__ import annotations
@@ -54,11 +31,10 @@ from components.naming import resource_id, stack_labels
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RELEASE_CHANNEL = "REGULAR"
-#: The CPU pool for system pods and the readiness Job; TPU nodes carry only the servers.
+#: The system pods' and the readiness Job's node.
 SYSTEM_MACHINE_TYPE = "e2-standard-4"
 WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
-#: How long `pulumi up` may wait for GKE to create the cluster, and its system node pool (set,
-#: not left to the provider's defaults, so scripts/budget.py can add them up).
+#: Set, not the provider's defaults, so scripts/budget.py can add them up.
 CLUSTER_TIMEOUT = "40m"
 NODE_POOL_TIMEOUT = "30m"
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
@@ -102,8 +78,7 @@ def cluster_path(settings: GkeSettings, name: str) -> str:
 
 
 def kubeconfig(name: str, endpoint: str | None, ca_certificate: str | None) -> str:
-    """A kubeconfig for the cluster that authenticates with `gke-gcloud-auth-plugin` (the
-    deployer's gcloud credentials; GKE docs "kubectl auth changes in GKE"). No secret in it."""
+    """Authenticates with `gke-gcloud-auth-plugin`, as the deployer: no secret in it."""
     return f"""apiVersion: v1
 kind: Config
 clusters:
@@ -131,9 +106,7 @@ users:
 def check_existing_cluster(config: StackConfig, found: Any) -> None:
     """Stop before anything is created if an existing cluster cannot run this backend.
 
-    `found` is the `getCluster` result. Fields that did not come back (a mocked lookup) are not
-    judged: only what the API says counts.
-    """
+    Fields `getCluster` did not return (a mocked lookup) are not judged."""
     key = "tpu-vllm:gke.cluster"
     where = cluster_path(config.gke, config.gke.existing_cluster)
     problems: list[str] = []
@@ -181,8 +154,7 @@ def check_existing_cluster(config: StackConfig, found: Any) -> None:
 
 
 def managed_collection_off(found: Any) -> bool:
-    """Whether `getCluster` says Managed Service for Prometheus' managed collection is off
-    (`monitoring_configs[].managed_prometheuses[].enabled`); False when not reported."""
+    """Whether `getCluster` says managed collection is off; False when not reported."""
     configs = getattr(found, "monitoring_configs", None) or []
     flags = [
         getattr(m, "enabled", None)
@@ -206,7 +178,7 @@ def warn_managed_collection(config: StackConfig) -> None:
 
 
 def lookup_existing_cluster(config: StackConfig) -> Any:
-    """`getCluster`, at preview too, before any resource: a wrong name fails here, clearly."""
+    """At preview too, before any resource: a wrong name fails here, clearly."""
     settings = config.gke
     try:
         return gcp.container.get_cluster(
@@ -226,13 +198,8 @@ def lookup_existing_cluster(config: StackConfig) -> Any:
 
 
 def check_channel_version(config: StackConfig, versions: Any) -> None:
-    """Stop before anything is created if the cluster this stack would create could not carry
-    the stack's ComputeClass (flex-start TPU pools it creates itself, without node
-    auto-provisioning): its version is the release channel's default in `location`.
-
-    `versions` is the `getEngineVersions` result; a default that did not come back (a mocked
-    lookup) is not judged, as for an existing cluster.
-    """
+    """Stop before anything is created if the channel's default version, which a created
+    cluster gets, could not carry the stack's ComputeClass. Unreported: not judged."""
     defaults = getattr(versions, "release_channel_default_version", None) or {}
     version = defaults.get(RELEASE_CHANNEL)
     floor = catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION
@@ -251,7 +218,7 @@ def check_channel_version(config: StackConfig, versions: Any) -> None:
 
 
 def lookup_channel_versions(config: StackConfig) -> Any:
-    """`getEngineVersions` for the created cluster's location, at preview too."""
+    """At preview too."""
     settings = config.gke
     try:
         return gcp.container.get_engine_versions(
@@ -296,16 +263,16 @@ class GkeTpuClusterArgs:
 
 @dataclass(frozen=True)
 class ClusterCheck:
-    """The existing cluster's `getCluster` answer (None when the stack creates one), and
-    whether vLLM's metrics can be collected (a created cluster switches collection on)."""
+    """`getCluster`'s answer (None: the stack creates one), and whether vLLM's metrics can be
+    collected."""
 
     found: Any
     managed_collection: bool
 
 
 def preflight(config: StackConfig) -> ClusterCheck:
-    """The checks that need the cloud, run by `__main__.py` before anything is registered
-    (the image pin included), so a cluster that cannot serve stops the run with nothing made."""
+    """Run before anything is registered, so a cluster that cannot serve stops with nothing
+    made."""
     found = lookup_existing_cluster(config) if not config.gke.creates_cluster else None
     managed_collection = config.monitoring.enabled
     if found is not None:
@@ -437,12 +404,9 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 workload_pool=f"{settings.cluster_project}.svc.id.goog"
             ),
             secret_manager_config=gcp.container.ClusterSecretManagerConfigArgs(enabled=True),
-            # Managed Service for Prometheus' managed collection, which scrapes the PodMonitoring
-            # (GKE docs "Get started with managed collection"; the vLLM exporter page). The
-            # system components named too: the provider sends the block's enable_components as
-            # it stands, empty when left out (google-beta resource_container_cluster.go
-            # expandMonitoringConfig), and GKE reads an empty set as "disable all monitoring",
-            # which would take the TPU containers' system metrics off the dashboard.
+            # SYSTEM_COMPONENTS named: left out, the provider sends an empty set, which GKE
+            # reads as "all monitoring off" (google-beta resource_container_cluster.go
+            # `expandMonitoringConfig`).
             monitoring_config=(
                 gcp.container.ClusterMonitoringConfigArgs(
                     enable_components=["SYSTEM_COMPONENTS"],
@@ -463,7 +427,6 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 ),
             ),
         )
-        # One small CPU node (in the first zone) for system pods and the readiness Job.
         self.system_pool = gcp.container.NodePool(
             f"{name}-system-pool",
             name="system",

@@ -1,8 +1,6 @@
-"""The shape the GKE backend's dynamic providers share: `create` and `update` run one check
-against the cluster and keep its answer beside the inputs; `diff` reports a change only when
-the inputs the check reads change; read and delete ask nothing (the dynamic provider's
-defaults). Subclasses stay named classes: the state pickles a provider by its class's module
-path (tests/mocked/test_provider_state.py), so each must keep resolving.
+"""The shape the GKE backend's dynamic providers share: run one check against the cluster at
+create, and at update when the inputs it reads change. Subclasses stay named classes: the state
+pickles a provider by its module path (tests/mocked/test_provider_state.py).
 """
 
 from __future__ import annotations

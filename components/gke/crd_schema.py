@@ -1,22 +1,9 @@
 """What a served CustomResourceDefinition says: is it established, which versions it serves, and
 whether its schema keeps every field the stack's objects send.
 
-Established: the apiextensions-apiserver lists a CRD's kinds in API discovery, where
-pulumi-kubernetes looks them up, only once its `Established` condition is True and the version
-is `served` (`pkg/apiserver/customresource_discovery_controller.go`); before that the naming
-controller reports `Established: False, reason Installing` (`pkg/controller/status/
-naming_controller.go`).
-
-Fields: a CRD's structural schema prunes every field it does not declare (unless
-`x-kubernetes-preserve-unknown-fields`), and pulumi-kubernetes applies with
-`fieldValidation: Warn` (`provider/pkg/await/await.go`), so an older schema drops a field with a
-warning instead of refusing it (KEP-2885). For the ComputeClass that matters: early schemas had
-no `priorities[].location` (datreeio/CRDs-catalog `cloud.google.com/computeclass_v1.json`, the
-first version of 2025-05-28; it appears in the "from GKE 1.33" update of 2026-02-26), so the TPU
-nodes would be made in any zone of the region; and they refused flex-start with TPUs outright
-(the CEL rule "Flex Start provisioning model doesn't support TPUs", gone in the same update).
-So the served schema is checked against the very spec the stack sends, rather than a version
-floor: no GKE release note names the version that changed either.
+An older ComputeClass schema silently prunes fields the stack sends (`priorities[].location`) or
+refuses flex-start TPUs, and no GKE release note names the version that changed them, so the
+served schema is checked against the very spec sent. Sources: docs/gke.md "The CRD's version".
 """
 
 from __future__ import annotations
@@ -42,7 +29,7 @@ def is_established(crd: Mapping[str, Any]) -> bool:
 
 
 def pending_reason(crd: Mapping[str, Any]) -> str:
-    """Why an existing CRD is not established yet, in its own words."""
+    """In the CRD's own words."""
     found = condition(crd, ESTABLISHED) or {}
     words = [str(found.get(k) or "") for k in ("reason", "message")]
     return ": ".join(w for w in words if w) or "no Established condition yet"
@@ -56,7 +43,7 @@ def served_version(crd: Mapping[str, Any], version: str) -> Mapping[str, Any] | 
 
 
 def spec_schema(version: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The schema of `spec` in a served version (v1 CRDs: `schema.openAPIV3Schema`)."""
+    """v1 CRDs: `schema.openAPIV3Schema.properties.spec`."""
     schema = ((version.get("schema") or {}).get("openAPIV3Schema") or {}).get("properties") or {}
     found = schema.get("spec")
     return found if isinstance(found, Mapping) else {}
@@ -85,16 +72,15 @@ def undeclared_fields(schema: Mapping[str, Any], value: Any, path: str = "spec")
 
 
 def refuses_flex_start_tpus(rule: Mapping[str, Any]) -> bool:
-    """The early schema's rule `!(has(self.flexStart) && self.flexStart.enabled == true &&
-    has(self.tpu))`: a negation over flexStart and tpu alone. The later rule that also names
-    `capacityCheckWaitTimeSeconds` (allowed *for* TPUs) is not one."""
+    """The early rule `!(has(self.flexStart) && self.flexStart.enabled == true && has(self.tpu))`;
+    not the later one that also names `capacityCheckWaitTimeSeconds` (allowed for TPUs)."""
     text = str(rule.get("rule") or "")
     fields = set(_SELF_FIELD.findall(text))
     return fields == {"flexStart", "tpu"} and text.replace(" ", "").startswith("!(")
 
 
 def priority_refusals(schema: Mapping[str, Any], priorities: Sequence[Any]) -> list[str]:
-    """Messages of the served CEL rules that would refuse one of our flex-start TPU priorities."""
+    """Messages of the served CEL rules that would refuse our flex-start TPU priority."""
     items = ((schema.get("properties") or {}).get("priorities") or {}).get("items") or {}
     rules = [r for r in items.get("x-kubernetes-validations") or [] if isinstance(r, Mapping)]
     flex_tpu = any(

@@ -1,36 +1,10 @@
 """ServedCrds: wait, at `pulumi up`, until the cluster serves the CRDs the stack's objects need.
 
-Why: the ComputeClass CRD (`computeclasses.cloud.google.com`) is installed by GKE's cluster
-autoscaler component, which "might take up to an hour" on a new cluster; Google's GKE notes tell
-users to check that the CRD exists before deploying (google/skills, `plugins/cloud/
-google-cloud-gke/skills/gke-compute-classes/SKILL.md`). pulumi-kubernetes retries a create that
-fails with "no matches for kind" only six times, 1 + 2 + 4 + 8 + 16 + 32 = 63 s in all
-(`provider/pkg/await/await.go` `retry.WithMaxRetries(5)`, backoff 2, `provider/pkg/retry/
-retry.go`), so the first `up` on a new cluster could fail at the ComputeClass. The
-SecretProviderClass CRD (`secretproviderclasses.secrets-store.csi.x-k8s.io`), installed by the
-Secret Manager add-on, has the same exposure, and so, when the stack monitors its pods, does the
-PodMonitoring CRD (`podmonitorings.monitoring.googleapis.com`) GKE installs with managed
-collection.
-The ComputeClass, both SecretProviderClasses and the PodMonitoring depend on this resource, on a
-created cluster and on an existing one.
-
-How: a Python dynamic provider, not a `local.Command` with a script. It runs in the provider
-host the engine starts from the program's own virtualenv (so no interpreter path or tool in a
-command text, which pulumi-command would store and print), reads the kubeconfig the program
-built (the cluster's endpoint and CA, and `gke-gcloud-auth-plugin`, the same credentials
-pulumi-kubernetes uses; components/gke/kube_api.py) and polls
-`GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/NAME` until `Established` is True
-and the version is served (components/gke/crd_schema.py), bounded by `timeout_seconds`, with a
-progress line every minute (components/gke/progress.py). Reading the CRD itself, not API
-discovery, gives its schema too: the ComputeClass spec the stack sends is checked against it,
-so a cluster whose CRD would drop `priorities[].location` or refuse flex-start TPUs stops here,
-before the class is applied.
-
-`pulumi preview` never calls `create`, so a preview needs no cluster (a created cluster's
-kubeconfig is unknown then). `read` (refresh) keeps the state without asking the cluster; `diff`
-reports a change only when the kubeconfig, the CRDs or the class's spec change, and `update`
-then waits and checks again. Reading CRDs needs `container.customResourceDefinitions.get` (in
-roles/container.admin, which docs/gke.md asks for).
+GKE installs the ComputeClass, SecretProviderClass and PodMonitoring CRDs itself, the first up
+to an hour after a new cluster, while pulumi-kubernetes gives up on a kind it cannot find after
+about a minute. Reading the CRD (not API discovery) also gives its schema, checked against the
+class the stack sends (crd_schema.py). Why and how: docs/gke.md "The CRDs a new cluster may
+lack", "How the program reads the cluster".
 """
 
 from __future__ import annotations
@@ -57,15 +31,13 @@ from components.gke.progress import minutes, report
 
 COMPUTE_CLASS_CRD = "computeclasses.cloud.google.com"
 SECRET_PROVIDER_CLASS_CRD = "secretproviderclasses.secrets-store.csi.x-k8s.io"  # noqa: S105
-#: Installed by GKE with managed collection's components (prometheus-engine ships the CRDs apart
-#: from its operator, charts/operator/crds/); waited for only when the stack creates one.
+#: Waited for only when the stack creates a PodMonitoring.
 POD_MONITORING_CRD = "podmonitorings.monitoring.googleapis.com"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-#: GKE's own worst case for the ComputeClass CRD on a new cluster: "up to an hour".
 CRD_WAIT_TIMEOUT_SECONDS = 3600
 POLL_SECONDS = 15.0
 REPORT_SECONDS = 60.0
-#: What installs each CRD, and what to do when it never comes ({name}, {location}: the cluster's).
+#: What installs each CRD, and the fix when it never comes ({name}, {location}: the cluster's).
 INSTALLERS: Mapping[str, tuple[str, str]] = {
     COMPUTE_CLASS_CRD: (
         "GKE's cluster autoscaler component installs it, which on a new cluster can take up to "
@@ -94,7 +66,7 @@ INSTALLERS: Mapping[str, tuple[str, str]] = {
 
 
 def _pause(seconds: float) -> None:
-    """Sleep between polls (one place, so a test can see how long the wait asked for)."""
+    """One place, so a test can see how long the wait asked for."""
     time.sleep(seconds)
 
 
@@ -112,7 +84,7 @@ def _cluster_parts(cluster: str) -> tuple[str, str]:
 
 
 def _look(api: KubeApi, name: str, version: str) -> tuple[str | None, Mapping[str, Any]]:
-    """(None, the CRD) once it is established and serves `version`; else (why not yet, {})."""
+    """(None, the CRD) once it is established and serves `version`; else (why not, {})."""
     try:
         status, body = api.get(CRD_PATH + name)
     except Unreachable as error:
@@ -210,8 +182,7 @@ def wait_for_crds(props: Mapping[str, Any]) -> dict[str, Any]:
                 try:
                     why, crd = _look(api, name, version)
                 except Throttled as error:
-                    # A 429 is "come back later", not a refusal: wait at least its
-                    # Retry-After, as client-go does (rest/request.go checkWait).
+                    # Not a refusal: wait at least its Retry-After, as client-go does.
                     throttled, why, crd = error, f"the cluster's API asked to wait ({error})", {}
                 if why is None:
                     served[name] = crd
@@ -249,8 +220,6 @@ def wait_for_crds(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ServedCrdsProvider(ClusterCheckProvider):
-    """Waits for the CRDs (and checks the schema) again when these inputs change."""
-
     watched = ("kubeconfig", "crds", "compute_class_spec")
 
     def run(self, props: Mapping[str, Any]) -> dict[str, Any]:
@@ -273,7 +242,7 @@ class ServedCrdsArgs:
 
 
 class ServedCrds(dyn.Resource):
-    """Done once every CRD in `crds` ((name, version) pairs) is served by the cluster."""
+    """Done once the cluster serves every (name, version) in `crds`."""
 
     served: pulumi.Output[dict[str, str]]
 

@@ -1,27 +1,9 @@
-"""GkeWorkload: the Kubernetes objects of the GKE backend, applied with a Provider built from
-the cluster, and the wait that makes `pulumi up` end only once a replica serves.
+"""GkeWorkload: the GKE backend's Kubernetes objects, and the readiness Job `pulumi up` waits on.
 
-Readiness, deliberately: pulumi-kubernetes would wait on the Deployment until it is Available
-in full, every replica Ready (maxUnavailable is 0), which on a create with flex-start means N
-TPU nodes found at once. So the Deployment is applied with `pulumi.com/skipAwait`, and so is
-the Service (its own await also demands that no endpoint be not-ready, which a starting replica
-is), and a Job (`readiness_manifests.readiness_job`) is what `pulumi up` waits on:
-pulumi-kubernetes awaits a Job until it completes, and this one completes once the Deployment
-has rolled out the generation the Job was created for (on an update every old replica
-replaced, one at a time, by a new one whose startup probe asked the model; on a create one
-replica Ready) and a replica answers /health, /v1/models and the model's questions through the
-Service. Its await timeout is the Job's longest run (`readiness_manifests.job_seconds`: a first
-node, each replica's start in turn, the answers) plus a margin; each pod's startup probe allows
-`vllm.readinessTimeout` from container start. The Job runs in the cluster, so the API key
-never passes through Pulumi and the deployer need not be in `access.allowedCidrs`.
-
-The TPU nodes come from the stack's own ComputeClass (components/gke/compute_class.py), which GKE
-uses to create node pools and to recycle flex-start nodes ahead of their end; a
-PodDisruptionBudget keeps one replica serving while a node is drained.
-
-skipAwait also makes the Deployment's delete return at once, so the Deployment hangs from an
-owner (components/gke/pod_owner.py) whose delete waits for the pods, and what the pods use is a
-dependency of that owner: `pulumi destroy` removes it only once the pods are gone.
+The Deployment and the Service are not awaited (`pulumi.com/skipAwait`): pulumi-kubernetes
+would wait for every replica, N flex-start nodes at once. The Job completes once the rollout is
+done and a replica answers through the Service. skipAwait also makes the Deployment's delete
+return at once, hence its owner (pod_owner.py). Why and how: docs/gke.md "Readiness", "Destroy".
 """
 
 from __future__ import annotations
@@ -236,17 +218,8 @@ class GkeWorkload(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(
                 in_ns,
                 pulumi.ResourceOptions(
-                    # GKE will not turn a target-pool load balancer into the backend-service one
-                    # (`cloud.google.com/l4-rbs`): its controller records CanNotMigrateTargetPool
-                    # ToRBS and deletes the annotation (ingress-gce pkg/l4/controllers/
-                    # l4netlbcontroller.go `preventExistingTargetPoolToRBSMigration`). A Service
-                    # applied without it (every stack deployed before it was added, whose
-                    # Service had no annotations at all) must be created anew, once: a change of
-                    # the annotations replaces it. They are all fixed per stack (the RBS flag,
-                    # the reserved address's name, skipAwait), and pulumi-kubernetes compares
-                    # only the annotations the program set (`pruneMap`), not those GKE adds, so
-                    # nothing else triggers it. Its name is fixed, so the old one goes first;
-                    # pulumi-kubernetes asks for that only when it itself wants the replacement.
+                    # GKE will not convert a target-pool load balancer to the RBS one: a Service
+                    # made before the annotation is made anew (docs/gke.md "What it creates").
                     replace_on_changes=["metadata.annotations"],
                     delete_before_replace=True,
                 ),

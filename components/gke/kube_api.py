@@ -1,18 +1,9 @@
 """Just enough of a Kubernetes API client to read objects as the deployer, from the program's
 kubeconfig: TLS against the cluster's CA, a bearer token from the kubeconfig's exec plugin.
 
-Why not the `kubernetes` package: this reads a handful of objects (the CRDs the stack's
-objects need, components/gke/crd_wait.py), and the kubeconfig (components/gke/cluster.py
-`kubeconfig`) names only a server, its CA and `gke-gcloud-auth-plugin`. The exec protocol is
-client-go's (`plugin/pkg/client/auth/exec/exec.go`): run the command with the kubeconfig's
-args and env (and `KUBERNETES_EXEC_INFO`, an ExecCredential with `spec.interactive: false` and,
-with `provideClusterInfo`, the cluster), read an ExecCredential of the configured apiVersion
-from stdout, use `status.token` until `status.expirationTimestamp`, run it again after a 401.
-The plugin's stderr passes through to ours, as client-go does. gke-gcloud-auth-plugin prints
-exactly that (kubernetes/cloud-provider-gcp `cmd/gke-gcloud-auth-plugin/cred.go`).
-
-The token lives only in this process's memory and the `Authorization` header: never in argv,
-an error, a log line or a resource output.
+Not the `kubernetes` package: a few reads need only client-go's exec protocol. The token stays in
+memory and the `Authorization` header: never in argv, an error, a log line or an output.
+Sources: docs/gke.md "How the program reads the cluster".
 """
 
 from __future__ import annotations
@@ -42,26 +33,19 @@ class KubeApiError(Exception):
 
 
 class Unreachable(Exception):
-    """No answer (connection refused or reset, timeout, 5xx): a new cluster's control plane
-    may do that for a while, so callers keep trying within their bound."""
+    """No answer or a 5xx, as a new cluster's control plane gives for a while: keep trying."""
 
 
 class Throttled(Exception):
-    """429 Too Many Requests: the API server's max-in-flight or Priority and Fairness filter
-    asks the client to come back later (kubernetes/kubernetes, staging/src/k8s.io/apiserver/
-    pkg/server/filters/maxinflight.go and priority-and-fairness.go `tooManyRequests`: a
-    `Retry-After` header and a plain-text body). client-go retries such an answer after the
-    header's seconds (client-go `rest/request.go` `checkWait`, `retryAfterSeconds`: integer
-    seconds only), so the callers do too, within their own bound."""
+    """429: come back after `Retry-After`, as client-go does."""
 
     def __init__(self, message: str, retry_after: float | None) -> None:
         super().__init__(message)
-        #: The answer's `Retry-After` in seconds; None when absent or not an integer.
         self.retry_after = retry_after
 
 
 def _retry_after(value: str | None) -> float | None:
-    """`Retry-After` as client-go reads it: a whole number of seconds, else nothing."""
+    """As client-go reads it: whole seconds only."""
     try:
         seconds = int(value or "")
     except ValueError:
@@ -70,17 +54,8 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def tls_context(ca_pem: str | None) -> ssl.SSLContext:
-    """Verify the API server against the kubeconfig's CA (else the system's), with the host
-    name checked, as kubectl does, but without `VERIFY_X509_STRICT`.
-
-    Why: since Python 3.13 `ssl.create_default_context` adds `VERIFY_X509_STRICT` (and
-    `VERIFY_X509_PARTIAL_CHAIN`) to its default verify flags (CPython `Lib/ssl.py`
-    `create_default_context`; "Changed in version 3.13" in the `ssl` docs), and OpenSSL's strict
-    mode refuses a certificate with no Authority Key Identifier. Older GKE clusters' API
-    certificates have none (urllib3 #3614, against a GKE cluster; kubernetes-client/python
-    #2394), so the CRD wait failed at once on such a cluster with Python 3.13+. kubectl (Go's
-    crypto/x509) accepts them. Only that flag is cleared: `CERT_REQUIRED` (the chain to the CA)
-    and `check_hostname` stay, and so does the partial-chain flag."""
+    """The kubeconfig's CA and the host name, as kubectl checks them, without Python 3.13's
+    `VERIFY_X509_STRICT`, which refuses older GKE clusters' certificates (urllib3 #3614)."""
     context = ssl.create_default_context(cadata=ca_pem) if ca_pem else ssl.create_default_context()
     context.verify_flags &= ~ssl.VERIFY_X509_STRICT
     return context
@@ -97,10 +72,10 @@ class ExecPlugin:
 
 @dataclass(frozen=True)
 class KubeTarget:
-    """The current context of a kubeconfig: where the API is, its CA, how to authenticate."""
+    """A kubeconfig's current context."""
 
     server: str
-    ca_data: str  # base64 of the PEM, as kubeconfig's `certificate-authority-data`
+    ca_data: str  # base64 of the PEM
     plugin: ExecPlugin
 
     @property
@@ -116,7 +91,6 @@ def _named(items: Any, name: str, what: str) -> dict[str, Any]:
 
 
 def parse_kubeconfig(text: str) -> KubeTarget:
-    """The current context's server, CA and exec plugin."""
     config = yaml.safe_load(text) or {}
     context = _named(config.get("contexts"), str(config.get("current-context")), "context")
     cluster = _named(config.get("clusters"), str(context.get("cluster")), "cluster")
@@ -138,7 +112,7 @@ def parse_kubeconfig(text: str) -> KubeTarget:
 
 
 def _expiry(stamp: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 `expirationTimestamp`; None if absent."""
+    """Epoch seconds of an RFC 3339 `expirationTimestamp`; None if absent."""
     if not stamp:
         return None
     return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
@@ -146,7 +120,7 @@ def _expiry(stamp: Any) -> float | None:
 
 @dataclass
 class KubeApi:
-    """GET JSON from the cluster's API as the kubeconfig's user."""
+    """JSON from the cluster's API, as the kubeconfig's user."""
 
     target: KubeTarget
     _token: str | None = field(default=None, repr=False)
@@ -170,7 +144,7 @@ class KubeApi:
                 [plugin.command, *plugin.args],
                 env=env,
                 stdout=subprocess.PIPE,
-                stderr=None,  # the plugin's own messages reach the operator, as with kubectl
+                stderr=None,  # its messages reach the operator, as with kubectl
                 timeout=PLUGIN_TIMEOUT_SECONDS,
                 check=False,
             )
@@ -206,8 +180,7 @@ class KubeApi:
         return self._token
 
     def _request(self, path: str, token: str, body: Any = None) -> tuple[int, Any, float | None]:
-        """(status, JSON body or None, Retry-After seconds or None) of one GET, or of one POST
-        of `body` when it is given."""
+        """(status, JSON body, Retry-After) of a GET, or a POST of `body`."""
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         data = None
         if body is not None:
@@ -237,13 +210,11 @@ class KubeApi:
             raise Unreachable(f"{self.target.server} did not answer ({reason})") from None
 
     def get(self, path: str) -> tuple[int, Any]:
-        """(HTTP status, JSON body) of `GET path`; a 401 runs the plugin again once, as client-go
-        does when a token was revoked or expired early. 5xx and no answer raise Unreachable; 429
-        raises Throttled with the answer's Retry-After."""
+        """(HTTP status, JSON body); after a 401 the plugin runs again once, as in client-go."""
         return self._answer(path, None)
 
     def post(self, path: str, body: Any) -> tuple[int, Any]:
-        """`get`'s answer for `POST path` with a JSON body (a dry-run create, here)."""
+        """As `get`, for a POST with a JSON body."""
         return self._answer(path, body)
 
     def _answer(self, path: str, sent: Any) -> tuple[int, Any]:

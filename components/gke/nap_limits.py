@@ -1,24 +1,8 @@
 """Node auto-provisioning's resource limits, which bind the TPU pools of the stack's ComputeClass.
 
-On a cluster with node auto-provisioning on, "any resource limits that you set for the cluster
-when you enable node auto-provisioning also apply to the node pools that GKE creates for
-ComputeClasses" (GKE docs "Configure node pool auto-creation", Limitations), and "the cluster
-autoscaler doesn't create new nodes if doing so would exceed one of the defined limits",
-counted over every node pool of the cluster (GKE docs "About node auto-provisioning", Resource
-limits). A class whose nodes do not fit leaves its pods Pending without a word to `pulumi up`
-beyond the readiness Job's timeout, so an existing cluster's limits (`getCluster`'s
-`cluster_autoscalings[].resource_limits`) are checked before anything is created.
-
-What is counted, per TPU node: the machine type's vCPUs against `cpu`, its memory (GB) against
-`memory` (catalog.GKE_MACHINE_SHAPES), and its chips against the TPU's own resource type when the
-limits list one (catalog.GKE_NAP_TPU_RESOURCE_TYPES). How many nodes: `gke.replicas`, one each;
-one more for a rolling update's spare replica (maxSurge 1: a new pod template, an image upgrade,
-starts a pod beside the old ones before any goes); with flex-start one more, because node
-recycling starts a node's replacement up to `renewal.lead` before the node's run ends, so both
-exist at once (the PodDisruptionBudget moves replicas one at a time, so one replacement at a
-time suffices), and a recycle may fall inside a rollout. Not counted,
-because `getCluster` does not say what they use: the cluster's other nodes (its system pool,
-other workloads); the error says they count too.
+Nodes that do not fit them leave the pods Pending with nothing said but the readiness Job's
+timeout, so an existing cluster's limits are checked before anything is created. What is
+counted and the sources: docs/gke.md "Prerequisites".
 """
 
 from __future__ import annotations
@@ -37,7 +21,7 @@ REPLICAS_KEY = "tpu-vllm:gke.replicas"
 
 @dataclass(frozen=True)
 class Demand:
-    """What the TPU nodes need of one limited resource, and the cluster's maximum for it."""
+    """What the TPU nodes need of one limited resource, and the cluster's maximum."""
 
     resource_type: str
     amount: int
@@ -46,8 +30,7 @@ class Demand:
 
 
 def tpu_nodes_needed(config: StackConfig) -> int:
-    """The replicas' nodes, a rollout's spare, and the node recycling runs beside them with
-    flex-start."""
+    """The replicas', a rollout's spare, and with flex-start a recycled node's replacement."""
     recycling = config.tpu.provisioning == "flex-start"
     return config.gke.replicas + MAX_SURGE + (1 if recycling else 0)
 
@@ -82,8 +65,7 @@ def demands(config: StackConfig, limits: Mapping[str, float]) -> list[Demand]:
 
 
 def limit_problems(config: StackConfig, found: Any, where: str) -> list[str]:
-    """Why the cluster's node auto-provisioning limits cannot hold the stack's TPU nodes
-    (empty when they can, when auto-provisioning is off, or when `getCluster` said nothing)."""
+    """Why the limits cannot hold the TPU nodes; empty when they can or are not reported."""
     limits = _limits(found)
     if not limits:
         return []
@@ -101,8 +83,7 @@ def limit_problems(config: StackConfig, found: Any, where: str) -> list[str]:
     short = ", ".join(
         f"`{d.resource_type}` maximum {d.maximum:g} < {d.amount} {d.unit}" for d in over
     )
-    # gcloud takes both CPU and memory bounds with --enable-autoprovisioning: the larger of
-    # what the nodes need and the present maximum for each.
+    # gcloud takes both CPU and memory bounds with --enable-autoprovisioning.
     flags = " ".join(
         f"--max-{kind} {max(every[kind].amount, int(every[kind].maximum))}"
         for kind in ("cpu", "memory")
@@ -130,13 +111,8 @@ def limit_problems(config: StackConfig, found: Any, where: str) -> list[str]:
 
 
 def missing_tpu_limit(config: StackConfig, found: Any, where: str) -> str | None:
-    """A warning when node auto-provisioning is on but its limits name no TPU resource type.
-
-    Unsettled: GKE documents that its autoscaler creates no node past a defined limit, and that
-    GPUs need a limit of their own to be auto-provisioned ("Configure node pool auto-creation",
-    GPU limits), but not how it reads a TPU type with no limit, and the cluster-autoscaler
-    GKE runs is not the open-source one. If it reads a missing limit as 0, the TPU pods stay
-    Pending; so this warns (naming the type and how to set it) instead of refusing."""
+    """A warning, not a refusal, when the limits name no TPU type: GKE does not document
+    whether that allows TPU nodes or reads as 0."""
     limits = _limits(found)
     gke = config.tpu.chip.gke
     if not limits or gke is None:
@@ -154,5 +130,5 @@ def missing_tpu_limit(config: StackConfig, found: Any, where: str) -> str | None
         "add a resourceLimits entry "
         f"`{{resourceType: {names[0]}, maximum: {chips}}}` with `gcloud container clusters "
         f"update {name} --location {location} --autoprovisioning-config-file FILE` "
-        '(docs/gke.md, "An existing cluster")'
+        '(docs/gke.md, "Prerequisites")'
     )

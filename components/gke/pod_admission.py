@@ -1,19 +1,10 @@
 """PodAdmission: at `pulumi up`, before the Deployment or the Job changes, ask the cluster
 whether it would admit their pods.
 
-Why: admission judges pods, not Deployments. A namespace that enforces Pod Security
-"restricted" (or a policy webhook) refuses the server's pods only when the ReplicaSet makes
-them; the refusal is a FailedCreate event no `pulumi up` shows, and the readiness Job would
-wait its whole deadline. A server-side dry run of each pod (`POST .../pods?dryRun=All`) goes
-through the same admission chain (Pod Security included) and is then forgotten, so the refusal
-comes at once, quoted, with the fix (components/gke/pod_security.py says which level the pods
-meet and why). The answer also carries the QoS class the API server gave the pod
-(components/gke/pod_resources.py), which is reported.
-
-Like components/gke/crd_wait.py: a Python dynamic provider reading the cluster as the
-deployer (components/gke/kube_api.py), asking nothing at preview, read or delete; `diff`
-reports a change when the pods change, so it runs exactly when new pods are coming. Needs
-`container.pods.create` in the namespace (roles/container.admin, which docs/gke.md asks for).
+Admission judges pods, not Deployments: a namespace that refuses the server's pods would show
+only a FailedCreate event on the ReplicaSet, and the readiness Job would wait out its deadline.
+A server-side dry run of each pod is refused at once, and the refusal quoted with the fix. Why
+and how: docs/gke.md "What the pods need of a node and a namespace".
 """
 
 from __future__ import annotations
@@ -39,8 +30,7 @@ from components.gke.kube_api import (
 )
 from components.gke.progress import report
 
-#: How long an unanswering API may keep the check waiting (a new cluster's control plane
-#: restarts while it resizes).
+#: A new cluster's control plane restarts while it resizes.
 TIMEOUT_SECONDS = 300.0
 POLL_SECONDS = 10.0
 
@@ -61,7 +51,7 @@ def _dry_run(api: KubeApi, namespace: str, pod: Mapping[str, Any]) -> tuple[int,
 
 
 def _enforced(api: KubeApi, namespace: str) -> str:
-    """The namespace's enforced Pod Security level, "" when it sets none (or is unreadable)."""
+    """Its enforced Pod Security level; "" when none or unreadable."""
     status, body = api.get(f"/api/v1/namespaces/{namespace}")
     if status != 200 or not isinstance(body, dict):
         return ""
@@ -103,7 +93,7 @@ def _refusal(namespace: str, what: str, message: str, enforced: str) -> str:
 
 
 def check_admission(props: Mapping[str, Any]) -> dict[str, Any]:
-    """Dry-run every pod in `props["pods"]`; raise with the reason and the fix on a refusal."""
+    """Raise with the reason and the fix when a pod is refused."""
     namespace = str(props["namespace"])
     timeout = float(props.get("timeout_seconds") or TIMEOUT_SECONDS)
     poll = float(props.get("poll_seconds") or POLL_SECONDS)
@@ -137,8 +127,6 @@ def check_admission(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class PodAdmissionProvider(ClusterCheckProvider):
-    """Judges the pods again when they (or the namespace, or the cluster) change."""
-
     watched = ("kubeconfig", "namespace", "pods")
 
     def run(self, props: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,7 +137,7 @@ class PodAdmissionProvider(ClusterCheckProvider):
 
 
 def pod_of(what: str, template: Mapping[str, Any]) -> dict[str, Any]:
-    """One entry of `pods`: a pod template's labels, annotations and spec."""
+    """One entry of `pods`."""
     meta = template.get("metadata") or {}
     return {
         "what": what,

@@ -1,8 +1,5 @@
-"""Progress lines from the GKE backend's dynamic providers, for waits that take minutes.
-
-In the dynamic provider host `pulumi.log` has no engine and prints to stderr itself
-(pulumi/log.py); the engine shows a plugin's stderr in the CLI (sdk/go/common/resource/plugin/
-plugin.go `runtrace`), so a plain stderr line is what reaches the operator.
+"""Progress lines for the dynamic providers' long waits: plain stderr is what reaches the
+operator from the provider host (docs/gke.md "How the program reads the cluster").
 """
 
 from __future__ import annotations

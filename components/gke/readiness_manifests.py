@@ -1,29 +1,9 @@
 """The readiness Job `pulumi up` waits on, and its right to read the server's rollout.
 
-pulumi-kubernetes waits for a Job to complete, so this Job is the GKE backend's "ready"
-(components/gke/k8s_workload.py says why the Deployment and the Service are not awaited). Its
-script, scripts/remote/gke_wait_ready.sh, passes in two steps:
-
-1. The Deployment has rolled out the generation the Job was created for, as `kubectl rollout
-   status` decides it (kubernetes/kubectl `pkg/polymorphichelpers/rollout_status.go`,
-   `DeploymentStatusViewer.Status`): `status.observedGeneration` has reached the generation
-   (`metadata.generation` at the Job's first read), `status.updatedReplicas` has reached
-   `spec.replicas`, and no old replica is left; then one replica is Ready (not all: on a create
-   the flex-start nodes come when they come). The Deployment rolls one replica at a time
-   (components/gke/k8s_manifests.py `deployment`, maxSurge 1, maxUnavailable 0): the controller
-   scales the old ReplicaSet down only as new pods become available (kubernetes
-   `pkg/controller/deployment/rolling.go`), and a pod is Ready only once its startup probe has
-   asked the model. So on an update "no old replica left" means every new replica answered,
-   and until then the old ones serve through the Service. From then on only new pods answer.
-2. One replica answers /health, /v1/models (with the API key) and the model's two questions
-   through the Service.
-
-How long that may take (`readiness_deadline_seconds`): a first node, then each replica's turn
-(the old pod's stop, the new one's image pull, cache restore and start) one after the other, as
-an update goes.
-
-The Role grants `get` on the one Deployment, bound to the pods' KSA, which the Job runs as for
-its API key's Workload Identity mount. Pure functions, beside components/gke/k8s_manifests.py.
+Its script (scripts/remote/gke_wait_ready.sh) passes once the Deployment has rolled out the
+Job's generation, as `kubectl rollout status` decides it, and a replica answers the model's
+questions through the Service. Its deadline allows a first node, then each replica's turn in
+the rolling update. Why and sources: docs/gke.md "Readiness".
 """
 
 from __future__ import annotations
@@ -54,26 +34,22 @@ from components.gke.k8s_manifests import (
 from scripts.remote import wait_ready
 
 READINESS_JOB = "vllm-ready"
-#: A small image with curl for the readiness Job (Alpine; /bin/sh is busybox ash).
+#: Alpine: /bin/sh is busybox ash.
 PROBE_IMAGE = "curlimages/curl:8.11.1"
-#: The label GKE puts on every TPU node (GKE docs "Plan TPUs in GKE": the node selector
-#: `cloud.google.com/gke-tpu-accelerator`); the Job prefers nodes without it.
+#: On every TPU node (GKE docs "Plan TPUs in GKE"); the Job prefers nodes without it.
 TPU_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
 ROLLOUT_READER = "tpu-vllm-rollout-reader"
-#: scripts/remote/gke_wait_ready.sh's scratch directory (its TMPDIR default).
+#: The script's TMPDIR default.
 SCRATCH_DIR = "/tmp"  # noqa: S108 - the pod's own emptyDir
 
 
-#: What a replica needs beyond its own start, as an update replaces it: the old pod's
-#: termination grace (drain and shutdown), the new image's pull on the node it frees (that node
-#: holds only the old digest) and the compile cache's restore in the init container.
+#: The new image's pull on the node the old pod frees, which holds only the old digest.
 IMAGE_PULL_SECONDS = 600
 
 
 def replica_turn_seconds(config: WorkloadSections, cache_restore_seconds: int) -> int:
     """One replica's turn in a rolling update: the old pod stops, the new one pulls, restores
-    the cache (`cache.restoreTimeout`; 0 without the cache) and starts (`vllm.readinessTimeout`
-    from container start, which the startup probe allows)."""
+    the cache (0 without it) and starts."""
     return (
         k8s_manifests.TERMINATION_GRACE_SECONDS
         + IMAGE_PULL_SECONDS
@@ -83,28 +59,23 @@ def replica_turn_seconds(config: WorkloadSections, cache_restore_seconds: int) -
 
 
 def readiness_deadline_seconds(config: WorkloadSections, cache_restore_seconds: int) -> int:
-    """How long the Job waits for the rollout and a Ready replica: a first flex-start node
-    (`tpu.capacityWait`, the update's spare node or a create's first), then each replica's
-    turn, one at a time as a rolling update replaces them, each new pod on the node its old
-    one freed. A create passes on its first Ready replica."""
+    """A first flex-start node, then each replica's turn, one at a time."""
     turn = replica_turn_seconds(config, cache_restore_seconds)
     return config.tpu.capacity_wait_seconds + config.replicas * turn
 
 
 def answers_seconds(config: WorkloadSections) -> int:
-    """The model's answers to the Job after the deadline's wait: one bound per question."""
+    """One bound per question."""
     questions = 2 if config.vllm.tool_call_parser else 1
     return questions * remote_scripts.READINESS_ANSWER_SECONDS
 
 
 def job_seconds(config: WorkloadSections, cache_restore_seconds: int) -> int:
-    """The most the Job's script runs: the deadline, then the answers."""
     return readiness_deadline_seconds(config, cache_restore_seconds) + answers_seconds(config)
 
 
 def rollout_reader_role(config: WorkloadSections) -> dict[str, Any]:
-    """`GET /apis/apps/v1/namespaces/NS/deployments/vllm`, its generation and status; nothing
-    else (`resourceNames`)."""
+    """`get` on the one Deployment, nothing else."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -125,10 +96,7 @@ def rollout_reader_binding(config: WorkloadSections) -> dict[str, Any]:
 
 
 def question_env(config: WorkloadSections) -> list[dict[str, str]]:
-    """The VM's two readiness questions (scripts/remote/wait_ready.py `question_bodies`), as
-    the Job's env: the chat always, the tool call only when the server has a tool-call parser
-    (`TOOL_BODY` empty otherwise), and how long each answer may take. No secret: the key is
-    read from its file by the script."""
+    """The VM's readiness questions; no secret: the script reads the key from its file."""
     chat, tools = wait_ready.question_bodies(config.model.id)
     tool = json.dumps(tools, separators=(",", ":")) if config.vllm.tool_call_parser else ""
     return [
@@ -144,11 +112,7 @@ def readiness_job(
     scripts_config_map: str,
     cache_restore_seconds: int,
 ) -> dict[str, Any]:
-    """Completes once the Deployment has rolled out and one replica answers /health,
-    /v1/models and the model's questions through the Service.
-
-    `revision` names the server's pod template: a new one replaces the Job, which runs again.
-    """
+    """`revision` names the server's pod template: a new one replaces the Job."""
     ns = namespace_name(config.stack)
     deadline = readiness_deadline_seconds(config, cache_restore_seconds)
     return {
@@ -158,16 +122,11 @@ def readiness_job(
             READINESS_JOB,
             ns,
             config,
-            # A Job that failed once is replaced on the next `pulumi up` instead of awaited.
             annotations={"pulumi.com/replaceUnready": "true"},
         ),
         "spec": {
             "backoffLimit": 0,
-            # A disruption is not a failure: on a TPU node the Job's pod may be evicted (the
-            # cluster autoscaler removing an emptied node, a flex-start node's recycling,
-            # memory pressure); the Job then makes a new pod instead of failing `up`. The
-            # Job controller counts a pod with the `DisruptionTarget` condition against no
-            # limit under `Ignore` (Kubernetes docs "Pod failure policy", GA in 1.31).
+            # An evicted pod is replaced, not a failure.
             "podFailurePolicy": {
                 "rules": [
                     {
@@ -184,19 +143,12 @@ def readiness_job(
                 },
                 "spec": {
                     "serviceAccountName": KSA,
-                    # Its token reads the Deployment's rollout (the Role above).
                     "automountServiceAccountToken": True,
                     "restartPolicy": "Never",
-                    # Pod Security "restricted" (components/gke/pod_security.py).
                     "securityContext": dict(pod_security.READINESS_POD),
-                    # Schedulable wherever the stack runs: on an existing cluster whose every
-                    # pool is tainted, the only nodes sure to exist are the class's TPU nodes,
-                    # which carry the `google.com/tpu` and class taints (the kube-scheduler's
-                    # TaintToleration filter places a pod only where it tolerates every
-                    # NoSchedule and NoExecute taint). It asks for no TPU and little else, so it
-                    # may share a TPU node with a replica; an untainted node serves as well.
+                    # Wherever the stack runs: a cluster's only nodes may be tainted TPU ones.
                     "tolerations": [TPU_TOLERATION, compute_class.toleration(config)],
-                    # ... but an untainted node first: the TPU hosts are the servers'.
+                    # ... but an untainted node first.
                     "affinity": {
                         "nodeAffinity": {
                             "preferredDuringSchedulingIgnoredDuringExecution": [
@@ -237,7 +189,6 @@ def readiness_job(
                             "volumeMounts": [
                                 {"name": "api-key", "mountPath": SECRETS_DIR, "readOnly": True},
                                 {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},
-                                # The script's scratch files, under a read-only root.
                                 {"name": "tmp", "mountPath": SCRATCH_DIR},
                             ],
                         }

@@ -1,19 +1,9 @@
 """ReadinessWatch: while `pulumi up` waits on the readiness Job, say where its pod stands.
 
-Why: pulumi-kubernetes' Job await shows only the Warning and Error messages its PodAggregator
-derives from the Job's pods' status (pulumi-kubernetes `provider/pkg/await/watchers.go`), and
-a pod the scheduler cannot place yields a Status-level message, which is filtered out, so a Job
-with nowhere to run said nothing until its ~90 minute deadline. This resource runs beside the
-Job (it depends on what the Job depends on, not on the Job), reads the Job's pods of this revision
-(`tpu-vllm/server-revision`) and reports their `PodScheduled` condition: at once when it
-changes, then every REPORT_SECONDS while the pod stays unscheduled, with the scheduler's
-message ("0/3 nodes are available: 3 node(s) had untolerated taint(s)"). It is done once a pod
-is scheduled or the Job has ended; when the Job ends failed with its pod never scheduled, it
-fails with the scheduler's reason, which the Job's own failure (DeadlineExceeded) does not say.
-
-A dynamic provider like components/gke/crd_wait.py, reading as the deployer
-(components/gke/kube_api.py; `container.pods.list` and `container.jobs.get`, in
-roles/container.admin). Nothing at preview, read or delete.
+pulumi-kubernetes' Job await drops the scheduler's Status-level messages, so a Job with nowhere
+to run said nothing until its deadline. This watch runs beside the Job, reports its pod's
+`PodScheduled` condition, and fails with the scheduler's reason when the Job fails unplaced.
+Why and how: docs/gke.md "Readiness".
 """
 
 from __future__ import annotations
@@ -40,10 +30,7 @@ from components.gke.progress import minutes, report
 REVISION_ANNOTATION = "tpu-vllm/server-revision"
 POLL_SECONDS = 5.0
 REPORT_SECONDS = 60.0
-#: How long the watch waits for a Job of its revision to appear at all: the Job is created
-#: beside it, within seconds; one never seen was refused or not made (its own step says why),
-#: and a watch that waited its whole timeout would hold `pulumi up` after that step failed
-#: (the engine waits for steps in flight).
+#: A Job never seen was refused or never made (its step says why); waiting would hold `pulumi up`.
 APPEAR_SECONDS = 300.0
 
 
@@ -74,8 +61,7 @@ def _job_state(api: KubeApi, namespace: str, job: str, revision: str) -> str:
 
 
 def _pods(api: KubeApi, namespace: str, job: str, revision: str) -> list[Mapping[str, Any]]:
-    # `job-name` is on every pod of a Job (beside the newer `batch.kubernetes.io/job-name`): the
-    # API server's Job strategy adds both to the pod template (`LegacyJobNameLabel`).
+    # On every Job's pods, beside `batch.kubernetes.io/job-name` (`LegacyJobNameLabel`).
     selector = urllib.parse.quote(f"job-name={job}")
     status, body = api.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
     if status != 200 or not isinstance(body, dict):
@@ -84,7 +70,6 @@ def _pods(api: KubeApi, namespace: str, job: str, revision: str) -> list[Mapping
 
 
 def _where(pod: Mapping[str, Any]) -> tuple[bool, str]:
-    """(scheduled, a line on it) for one pod."""
     name = (pod.get("metadata") or {}).get("name", "?")
     scheduled = _condition(pod, "PodScheduled")
     node = (pod.get("spec") or {}).get("nodeName")
@@ -152,9 +137,8 @@ def watch(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ReadinessWatchProvider(ClusterCheckProvider):
-    """Watches again for each new Job (a new revision of the pods), and on the next `up` after
-    a watch that never saw the pod placed: pulumi-kubernetes then replaces a failed Job of the
-    same revision (`pulumi.com/replaceUnready`), whose pod is worth watching again."""
+    """Also watches again after a watch that never saw the pod placed: the next `up` replaces
+    a failed Job of the same revision (`pulumi.com/replaceUnready`)."""
 
     watched = ("kubeconfig", "namespace", "job", "revision")
 
@@ -182,7 +166,7 @@ class ReadinessWatchArgs:
 
 
 class ReadinessWatch(dyn.Resource):
-    """Reports the readiness Job's pod's scheduling until it is placed or the Job ends."""
+    """Reports the Job's pod's scheduling until it is placed or the Job ends."""
 
     scheduled: pulumi.Output[str]
 
