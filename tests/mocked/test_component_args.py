@@ -1,4 +1,4 @@
-"""Components built on their own, from the settings sections they read (issue 33 item 1).
+"""Components built on their own, from the settings sections they read.
 
 A component whose Args carry the whole StackConfig can read anything, so a test must build the
 whole program to know what it does. The narrowed ones take only their sections and other
@@ -8,26 +8,94 @@ components' outputs; they are built here alone, under mocks, in a program of a f
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
+import pkgutil
+import sys
 from pathlib import Path
+from typing import Any
 
+import pulumi
+import pulumi.dynamic as dyn
 import pytest
 
-from components.compile_cache import CompileCacheArgs
+import components
 from components.config import StackConfig
-from components.dns import EndpointNameArgs
 from components.gke.k8s_workload import GkeWorkloadArgs
-from components.monitoring import StackMonitoringArgs
-from components.secrets import NodeSecretsArgs
 from scripts.program_runner import run_file
 
-#: Args that take only what they read (the rest still carry the config, for now).
-NARROWED = [NodeSecretsArgs, CompileCacheArgs, StackMonitoringArgs, EndpointNameArgs]
+#: Resources that take no inputs at all: (name, opts).
+NO_INPUTS = {"SshIdentity"}
 
 
-@pytest.mark.parametrize("args", NARROWED, ids=lambda a: a.__name__)
-def test_narrowed_args_carry_no_stack_config(args: type) -> None:
-    types = {f.name: str(f.type) for f in dataclasses.fields(args)}
-    assert not [n for n, t in types.items() if StackConfig.__name__ in t], types
+def our_resources() -> list[type]:
+    """Every component and dynamic resource class the program defines."""
+    found: dict[str, type] = {}
+    for info in pkgutil.walk_packages(components.__path__, "components."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (
+                inspect.isclass(value)
+                and value.__module__ == info.name
+                and issubclass(value, (pulumi.ComponentResource, dyn.Resource))
+            ):
+                found[value.__qualname__] = value
+    return sorted(found.values(), key=lambda c: c.__qualname__)
+
+
+def init_of(resource: type) -> Any:
+    return vars(resource)["__init__"]
+
+
+def args_type(resource: type) -> type:
+    """The class named by `__init__`'s `args` annotation, found in its module."""
+    annotation = init_of(resource).__annotations__["args"]
+    module = sys.modules[resource.__module__]
+    found = eval(annotation, vars(module)) if isinstance(annotation, str) else annotation  # noqa: S307
+    assert isinstance(found, type)
+    return found
+
+
+def carries_stack_config(args: type) -> list[str]:
+    """Fields whose annotation names StackConfig, however it is spelled."""
+    return [f.name for f in dataclasses.fields(args) if StackConfig.__name__ in str(f.type)]
+
+
+def test_the_program_defines_the_resources_it_is_known_to() -> None:
+    names = {r.__qualname__ for r in our_resources()}
+    assert {"FlexStartTpu", "VllmServer", "GkeWorkload", "QueuedResource", "ImagePin"} <= names
+
+
+@pytest.mark.parametrize("resource", our_resources(), ids=lambda r: r.__qualname__)
+def test_every_resource_is_built_as_name_args_opts(resource: type) -> None:
+    """One constructor style: `Resource(name, Args(...), opts)`, Args a dataclass."""
+    params = list(inspect.signature(init_of(resource)).parameters.values())[1:]
+    kinds = {p.kind for p in params}
+    assert inspect.Parameter.KEYWORD_ONLY not in kinds, params
+    names = [p.name for p in params]
+    if resource.__qualname__ in NO_INPUTS:
+        assert names == ["name", "opts"]
+        return
+    assert names == ["name", "args", "opts"], names
+    assert dataclasses.is_dataclass(args_type(resource))
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [r for r in our_resources() if r.__qualname__ not in NO_INPUTS],
+    ids=lambda r: r.__qualname__,
+)
+def test_no_resource_takes_the_whole_stack_config(resource: type) -> None:
+    assert not carries_stack_config(args_type(resource))
+
+
+def test_the_check_finds_a_whole_config_in_args() -> None:
+    @dataclasses.dataclass
+    class Wide:
+        config: StackConfig
+        port: int
+
+    assert carries_stack_config(Wide) == ["config"]
 
 
 def test_the_gke_workload_takes_the_clusters_path_as_an_input() -> None:
@@ -79,3 +147,33 @@ def test_compile_cache_alone(tmp_path: Path) -> None:
     )
     assert by_name["cache-node-writer"].inputs["member"] == "serviceAccount:sa@x"
     assert run.outputs["prefix"] == "gs://my-bucket/xla-cache/KEY/"
+
+
+def test_flex_start_tpu_alone(tmp_path: Path) -> None:
+    """The node from its sections alone: no model, no vLLM flags, no GKE, no DNS."""
+    program = tmp_path / "__main__.py"
+    program.write_text(
+        "import pulumi\n"
+        "from components.config import AccessSettings, MonitoringSettings, RenewalSettings\n"
+        "from components import catalog\n"
+        "from components.config import TpuSettings\n"
+        "from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs\n"
+        "tpu = TpuSettings(catalog.CHIPS['v5e-1'], ('us-west4-a',), 'flex-start', 14400,\n"
+        "    'v2-alpha-tpuv5-lite', 3600)\n"
+        "access = AccessSettings(('10.0.0.0/8',), False, ('10.1.0.0/16',), 'hf-token', False)\n"
+        "node = FlexStartTpu('tpu', FlexStartTpuArgs('my-project', 'v5e1', tpu, access,\n"
+        "    RenewalSettings(), MonitoringSettings(), 8000, 'r/vllm@sha256:' + 'a' * 64))\n"
+        "pulumi.export('zone', node.zone)\n"
+    )
+    run = run_file(program, "v5e1", {})
+    assert run.error is None, run.error
+    by_name = {r.name: r for r in run.resources}
+    qr = by_name["tpu-qr"].inputs
+    assert (qr["project"], qr["zones"], qr["accelerator_type"]) == (
+        "my-project",
+        ["us-west4-a"],
+        "v5litepod-1",
+    )
+    assert qr["image"] == "r/vllm@sha256:" + "a" * 64
+    assert by_name["tpu-serving"].inputs["sourceRanges"] == ["10.0.0.0/8"]
+    assert by_name["tpu-ssh"].inputs["sourceRanges"] == ["10.1.0.0/16"]
