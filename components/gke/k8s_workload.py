@@ -226,7 +226,7 @@ class GkeWorkload(pulumi.ComponentResource):
             ),
         )
         budget = m.pod_disruption_budget(config)
-        self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(
+        k8s.policy.v1.PodDisruptionBudget(
             f"{name}-disruption-budget",
             metadata=budget["metadata"],
             spec=budget["spec"],

@@ -69,7 +69,6 @@ def build_vm(
         VllmServerArgs(
             settings=config.server_settings(),
             connection=connection,
-            host=tpu.external_ip,
             image=image,
             after=[fetch],
             cache=cache,

@@ -131,7 +131,7 @@ class FlexStartTpu(pulumi.ComponentResource):
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[self.org_policy_gate]),
         )
-        self.firewalls = self._create_firewalls(name, args)
+        self._create_firewalls(name, args)
         self.telemetry_grants = self._grant_telemetry(name, args)
         qr = self.queued_resource_resource
         self.zone = qr.zone

@@ -22,7 +22,6 @@ import pulumi_command as command
 
 from components.compile_cache import NO_CACHE, CompileCache, cache_result
 from components.config import ServerSettings
-from components.outputs import endpoint_urls
 from components.vm import metrics_agent, node_scripts
 from components.vm.node_command import node_command
 
@@ -66,7 +65,6 @@ class VllmServerArgs:
     #: What the node's scripts are rendered from (`StackConfig.server_settings()`).
     settings: ServerSettings
     connection: command.remote.ConnectionArgs
-    host: pulumi.Input[str | None]
     #: `NAME@sha256:...`, the pinned image the container runs (components/image_pin.py).
     image: pulumi.Input[str]
     #: Commands that must finish first (the secret fetch); a change in them restarts the server.
@@ -81,9 +79,6 @@ class VllmServerArgs:
 class VllmServer(pulumi.ComponentResource):
     """The vLLM container on the node, and proof that it serves."""
 
-    endpoint: pulumi.Output[str]
-    endpoint_ip: pulumi.Output[str]
-    openai_base_url: pulumi.Output[str]
     startup_seconds: pulumi.Output[float | None]
     first_answer_seconds: pulumi.Output[float | None]
     hbm: pulumi.Output[dict[str, float] | None]
@@ -137,15 +132,8 @@ class VllmServer(pulumi.ComponentResource):
         self.hbm = result.apply(lambda r: r.get("hbm"))
         # Whether this start was warm, and from which generation (never None: an output).
         self.cache_restored = result.apply(lambda r: cache_result(r.get("cache")))
-        # Depending on `ready` means consumers never see an endpoint that does not serve yet.
-        # This node's own address: the stable name (`dns.*`) may only follow once it serves, so
-        # the backend builds the name's URLs after the record (components/vm/backend.py).
-        urls = endpoint_urls(args.host, None, config.vllm.port, self.ready.stdout)
-        self.endpoint, self.endpoint_ip = urls.endpoint, urls.endpoint_ip
-        self.openai_base_url = urls.openai_base_url
         self.register_outputs(
             {
-                **urls.as_outputs(),
                 "startup_seconds": self.startup_seconds,
                 "first_answer_seconds": self.first_answer_seconds,
                 "hbm": self.hbm,
