@@ -1,14 +1,8 @@
 """The VM backend: one TPU VM from a flex-start queued resource, served over SSH.
 
-config -> TPU (with its org-policy gate) -> host key -> secrets -> compile cache -> server ->
-readiness -> DNS name -> monitoring (the dashboard, the uptime check, the alerts). The resource
-names and parents are those the program has always used, so existing stacks see no
-replacement.
-
-The DNS record comes last on purpose: its address is known only once the readiness check on
-that node passed, so when a renewal starts the next node beside the current one (create before
-delete, components/vm/queued_resource.py), the name moves only to a node that serves, and the old
-node is deleted a drain after that.
+Resource names and parents are those the program has always used, so existing stacks see no
+replacement. The DNS record comes last: its address waits for the readiness check, so in a
+create-first renewal the name moves only to a node that serves.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The node's SSH host key, read through the TPU API, as a dynamic resource of its own.
 
-With node metadata `enable-guest-attributes: TRUE` the guest agent publishes the VM's host keys
-as guest attributes under `hostkeys/`. Reading them through the authenticated TPU API gives a
-key to pin that did not come over the network being verified. This lives in its own resource,
-not in the queued resource's create: a failure here must not lose track of a TPU that bills.
+The guest agent publishes the VM's host keys as guest attributes under `hostkeys/`; read through
+the authenticated API, they give a key to pin that did not come over the network being verified.
+A resource of its own: a failure here must not lose track of a TPU that bills.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ def pick_host_key(answer: Mapping[str, Any]) -> str | None:
 
 
 def _guest_attribute_policies(project: str) -> list[org_policy.PolicyReading]:
-    """Both constraints that block guest attributes (legacy and managed), read or unknown."""
     readings = []
     for constraint in org_policy.GUEST_ATTRIBUTE_CONSTRAINTS:
         try:
@@ -48,8 +46,7 @@ def _guest_attribute_policies(project: str) -> list[org_policy.PolicyReading]:
 
 
 def _no_host_key_reason(node: str, timeout: float, refused: ApiError | None) -> str:
-    """Why there is no host key, naming the org policy that blocks guest attributes if one is
-    enforced: then waiting longer or retrying cannot help."""
+    """Why there is no host key, naming an enforced org policy: then retrying cannot help."""
     project = node.split("/")[1] if node.startswith("projects/") else node
     policies = _guest_attribute_policies(project)
     for policy in policies:
@@ -78,14 +75,11 @@ def _no_host_key_reason(node: str, timeout: float, refused: ApiError | None) -> 
 
 
 class NodeHostKeyProvider(dyn.ResourceProvider):
-    """create polls guest attributes until a host key appears or the bound passes."""
-
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         node = str(props["node_name"])
         outs = {k: v for k, v in props.items() if k != "__provider"}
         if props.get("allow_unverified"):
-            # The node's metadata leaves out `enable-guest-attributes` then (components/vm/ssh.py),
-            # so no key would appear: polling would only bill TPU time for the full bound.
+            # No `enable-guest-attributes` then: polling would only bill TPU time to the bound.
             report(
                 f"{node}: SSH host key not read: {org_policy.UNVERIFIED_KEY} is true, so the "
                 "node's metadata does not enable guest attributes, and every remote command "

@@ -1,9 +1,5 @@
-"""One way to run a script on the node: every remote.Command of the VM backend is made here.
-
-The options they share: stdout and stderr logged (the script's progress lines reach the
-operator), and no previous output in the environment (else each re-run sends
-PULUMI_COMMAND_STDOUT/STDERR as SSH `env` requests, which sshd refuses without AcceptEnv,
-logging a warning every time).
+"""Every remote.Command of the VM backend, with its shared options: output logged, and no
+previous output in the environment (sshd without AcceptEnv refuses it, warning at each run).
 """
 
 from __future__ import annotations

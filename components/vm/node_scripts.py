@@ -1,10 +1,7 @@
-"""The VM's node scripts: the files in scripts/remote, filled in for one node and run by
-`remote.Command` over SSH (the server's start and readiness check, the compile cache's steps).
+"""The VM's node scripts: the files in scripts/remote, filled in for one node.
 
-The scripts stay readable files; this module only fills in values, each through `shlex.quote`,
-one argument per line, so that a `pulumi preview` diff shows the one flag that changed. No
-value rendered here is a secret: the node fetches its secrets into files itself
-(components/vm/secrets_fetch.py).
+Values go in through `shlex.quote`, one argument per line, so a `pulumi preview` diff shows the
+one flag that changed. None is a secret: the node fetches its secrets itself (secrets_fetch).
 """
 
 from __future__ import annotations
@@ -24,36 +21,26 @@ from components.remote_scripts import (
     XLA_CACHE_MODULES,
 )
 
-#: Where the container reads its secret files (read-only mounts of ~/.tpu-vllm/secrets).
 CONTAINER_SECRETS = "/run/secrets"
-#: The heredoc delimiter each part of the node tool (XLA_CACHE_MODULES) is written with onto the
-#: VM; no part may contain it.
 TOOL_HEREDOC = "TPU_VLLM_XLA_CACHE"
-#: The readiness command prints a line at least this often (seconds) while it waits: no SSH
-#: keepalives come from pulumi-command, so a session silent for minutes of XLA compilation
+#: pulumi-command sends no SSH keepalives, so a session silent for minutes of XLA compilation
 #: could be dropped by a NAT or proxy. At most 30 s.
 READINESS_HEARTBEAT_SECONDS = 20.0
-#: How long `docker run` retries while Cloud Logging refuses the gcplogs driver: the driver pings
-#: Cloud Logging when the container starts and fails the start if it cannot write (moby
-#: gcplogging.go `New`: "unable to connect or authenticate with Google Cloud Logging"), as it
-#: can while the node's fresh roles/logging.logWriter grant propagates. After it the server
-#: starts with Docker's default driver and a warning: serving matters more than its log.
+#: The gcplogs driver fails a start it cannot log for (moby gcplogging.go `New`), as while a fresh
+#: logWriter grant propagates; after this the server starts with Docker's default driver.
 LOG_DRIVER_WAIT_SECONDS = 300
 LOG_DRIVER_RETRY_SECONDS = 10.0
 
 
 def template(name: str) -> str:
-    """The text of scripts/remote/NAME."""
     return (REMOTE / name).read_text()
 
 
 def continued(words: Sequence[str], indent: str = "  ") -> str:
-    """Arguments one per line, joined with backslash continuations (no trailing one)."""
     return " \\\n".join(f"{indent}{w}" for w in words)
 
 
 def fill(text: str, values: Mapping[str, str]) -> str:
-    """Each `@KEY@` of a template replaced by its value; a key the template lacks is an error."""
     for key, value in values.items():
         marker = f"@{key}@"
         if marker not in text:
@@ -63,11 +50,8 @@ def fill(text: str, values: Mapping[str, str]) -> str:
 
 
 def docker_run_words(config: ServerSections, container: str) -> list[str]:
-    """`docker run` as (already quoted) words, one option with its value per line.
-
-    Seed 000 §1.3's command, except the HF token: instead of an `-e HF_TOKEN` holding it (shown
-    by `ps` and `docker inspect`) the token and API key are read-only file mounts.
-    """
+    """`docker run` as quoted words: seed 000 §1.3's command, but the secrets are read-only
+    file mounts, not `-e HF_TOKEN` (which `ps` and `docker inspect` show)."""
     q = shlex.quote
     secret = f"~/.tpu-vllm/secrets/{{0}}:{CONTAINER_SECRETS}/{{0}}:ro"
     words = [
@@ -76,8 +60,7 @@ def docker_run_words(config: ServerSections, container: str) -> list[str]:
         f"--name {q(container)}",
         "--privileged",
         "--net=host",
-        # `monitoring.enabled`: the log also goes to Cloud Logging (components/log_links.py);
-        # empty if Cloud Logging refuses the driver past its wait (start_server.sh).
+        # Empty if Cloud Logging refuses the driver past its wait (start_server_logged.sh).
         *(['"${LOG_FLAGS[@]}"'] if config.monitoring.enabled else []),
         "-v /dev/shm:/dev/shm",
         "--shm-size 10gb",
@@ -85,8 +68,6 @@ def docker_run_words(config: ServerSections, container: str) -> list[str]:
         "-v ~/.cache/vllm:/root/.cache/vllm",
         "-e HF_HOME=/dev/shm",
         f"-e HF_TOKEN_PATH={CONTAINER_SECRETS}/{HF_TOKEN_FILE}",
-        # JAX's cache threshold (`cache.minCompileSeconds`): the container's environment, not
-        # a `vllm serve` flag (components/jax_cache_env.py).
         *(
             f"-e {q(f'{name}={value}')}"
             for name, value in jax_cache_env.container_env(config).items()
@@ -113,7 +94,6 @@ def docker_run_words(config: ServerSections, container: str) -> list[str]:
 
 
 def tool_files_script() -> str:
-    """A heredoc per part of the node tool, each into the tool's directory on the VM."""
     folder = compile_cache.NODE_TOOL.rsplit("/", 1)[0]
     blocks = []
     for name in XLA_CACHE_MODULES:
@@ -125,8 +105,7 @@ def tool_files_script() -> str:
 
 
 def _cache_paths() -> dict[str, str]:
-    # `~` paths are constants without special characters, left unquoted so the VM's shell
-    # expands them (like the `-v ~/.cache/vllm` mount).
+    # Unquoted, so the VM's shell expands `~`.
     return {
         "TOOL": compile_cache.NODE_TOOL,
         "WORK": compile_cache.NODE_WORK_DIR,
@@ -135,7 +114,6 @@ def _cache_paths() -> dict[str, str]:
 
 
 def cache_restore_script(config: ServerSections) -> str:
-    """The start script's cache step: restore alongside the image pull, or record "off"."""
     if not config.cache.enabled:
         return fill(template("cache_off.sh"), _cache_paths()).rstrip("\n")
     return fill(
@@ -151,8 +129,6 @@ def cache_restore_script(config: ServerSections) -> str:
 
 
 def cache_save_script(config: ServerSections, container: str) -> str:
-    """The readiness script's last step: save the cache in the background, then every
-    `cache.saveInterval` and when the container stops (a no-op when the cache is off)."""
     paths = _cache_paths()
     del paths["TOOL_FILES"]
     return fill(
@@ -166,15 +142,8 @@ def cache_save_script(config: ServerSections, container: str) -> str:
 
 
 def log_flags(config: ServerSections) -> list[str]:
-    """`docker run` options that send the container's stdout/stderr to Cloud Logging.
-
-    Docker's `gcplogs` driver (Docker docs "Google Cloud Logging driver"; moby
-    daemon/logger/gcplogs): project and instance from the metadata server, credentials from
-    the node's service account; `labels` copies the named container labels into each entry.
-    `docker logs` still reads the container through dual logging, Docker's local cache for
-    drivers that cannot be read back (Docker 20.10 and later, on unless `cache-disabled`:
-    Docker docs "Dual logging"; moby daemon/logger/loggerutils/cache).
-    """
+    """The container's stdout/stderr to Cloud Logging (Docker docs "Google Cloud Logging
+    driver"); `docker logs` still works through dual logging (Docker docs "Dual logging")."""
     label = f"{log_links.STACK_LABEL}={config.stack}"
     return [
         "--log-driver",
@@ -192,11 +161,8 @@ def start_server_script(
     log_driver_wait: int = LOG_DRIVER_WAIT_SECONDS,
     log_driver_retry: float = LOG_DRIVER_RETRY_SECONDS,
 ) -> str:
-    """Restore the compile cache, remove any old container of this name, then `docker run`
-    the server; prints its id. (The log driver's wait and retry: tests shorten them.)"""
     values = {
-        # First: what both start scripts share (secrets present, directories, the entrypoint,
-        # the cache restore), whose own markers are filled next.
+        # First, so that the prelude's own markers are filled next.
         "SERVER_PRELUDE": template("server_prelude.sh").rstrip("\n"),
         "ENTRYPOINT_SH": template("vllm_entrypoint.sh").rstrip("\n"),
         "CACHE_RESTORE": cache_restore_script(config),
@@ -220,7 +186,6 @@ def start_server_script(
 
 
 def container_ref(start_stdout: str | None, name: str) -> str:
-    """The id `docker run -d` printed (its last stdout line), else the container's name."""
     lines = [line.strip() for line in (start_stdout or "").splitlines() if line.strip()]
     last = lines[-1] if lines else ""
     return last if re.fullmatch(r"[0-9a-f]{12,64}", last) else name
@@ -233,8 +198,6 @@ def readiness_script(
     poll_seconds: float = 1.0,
     heartbeat_seconds: float = READINESS_HEARTBEAT_SECONDS,
 ) -> str:
-    """Follow this container start's log until ready, check /health and /v1/models, then ask
-    the model a chat and (with a tool-call parser) a tool call."""
     ref = container_ref(start_stdout, container)
     args = [
         "--container",
@@ -255,7 +218,7 @@ def readiness_script(
         str(READINESS_ANSWER_SECONDS),
     ]
     pairs = [f"{shlex.quote(args[i])} {shlex.quote(args[i + 1])}" for i in range(0, len(args), 2)]
-    if config.vllm.tool_call_parser:  # the server has --enable-auto-tool-choice: ask a tool call
+    if config.vllm.tool_call_parser:  # the server has --enable-auto-tool-choice
         pairs.append("--tool-call")
     return (
         HEADER

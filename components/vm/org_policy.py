@@ -1,35 +1,11 @@
 """Organization policies that make a TPU node unusable, checked before any TPU is requested.
 
-Two kinds of boolean constraint break this program on a node that has already been paid for,
-each in a legacy and a managed form (managed constraints, `compute.managed.*`, are the Org Policy
-v2 replacements of the legacy `compute.*` ones; Compute Engine docs, "Managed constraints"):
-
-- OS Login forced on: `compute.requireOsLogin` (legacy) makes Compute Engine reject requests that
-  set `enable-oslogin` to false in VM or project metadata (and puts `enable-oslogin=true` in the
-  metadata of new projects); `compute.managed.requireOsLogin` evaluates the same `enable-oslogin`
-  metadata key. The node needs OS Login off (`enable-oslogin: FALSE`, components/vm/ssh.py): with it
-  on, the guest agent creates no account from the `ssh-keys` metadata. The agent itself knows
-  nothing of organization policies: it reads only the project's and the instance's
-  `enable-oslogin` metadata, the instance's winning (guest-agent `google_guest_agent/oslogin.go`,
-  `getOSLoginEnabled`). What the policy changes is which metadata Google Cloud accepts.
-- Guest attributes blocked: `compute.disableGuestAttributesAccess` (legacy) turns off reading
-  guest attributes through the API, and `compute.managed.disableGuestAttributesAccess` evaluates
-  the `enable-guest-attributes` metadata key. Either way the node's SSH host key (published under
-  `hostkeys/`) cannot be read, so the connection cannot be verified.
-
-The effective policy (merged over organization, folders and project) of a legacy constraint comes
-from Cloud Resource Manager v1 `projects.getEffectiveOrgPolicy`; that of a managed one from the
-Organization Policy API v2 `projects.policies.getEffectivePolicy`. Both go through
-google-api-python-client's bundled discovery documents, like the TPU client. Both need
-`orgpolicy.policy.get` on the project, and v2 needs `orgpolicy.googleapis.com` enabled; a policy
-that cannot be read gets a warning naming the constraint that was not checked, and the program
-goes on.
-
-`OrgPolicyGate` runs the check in its provider's `check`, which the Pulumi engine calls for every
-registered resource at `pulumi preview` and `pulumi up`, before any create; the queued resource
-depends on the gate, so a refused check means no TPU is requested. Under Pulumi mocks no provider
-runs, so the program's tests never reach Google; the provider itself is tested against a
-loopback fake of both APIs (`tests/support/fakes/resource_manager.py`).
+OS Login forced on (`compute.requireOsLogin`, `compute.managed.requireOsLogin`) leaves the node
+with no user from `ssh-keys`; guest attributes blocked (`compute.disableGuestAttributesAccess`,
+`compute.managed.disableGuestAttributesAccess`) leaves its host key unreadable. The gate's
+provider checks them in `check`, which the engine runs at every preview and up, before any
+create. What and why: docs/secrets-and-access.md, "Organization policies"; how each is read:
+docs/tpu-request.md, "What the stack creates".
 """
 
 from __future__ import annotations
@@ -50,36 +26,30 @@ from googleapiclient.errors import HttpError
 from components.vm.google_credentials import google_credentials
 from components.vm.tpu_api import report
 
-#: Override of the Cloud Resource Manager endpoint, for Private Service Connect and for tests.
+#: For Private Service Connect and for tests.
 ENDPOINT_ENV = "RESOURCE_MANAGER_API_ENDPOINT"
-#: Override of the Organization Policy API (v2) endpoint, for Private Service Connect and tests.
-#: Unset, the v2 reads follow ENDPOINT_ENV when that is set: a deployer (or a test) who routes
-#: org-policy reads elsewhere never has the new ones leave for the public endpoint unnoticed;
-#: an endpoint that does not serve v2 answers 404, which is a warning, not a failure.
+#: Unset, v2 follows ENDPOINT_ENV, so rerouted reads never leave for the public endpoint
+#: unnoticed; an endpoint without v2 answers 404, a warning.
 ORG_POLICY_ENDPOINT_ENV = "ORG_POLICY_API_ENDPOINT"
 HTTP_TIMEOUT_SECONDS = 60
-#: google-api-python-client retries 429 and 5xx answers itself, with exponential backoff.
 NUM_RETRIES = 3
 REQUIRE_OS_LOGIN = "compute.requireOsLogin"
 DISABLE_GUEST_ATTRIBUTES = "compute.disableGuestAttributesAccess"
 MANAGED_REQUIRE_OS_LOGIN = "compute.managed.requireOsLogin"
 MANAGED_DISABLE_GUEST_ATTRIBUTES = "compute.managed.disableGuestAttributesAccess"
-#: Each behaviour the node cannot live with, legacy constraint first.
 OS_LOGIN_CONSTRAINTS = (REQUIRE_OS_LOGIN, MANAGED_REQUIRE_OS_LOGIN)
 GUEST_ATTRIBUTE_CONSTRAINTS = (DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES)
 PERMISSION = "orgpolicy.policy.get"
 VIEWER_ROLE = "roles/orgpolicy.policyViewer"
 ORG_POLICY_API = "orgpolicy.googleapis.com"
 UNVERIFIED_KEY = "tpu-vllm:access.allowUnverifiedHostKey"
-#: The metadata key each managed constraint evaluates (Compute Engine, "Managed constraints",
-#: metadata-based constraints).
+#: The metadata key each managed constraint evaluates (Compute Engine, "Managed constraints").
 MANAGED_METADATA_KEY = {
     MANAGED_REQUIRE_OS_LOGIN: "enable-oslogin",
     MANAGED_DISABLE_GUEST_ATTRIBUTES: "enable-guest-attributes",
 }
-#: Answers that mean "this policy cannot be read by this deployer", not "the check is broken":
-#: 403 (no permission, or the API disabled), 404 (a constraint this organization does not
-#: offer), 400 (v2 refusing a constraint name it does not know).
+#: "Cannot be read by this deployer", not "broken": no permission or API off, a constraint
+#: the organization lacks, or one v2 does not know.
 UNREADABLE_STATUSES = (400, 403, 404)
 
 
@@ -125,17 +95,13 @@ def _error_text(error: HttpError) -> str:
 
 
 def read_policy(project: str, constraint: str) -> PolicyReading:
-    """Whether `constraint` is enforced on `project`, through the API that serves its kind."""
     if is_managed(constraint):
         return read_managed_policy(project, constraint)
     return read_boolean_policy(project, constraint)
 
 
 def read_boolean_policy(project: str, constraint: str) -> PolicyReading:
-    """Whether the legacy `constraint` is enforced on `project`, merged over the hierarchy.
-
-    A 403 (no `orgpolicy.policy.get`, or the API disabled) is an answer too: "unknown".
-    """
+    """Cloud Resource Manager v1 `projects.getEffectiveOrgPolicy`; a 403 means "unknown"."""
     request = (
         _service()
         .projects()
@@ -153,15 +119,12 @@ def read_boolean_policy(project: str, constraint: str) -> PolicyReading:
             f"{_error_text(error)}. Fix: check that gcp:project is right and that the Cloud "
             "Resource Manager API (cloudresourcemanager.googleapis.com) is enabled."
         ) from None
-    # An unset or restored-to-default policy has no booleanPolicy.enforced: both constraints
-    # default to "not enforced".
+    # Unset or restored to default: no booleanPolicy.enforced, and both default to off.
     return PolicyReading(constraint, bool((policy.get("booleanPolicy") or {}).get("enforced")))
 
 
 def read_managed_policy(project: str, constraint: str) -> PolicyReading:
-    """Whether the managed `constraint` is enforced on `project`: Org Policy v2
-    `projects.policies.getEffectivePolicy` (GET v2/projects/P/policies/C:getEffectivePolicy).
-    403/404/400 mean "could not be read" (see `UNREADABLE_STATUSES`)."""
+    """Org Policy v2 `projects.policies.getEffectivePolicy`."""
     request = (
         _service("orgpolicy", "v2")
         .projects()
@@ -184,13 +147,10 @@ def read_managed_policy(project: str, constraint: str) -> PolicyReading:
 def evaluate_v2_policy(constraint: str, policy: Mapping[str, Any]) -> PolicyReading:
     """A `GoogleCloudOrgpolicyV2Policy` (orgpolicy.v2 discovery document) as enforced or not.
 
-    `spec.rules[].enforce` carries the state of a boolean or managed constraint; a boolean
-    policy has exactly one rule without a `condition`. No spec, no rules or `spec.reset` leave
-    the constraint's default, which for both managed constraints here is "not enforced" (they
-    are not among the org-policy docs' "automatically enforced constraints"). `dryRunSpec` is
-    audit only and changes nothing. The effective policy has its conditions evaluated; a rule
-    that still carries one (a tag condition on resources below the project) enforces the
-    constraint on some resources only, so whether it applies to the node cannot be told.
+    No spec, no rules or `spec.reset` leave the default, off for both managed constraints (not
+    among the org-policy docs' "automatically enforced constraints"); `dryRunSpec` is audit
+    only. A rule that still carries a condition in the effective policy applies to some
+    resources only: whether it covers the node cannot be told.
     """
     spec = policy.get("spec") or {}
     if spec.get("reset"):
@@ -258,9 +218,6 @@ def guest_attributes_error(project: str, constraint: str = DISABLE_GUEST_ATTRIBU
 
 
 def unverified_warning(project: str, constraint: str) -> str:
-    """With the opt-in, the node's metadata leaves out `enable-guest-attributes`
-    (components/vm/ssh.py), so the managed constraint, which evaluates that key, finds nothing to
-    refuse; the legacy one only blocks reading, which the run no longer tries."""
     metadata = (
         f" The node's metadata leaves out `{MANAGED_METADATA_KEY[constraint]}`, the key this "
         "managed constraint evaluates, so it does not refuse the request."
@@ -275,8 +232,7 @@ def unverified_warning(project: str, constraint: str) -> str:
 
 
 def check_node_access(project: str, *, allow_unverified_host_key: bool) -> list[str]:
-    """Raise at the first policy that makes the node unusable (nothing more is asked then);
-    return warnings, one naming each constraint that could not be read (so was not checked)."""
+    """Raise at the first policy that makes the node unusable; else return the warnings."""
     readings: list[PolicyReading] = []
     for constraint in OS_LOGIN_CONSTRAINTS:
         readings.append(read_policy(project, constraint))

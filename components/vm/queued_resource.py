@@ -1,48 +1,10 @@
 """The flex-start queued resource, as a Pulumi dynamic provider over the TPU v2alpha1 API.
 
-No Pulumi or Terraform provider can ask for flex-start: pulumi-gcp's `V2QueuedResource` has no
-provisioning model, run duration, metadata, service account, labels or tags. This provider sends
-the v2alpha1 body itself, waits for ACTIVE, fails over between zones, and on refresh tells an
-expired flex-start TPU (SUSPENDED, node deleted) from a live one, so `pulumi up --refresh`
-replaces it.
-
-The provider is split along its seams: what is asked and read back
-(components/vm/queued_resource_spec.py), the create with its zone attempts
-(components/vm/queued_resource_create.py: gcloud's request, operation and polling, and how a
-refusal is classified), the drain and delete (components/vm/queued_resource_delete.py). This
-module holds the provider class, whose module path every `__provider` pickle names; states
-written before components/vm/ existed name components/queued_resource.py, kept as an alias.
-
-An image upgrade (the pinned `image` input changes, components/image_pin.py) is replaced the
-same create-first way as a renewal, so the old build serves until the new one has answered.
-
-Renewal ahead of the end (`renewal.lead`, components/renewal.py): when the state shows the TPU
-ACTIVE with less than the lead left, `diff` asks for a replacement that is not
-delete-before-replace, so Pulumi creates the next queued resource first, moves every dependant
-(host key, remote commands, DNS record) to it, and deletes this one at the end of the update
-(pulumi/pulumi `pkg/resource/deploy/step_generator.go`: the create-replacement step now, "the
-delete step is generated 'later' on, after all creates/updates finish"). Both must exist at
-once, so each request has one of two id pairs, the stack's own ids or the same with
-`RENEWAL_SUFFIX`; the inputs always carry the stack's own, so the diff is still "no change"
-outside the window. The create takes the stack's ids unless the API says they are taken by the
-node being renewed, then the other pair; when the zone beside it has no capacity, the next zone
-is tried under the stack's own ids, so a successor may hold either pair in any of the stack's
-zones. The resource's id and outputs name the pair and zone in use. The delete of a replaced
-node that still serves while a successor does waits `renewal.drain` first, so clients that
-cached the old address finish. That delete sees only the stored outputs, so a change of
-`tpu.zones`, `renewal.drain` or a timing is an in-place update that stores them (`diff`,
-`update`): the drain waited and the zones searched for the successor are the current config's.
-
-Which TPU is whose is read from the node's labels, never from its ids alone: the stack's labels
-(`components/naming.py` `labels`) tell this stack's nodes from those of a stack whose own name ends
-in `RENEWAL_SUFFIX` (stacks `foo` and `foo-b` share the id `tpu-vllm-foo-b`), and a per-request
-label (`REQUEST_LABEL`, the create's `requestId`) tells the node a create made from one that
-already held its ids: a retried create whose first send failed (503) meets the TPU being renewed
-with ALREADY_EXISTS too, and must not adopt it.
-
-Pulumi pickles the provider object with dill and re-imports this module (and so its siblings)
-in its provider host, so they hold no clients and no config: everything arrives in the
-resource's props, and the API client is built inside each method.
+No Pulumi or Terraform provider can ask for flex-start (pulumi-gcp's `V2QueuedResource` lacks
+the provisioning model and run duration). This one sends the v2alpha1 body itself, waits for
+ACTIVE, fails over between zones, replaces an expired TPU on refresh, and renews one near its
+end create-first. Its module path is pickled into every state, so it holds no clients and no
+config. Why and how: docs/tpu-request.md, "Provider code and state"; docs/renewal.md.
 """
 
 from __future__ import annotations
@@ -81,8 +43,6 @@ class QueuedResourceProvider(dyn.ResourceProvider):
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         failures = []
         optional = ("labels", "tags", "network", "metadata", "max_run_seconds")
-        # `renewal_lead_seconds` and `drain_seconds` are optional too: a state written before
-        # they existed has neither, and then the TPU is only replaced once its run ended.
         for key in (*SPEC_KEYS, "zones"):
             if key not in news and key not in optional:
                 failures.append(dyn.CheckFailure(key, f"{key} is required"))
@@ -102,8 +62,6 @@ class QueuedResourceProvider(dyn.ResourceProvider):
             outs = try_zone(api, spec, zone, zone_errors)
             if outs is not None:
                 outs["zone_errors"] = zone_errors
-                # The name of the id pair the request got (the stack's own, or beside the TPU
-                # it renews), as `describe` reports it.
                 return dyn.CreateResult(id_=outs["qr_name"], outs={**_inputs(props), **outs})
         raise Exception(
             f"no zone could provide {spec.accelerator_type} ({spec.provisioning}); every "
@@ -136,19 +94,11 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         return dyn.ReadResult(id_=id_, outs={**_inputs(props), **outs})
 
     def diff(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
-        """A spec change (or a dead TPU) replaces it, delete-first: the old one cannot serve the
-        new spec, or serves nothing any more. Inside the renewal window (ACTIVE, less than
-        `renewal_lead_seconds` left) and with nothing else changed, it is replaced
-        create-first: the next one is requested while this one serves on.
-
-        A change of zones (still holding the current zone), timing, lead or drain is an update
-        in place (`IN_PLACE_KEYS`): only the stored values change, since `delete` sees nothing
-        else. Inside the window such a change (the lead's aside) is stored first and the
-        renewal waits for the next `pulumi up` (scripts/renew.py runs it at once): a renewal in
-        the same up would delete this node with the old drain, looking for its successor only
-        in the old zones. Anything else is no change: the provider host never declares preview
-        support, so an update previews with unknown outputs (a new host key, re-run
-        fetch/start/ready) that `up` would not perform."""
+        """A spec change or a dead TPU: replaced delete-first. A new image, or the renewal
+        window with nothing else changed: replaced create-first, so this one serves meanwhile.
+        Zones, timing, lead or drain: updated in place, since `delete` sees only stored values;
+        inside the window that update goes first and the renewal waits for the next `up`.
+        docs/tpu-request.md, "Progress, retries and what changes in place"."""
         name = olds.get("qr_name") or id_
         replaces = [
             k for k in SPEC_KEYS if whole_numbers(olds.get(k)) != whole_numbers(news.get(k))
@@ -163,13 +113,9 @@ class QueuedResourceProvider(dyn.ResourceProvider):
             return dyn.DiffResult(changes=True, replaces=replaces, delete_before_replace=True)
         served, image = olds.get("image"), news.get("image")
         if image and served != image:
-            # A new pinned image (`vllm.imageUpgrade`, or the first up that pins a stack made
-            # before the pin existed): renewal's create-first replacement, so this node serves
-            # until the successor has answered with the new build. It goes before the in-place
-            # keys: storing them first would restart the new build on this node (the start
-            # command changes with the image). So an image change made together with a change
-            # of zones, drain or timing deletes this node with the stored ones; make those in
-            # an `up` of their own (docs/operations.md, "Upgrade the image").
+            # Before the in-place keys: storing them first would restart the new build on this
+            # node. So zones, drain or timing changed with it are not used for this node's
+            # delete (docs/operations.md, "Upgrade the image").
             report(
                 f"{name}: the image changes ({served or 'a tag, unpinned'} -> {image}): a "
                 "successor node starts with it while this one serves; the name moves once the "
@@ -207,8 +153,7 @@ class QueuedResourceProvider(dyn.ResourceProvider):
         return dyn.DiffResult(changes=False, replaces=[], delete_before_replace=True)
 
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        """Store the new `IN_PLACE_KEYS` (the diff names no other change without replacing) and
-        keep what the TPU API said: no TPU call is needed, nothing about the node changed."""
+        """Store the new `IN_PLACE_KEYS`; no TPU call, the node did not change."""
         outs = {k: olds.get(k) for k in OUTPUT_KEYS}
         changed = [
             IN_PLACE_CONFIG[k]
@@ -236,8 +181,7 @@ def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _window_text(termination_time: str | None, lead: Any, drain: Any) -> str:
-    """What a renewal inside the window does, for the progress lines of read/diff. `lead` and
-    `drain` are seconds as props carry them (floats)."""
+    """The progress line of read/diff inside the renewal window."""
     left = renewal.seconds_left(termination_time) or 0.0
     return (
         f"ACTIVE with {renewal.minutes(left)} of its run left, inside the renewal window "

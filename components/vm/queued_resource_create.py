@@ -1,14 +1,8 @@
 """Creating a queued resource: one zone after another, each attempt cleaned up if it fails.
 
-The create follows what gcloud does (`surface/compute/tpus/queued_resources/create.yaml`: the
-call answers a long-running Operation and gcloud waits on it unless `--async`): it polls
-`operations.get` until `done`, then the queued resource until ACTIVE. The `requestId` it sends
-(the API's "Idempotent request UUID.") is this project's addition: gcloud sets none (create.yaml
-maps only `queuedResourceId`, and none of its request hooks in `command_lib/compute/tpus/
-queued_resources/util.py` sets one); it makes the library's retry of a create a replay.
-A refusal is classified the same way whether it came as an HTTP error, as the operation's
-`error` or as a FAILED queued resource: see `_verdict`. Part of the queued-resource provider
-(components/vm/queued_resource.py).
+As gcloud does (`surface/compute/tpus/queued_resources/create.yaml`): poll the Operation, then
+the queued resource until ACTIVE. The `requestId` is this project's addition: gcloud sets none;
+it makes the library's retry of a create a replay. docs/tpu-request.md, "The create".
 """
 
 from __future__ import annotations
@@ -33,22 +27,18 @@ from components.vm.queued_resource_spec import (
 )
 from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 
-#: How much earlier than this create's first send a queued resource may have been created and
-#: still be this create's, when its labels cannot be read (clocks of client and API differ).
-#: The TPU being renewed is older by a run minus the lead: hours, or at least half a run.
+#: Clock skew allowed when telling, without labels, whether this create made a queued resource;
+#: the TPU being renewed is hours older.
 ADOPT_CLOCK_SKEW_SECONDS = 300.0
-#: INVALID_ARGUMENT texts that mean "not in this zone", like seed 000's `FLEX_START provisioning
-#: model is not supported for accelerator type "v5litepod-1"`. The subject must be the
-#: accelerator or the provisioning model: `Runtime version "x" is not supported for accelerator
-#: type "y"` is a bad body, not a zone's refusal.
+#: INVALID_ARGUMENT texts that mean "not in this zone" (seed 000's `FLEX_START provisioning model
+#: is not supported for accelerator type "v5litepod-1"`); an unsupported runtime is a bad body.
 UNSUPPORTED_HERE = re.compile(
     r"(provisioning model|accelerator type)\b[^.;]*?\b(not supported|not available|unavailable"
     r"|unsupported|not offered)"
     r"|\b(unsupported|unavailable) (provisioning model|accelerator type)",
     re.IGNORECASE,
 )
-#: An error that names the service account, in words ("Service account X does not exist."),
-#: not a field path such as `service_account.scope`.
+#: In words ("Service account X does not exist."), not a field path (`service_account.scope`).
 SERVICE_ACCOUNT_WORDS = re.compile(r"\bservice account\b", re.IGNORECASE)
 
 
@@ -62,7 +52,6 @@ class _RefusedError(Exception):
     def __init__(self, error: ApiError, *, failed: bool = False) -> None:
         super().__init__(str(error))
         self.error = error
-        #: A FAILED queued resource: "not here" unless it names the service account.
         self.failed = failed
 
     @property
@@ -73,18 +62,15 @@ class _RefusedError(Exception):
 
 
 class _TakenError(Exception):
-    """The queued-resource id is in use (a definite ALREADY_EXISTS): by the TPU this one
-    renews, or by something the program did not make."""
+    """The queued-resource id is in use: by the TPU this one renews, or by something else."""
 
 
 Verdict = Literal["iam", "zone", "stop"]
 
 
 def _verdict(refusal: _RefusedError, spec: Spec) -> Verdict:
-    """What a refusal means. `iam`: the service account is not visible yet, retry this zone.
-    `zone`: not here (quota, capacity, a FAILED request, a zone that does not offer the
-    accelerator or provisioning model), try the next zone. `stop`: anything else, such as a bad
-    body; another zone would refuse it too."""
+    """`iam`: retry this zone; `zone`: try the next; `stop`: another zone would refuse it too.
+    docs/tpu-request.md, "Zones, and how a refusal is judged"."""
     error = refusal.error
     email = (spec.service_account_email or "").lower()
     if (email and email in error.message.lower()) or SERVICE_ACCOUNT_WORDS.search(error.message):
@@ -114,9 +100,7 @@ def _stop_message(zone: str, error: ApiError) -> str:
 
 def try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dict[str, Any] | None:
     """Request the TPU in one zone and wait for ACTIVE; None (and a reason) if it cannot be had.
-
-    Whatever goes wrong after the create may have gone out, the queued resource is deleted
-    again: Pulumi records nothing for a failed dynamic create, so it would bill unseen."""
+    Any failure deletes it again: Pulumi records nothing for a failed dynamic create."""
     iam_since: float | None = None
     iam_delays = poll_delays(max(spec.timing.poll_seconds, 1e-3))
     taken: set[str] = set()
@@ -172,11 +156,8 @@ def try_zone(api: TpuApi, spec: Spec, zone: str, zone_errors: list[str]) -> dict
 
 def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]) -> Spec:
     """Where to request the TPU when `spec`'s ids are taken in `zone`: beside the TPU being
-    renewed (this stack's, by its labels; ACTIVE inside its window, or ended since the diff),
-    under the other id pair. Another stack's TPU under these ids (stacks `foo` and `foo-b`)
-    sends the request to the next zone (ZoneFailedError). Anything else holding the ids stops
-    the create, as a queued resource left by an interrupted run always did: it is not adopted,
-    not deleted and not silently stepped around."""
+    renewed, under the other id pair. Another stack's TPU sends it to the next zone; anything
+    else stops the create (never adopted, deleted or stepped around)."""
     name = spec.qr_name(zone)
     try:
         occupant = api.get_queued_resource(name)
@@ -211,7 +192,6 @@ def _slot_beside_predecessor(api: TpuApi, spec: Spec, zone: str, taken: set[str]
 
 
 def _other_stack_text(name: str, qr: Mapping[str, Any], spec: Spec) -> str:
-    """Why another stack's queued resource under this request's ids sends it to the next zone."""
     node = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0]
     owner = dict((node.get("node") or {}).get("labels") or {}).get("stack", "none")
     return (
@@ -225,8 +205,7 @@ def _other_stack_text(name: str, qr: Mapping[str, Any], spec: Spec) -> str:
 
 
 class _ZoneAttempt:
-    """One create in one zone. Its `requestId` (the API's idempotency UUID) is fixed here, so
-    every retry of this create, which the library sends to the same URI, carries the same one."""
+    """One create in one zone; every retry of it carries the same `requestId`."""
 
     def __init__(self, api: TpuApi, spec: Spec, zone: str) -> None:
         self.api = api
@@ -234,11 +213,9 @@ class _ZoneAttempt:
         self.zone = zone
         self.name = spec.qr_name(zone)
         self.request_id = str(uuid.uuid4())
-        #: The create may have taken effect, so cleanup must delete (404 counts as done).
         self.maybe_created = False
         self.adopted = False
         self.accepted_at = 0.0
-        #: Wall-clock time of the first send, for `_made_here` when no label can be read.
         self.sent_at = 0.0
 
     def run(self) -> dict[str, Any]:
@@ -268,10 +245,8 @@ class _ZoneAttempt:
             )
         except ApiError as error:
             if error.status == "ALREADY_EXISTS" and error.attempts > 1:
-                # An earlier send of this very request (same requestId) may have created it and
-                # its answer was lost; the retry met it. Adopt it: it bills, it must not be
-                # orphaned. Or the first send failed and the ids were taken all along (the TPU
-                # being renewed): `_check_adopted` tells the two apart by the node's labels.
+                # An earlier send of this request may have created it (answer lost): it bills,
+                # so adopt it, unless `_check_adopted` finds the ids were taken all along.
                 report(f"{name} was created by an earlier attempt of this request; adopting it")
                 self.adopted = True
                 self.accepted_at = time.monotonic()
@@ -285,7 +260,6 @@ class _ZoneAttempt:
         return operation
 
     def _wait_operation(self, operation: Mapping[str, Any]) -> None:
-        """Poll `operations.get` until `done`; an operation `error` is a refusal like any."""
         delays = poll_delays(self.spec.timing.poll_seconds)
         while not operation.get("done"):
             if time.monotonic() >= self._deadline():
@@ -335,11 +309,8 @@ class _ZoneAttempt:
             time.sleep(next(delays))
 
     def _check_adopted(self, qr: Mapping[str, Any]) -> None:
-        """An adopted queued resource must be the one this request made: the same node spec,
-        and a node labelled with this request's id. One that held the ids before (the TPU
-        being renewed has the same spec) is not adopted and never deleted: the ids are taken,
-        as a 409 on the first send would have said (`_TakenError`), and
-        `_slot_beside_predecessor` decides where the request goes, or stops it."""
+        """Keep an adopted queued resource only if this request made it (same node spec, this
+        request's label); the TPU being renewed has the same spec and must not be taken."""
         self.adopted = False
         wanted = self.spec.body(self.zone)["tpu"]["nodeSpec"][0]
         found = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0]
@@ -358,17 +329,14 @@ class _ZoneAttempt:
         raise _TakenError(self.name)
 
     def _made_here(self, qr: Mapping[str, Any]) -> bool:
-        """Whether this request created `qr`: its node carries the request's label. When no
-        labels can be read, whether it was created after the first send (less clock skew)."""
+        """By the request's label; without labels, by a createTime after the first send."""
         labels = node_labels(self.api, self.spec, self.zone, qr)
         if labels is not None:
             return labels.get(REQUEST_LABEL) == self.request_id
-        # createTime minus the first send; None when the API gave no createTime.
         created_after_send = renewal.seconds_left(qr.get("createTime"), now=self.sent_at)
         return created_after_send is None or created_after_send >= -ADOPT_CLOCK_SKEW_SECONDS
 
     def clean_up(self) -> None:
-        """Delete what this attempt may have created and wait until it is gone."""
         if self.maybe_created:
             delete_and_wait(self.api, self.name, self.spec.timing, just_created=True)
 

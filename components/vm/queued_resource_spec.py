@@ -1,11 +1,5 @@
-"""What a queued resource is asked for, and what is read back: the props, typed, and the outputs.
-
-`Spec` is the dynamic resource's props as the provider receives them (numbers as floats, the
-`__provider` key among them) turned into the v2alpha1 request body, with the two id pairs a
-renewal alternates between; `describe` turns the API's answer into the resource's outputs.
-Part of the queued-resource provider (components/vm/queued_resource.py); like it, this module
-holds no clients and no config, since the provider host re-imports it.
-"""
+"""What a queued resource is asked for (`Spec`, the v2alpha1 body) and what is read back
+(`describe`, the outputs). Part of the queued-resource provider: no clients, no config."""
 
 from __future__ import annotations
 
@@ -20,8 +14,7 @@ from components.vm.tpu_api import ApiError, TpuApi
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROVISIONING_MODELS = {"flex-start": "FLEX_START", "spot": "SPOT", "on-demand": "STANDARD"}
-#: Every `QueuedResourceState.state` of the TPU API: the enum of the v2alpha1 discovery document
-#: (googleapiclient/discovery_cache/documents/tpu.v2alpha1.json, revision 20261001), in its order.
+#: `QueuedResourceState.state`, as in googleapiclient's tpu.v2alpha1.json (revision 20261001).
 STATES = (
     "STATE_UNSPECIFIED",
     "CREATING",
@@ -34,28 +27,20 @@ STATES = (
     "SUSPENDED",
     "WAITING_FOR_RESOURCES",
 )
-#: On the way to a serving node, or serving (ACTIVE).
 LIVE_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"})
-#: Final: the run ended and the VM was deleted (SUSPENDED), or the request failed; only a
-#: deletion changes them. A new request is needed.
+#: Only a deletion changes them: the run ended and the VM was deleted, or the request failed.
 FINAL_STATES = frozenset({"SUSPENDED", "FAILED"})
-#: On the way out: the VM or the request is being deleted; it will not serve again.
 LEAVING_STATES = frozenset({"SUSPENDING", "DELETING"})
-#: States in which the TPU is gone or going and must be requested again.
 DEAD_STATES = FINAL_STATES | LEAVING_STATES
-#: States in which a delete may be refused for a while (seed 000 §1.2 names no error code).
+#: A delete may be refused for a while (seed 000 §1.2, which names no error code).
 UNDELETABLE_STATES = frozenset({"PROVISIONING", "CREATING"})
-#: States of a predecessor whose ids a renewal may step around: its run ended (or is ending)
-#: between the diff that chose create-before-replace and the create.
+#: A predecessor whose run ended between the renewal's diff and its create: its ids are stepped
+#: around too.
 ENDED_STATES = FINAL_STATES | {"SUSPENDING"}
-#: The second id pair (queued resource and node): a renewal's request exists beside the current
-#: one, whose ids it cannot reuse. "" is the stack's own pair, so a stack's first node keeps the
-#: names it always had.
+#: The second id pair, for a renewal's request beside the current one; "" is the stack's own.
 RENEWAL_SUFFIX = "-b"
 SLOTS = ("", RENEWAL_SUFFIX)
-#: The node label that names the create (its `requestId`, a UUID: 36 characters of [0-9a-f-],
-#: a valid label value, which must match [a-z0-9_-]{0,63}) that made the node. Node.labels is
-#: a plain string map in the v2alpha1 discovery document (revision 20261001).
+#: The node label naming the create (its `requestId` UUID, a valid label value) that made it.
 REQUEST_LABEL = "tpu-vllm-request"
 # Props whose change requires a new queued resource: the API has no update.
 SPEC_KEYS = (
@@ -73,16 +58,9 @@ SPEC_KEYS = (
     "network",
     "metadata",
 )
-#: Props whose change needs no new TPU, only new stored values: an in-place update that makes
-#: no TPU call. The engine hands `delete` the stored outputs, never the current inputs (pulumi
-#: `sdk/go/common/resource/plugin/provider_plugin.go`, Delete sends `Properties: outputs`), and a
-#: diff that reports no change keeps them (`pkg/resource/deploy/step.go`, SameStep retains the
-#: old outputs). So a drain, zone list or timing changed since the create would never reach the
-#: node's delete: it would look for its successor only in the zones of the create and wait the
-#: old drain. `renewal_lead_seconds` is read from the new inputs at each diff; it is stored for
-#: `read`'s progress line.
+#: Props whose change is an in-place update with no TPU call: `delete` sees only stored values
+#: (docs/tpu-request.md, "Progress, retries and what changes in place").
 IN_PLACE_KEYS = ("zones", "timing", "renewal_lead_seconds", "drain_seconds")
-#: The config key behind each, for the progress line of the diff.
 IN_PLACE_CONFIG = {
     "zones": "tpu.zones",
     "timing": "timing",
@@ -103,9 +81,7 @@ OUTPUT_KEYS = (
 
 
 def node_ids(stack: str) -> tuple[str, ...]:
-    """Every node id the stack's TPU may have: its own, and the renewal's successor beside it
-    (queued_resource_spec.Spec.in_slot appends each slot's suffix to the node id). The
-    dashboard's TPU tiles pick this stack's nodes by them."""
+    """Every node id the stack's TPU may have (either id pair), for the dashboard's TPU tiles."""
     own = resource_id(stack, "-node")
     return tuple(own + slot for slot in SLOTS)
 
@@ -115,15 +91,12 @@ class Timing:
     """How long to wait and how often to ask. Changing these never replaces the TPU."""
 
     poll_seconds: float = 15.0
-    #: Beyond the capacity wait: PROVISIONING to ACTIVE takes minutes.
     provisioning_timeout_seconds: float = 1200.0
     delete_timeout_seconds: float = 1800.0
-    #: Attempts per API call; google-api-python-client retries 429/5xx in between.
     retry_attempts: int = 6
     #: Scales the library's backoff (rand() x 2^n s); 2.0 keeps it as the library has it.
     retry_base_seconds: float = 2.0
-    #: How long a create that names the service account is retried in the same zone: a new
-    #: service account can stay invisible to the TPU API for a minute or more.
+    #: A new service account can stay invisible to the TPU API for a minute or more.
     iam_wait_seconds: float = 300.0
     #: A 404 on the new queued resource this soon after the create is eventual consistency.
     consistency_grace_seconds: float = 60.0
@@ -150,20 +123,15 @@ class Spec:
     provisioning: str
     max_run_seconds: int | None
     capacity_wait_seconds: int
-    #: None only when driven without one (tests, mocks): the node then gets the default.
     service_account_email: str | None
     labels: Mapping[str, str]
     tags: tuple[str, ...]
     metadata: Mapping[str, str]
     timing: Timing
-    #: The VPC network (`access.network`); the API's own default is `default` too.
     network: str = "default"
-    #: `renewal.lead`: an ACTIVE TPU with less left than this is replaced create-first. None:
-    #: never (spot, on-demand, or a state written before the key existed).
+    #: None: never renewed (spot, on-demand, or a state written before the key existed).
     lead_seconds: float | None = None
-    #: `renewal.drain`: how long a replaced TPU serves on once its successor took the name.
     drain_seconds: float = float(renewal.DEFAULT_DRAIN_SECONDS)
-    #: Which id pair this request uses: "" (the stack's own) or RENEWAL_SUFFIX.
     slot: str = ""
 
     @classmethod
@@ -217,8 +185,7 @@ class Spec:
         return f"projects/{self.project}/locations/{zone}/nodes/{self.node_id}"
 
     def body(self, zone: str, request_id: str | None = None) -> dict[str, Any]:
-        """The QueuedResource body, in the v2alpha1 discovery document's shape exactly. With
-        `request_id`, the node is labelled with it (REQUEST_LABEL): the create that made it."""
+        """The QueuedResource body, in the v2alpha1 discovery document's shape."""
         node: dict[str, Any] = {
             "acceleratorType": self.accelerator_type,
             "runtimeVersion": self.runtime_version,
@@ -243,8 +210,7 @@ class Spec:
                 ]
             },
             "provisioningModel": PROVISIONING_MODELS[self.provisioning],
-            # Without a deadline a capacity wait can last forever; with it the request fails
-            # and the next zone is tried.
+            # Without it a capacity wait can last forever, and the next zone is never tried.
             "queueingPolicy": {"validUntilDuration": f"{self.capacity_wait_seconds}s"},
         }
         if self.provisioning == "flex-start":
@@ -291,8 +257,7 @@ def describe(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> dict[
 def node_labels(
     api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]
 ) -> Mapping[str, str] | None:
-    """The labels of `qr`'s node: as the queued resource's node spec holds them, else from the
-    node itself while it exists (ACTIVE); None when neither shows any."""
+    """The labels of `qr`'s node, from its node spec or the node itself; None if unreadable."""
     found = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0].get("node") or {}
     if "labels" in found:
         return {str(k): str(v) for k, v in dict(found["labels"] or {}).items()}
@@ -310,10 +275,8 @@ def node_labels(
 
 
 def of_this_stack(api: TpuApi, spec: Spec, zone: str, qr: Mapping[str, Any]) -> bool:
-    """Whether `qr`, found under `spec`'s ids, is this stack's: its node id is `spec`'s and its
-    node carries every one of the stack's labels (`stack`, `project`, `managed-by`). The ids
-    alone do not tell: stack `foo`'s renewal id `tpu-vllm-foo-b` is stack `foo-b`'s own. A node
-    whose labels cannot be read is judged by its node id alone."""
+    """Whether `qr`, found under `spec`'s ids, is this stack's, by node id and labels: stack
+    `foo`'s renewal id `tpu-vllm-foo-b` is stack `foo-b`'s own."""
     node_id = (qr.get("tpu", {}).get("nodeSpec") or [{}])[0].get("nodeId")
     if node_id is not None and node_id != spec.node_id:
         return False

@@ -1,8 +1,5 @@
-"""The VM's secrets fetch: one `remote.Command` that copies the HF token and the API key from
-Secret Manager into 0600 files on the node, with the VM's own identity.
-
-It is a child of the shared `NodeSecrets` (components/secrets.py), as it always was, so its URN
-is unchanged; only the VM builds it (on GKE the pods mount the secrets instead).
+"""The VM's secrets fetch: the HF token and the API key from Secret Manager into 0600 files on
+the node, with the VM's own identity. A child of the shared `NodeSecrets`, so its URN is kept.
 """
 
 from __future__ import annotations
@@ -27,8 +24,6 @@ SECRET_ACCESS_DEADLINE = 600
 
 @dataclass(frozen=True)
 class SecretFile:
-    """One Secret Manager version the node copies into ~/.tpu-vllm/secrets/NAME."""
-
     name: str
     project: str
     secret: str
@@ -36,7 +31,6 @@ class SecretFile:
 
 
 def fetch_secrets_script(files: Sequence[SecretFile]) -> str:
-    """Copy each version into ~/.tpu-vllm/secrets with mode 0600, as the VM itself."""
     fetches = "\n".join(
         " ".join(["fetch", *(shlex.quote(v) for v in (f.name, f.project, f.secret, f.version))])
         for f in files
@@ -50,8 +44,6 @@ def fetch_secrets_script(files: Sequence[SecretFile]) -> str:
 def fetch_secrets(
     secrets: NodeSecrets, config: StackConfig, connection: command.remote.ConnectionArgs
 ) -> command.remote.Command:
-    """`NAME-fetch` under `secrets`: the latest HF token and this API key version onto the VM,
-    after the grants that let the VM read them."""
     hf_secret = SecretFile(HF_TOKEN_FILE, config.project, config.access.hf_token_secret)
     script = secrets.api_key_version.apply(
         lambda version: fetch_secrets_script(

@@ -1,4 +1,5 @@
-"""FlexStartTpu: the node's identity, the flex-start queued resource, and who may reach it."""
+"""FlexStartTpu: the node's identity, the flex-start queued resource, and who may reach it.
+docs/tpu-request.md, "What the stack creates"."""
 
 from __future__ import annotations
 
@@ -21,18 +22,13 @@ from components.vm.org_policy import OrgPolicyGate, OrgPolicyGateArgs
 from components.vm.queued_resource import QueuedResource, QueuedResourceArgs
 
 SSH_PORT = 22
-# VPC firewall rules apply in priority order, lowest number first, and at equal priority a deny
-# wins over an allow (https://cloud.google.com/firewall/docs/firewalls, "Priority"). An auto-mode
-# `default` network lets tcp:22 in from 0.0.0.0/0 (`default-allow-ssh`, 65534), and a rule added
-# without a priority gets 1000, but a neighbour's allow-all may sit at any priority. So the
-# node's tag gets a deny from everywhere at 2, which beats every allow at 2 or a larger number,
-# and the configured ranges an allow at 1, before it: only a rule at 0 or 1 could still let
-# someone else in. Not 0 itself: the Terraform provider under pulumi-gcp has treated an explicit
-# priority 0 as unset and sent the default 1000 (hashicorp/terraform-provider-google#3696).
+# A deny from everywhere at 2 beats any allow at 2 or more (lowest number first, deny wins a tie:
+# https://cloud.google.com/firewall/docs/firewalls, "Priority"); the ranges' allow at 1 comes
+# first. Not 0: the Terraform provider has sent an explicit 0 as the default 1000
+# (hashicorp/terraform-provider-google#3696). docs/secrets-and-access.md, "Who can reach the node".
 ALLOW_PRIORITY = 1
 DENY_PRIORITY = 2
 EVERYWHERE = "0.0.0.0/0"
-#: `monitoring.enabled`: what the node's service account may write (and only that).
 TELEMETRY_ROLES = (
     ("metric-writer", "roles/monitoring.metricWriter"),
     ("log-writer", "roles/logging.logWriter"),

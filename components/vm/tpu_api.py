@@ -1,9 +1,7 @@
 """A thin client for the TPU v2alpha1 queued-resource API; the library retries 429 and 5xx.
 
 Only the v2alpha1 discovery document (bundled with google-api-python-client) carries the
-flex-start fields (`provisioningModel`, `runDuration`), so this wraps the discovery client rather
-than the GAPIC library. The client is built per call site, never at import time, because the
-dynamic provider that uses it is pickled and re-imported by Pulumi's provider host.
+flex-start fields (`provisioningModel`, `runDuration`), hence the discovery client, not GAPIC.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from googleapiclient.errors import HttpError
 
 from components.vm.google_credentials import google_credentials
 
-#: Override of the API endpoint, for Private Service Connect and for tests.
+#: For Private Service Connect and for tests.
 ENDPOINT_ENV = "TPU_API_ENDPOINT"
 HTTP_TIMEOUT_SECONDS = 60
 #: google.rpc.Code (googleapis `google/rpc/code.proto`): number -> (name, its HTTP status).
@@ -51,18 +49,15 @@ _FIELD_IN_MESSAGE = re.compile(r"at '([^']+)'")
 
 @dataclass(frozen=True)
 class ApiError(Exception):
-    """A TPU API error with Google's status (INVALID_ARGUMENT, NOT_FOUND, ...) and message.
-
-    It comes from an HTTP answer or from a finished operation's `error` (a google.rpc.Status);
-    both are classified the same way, so a zone's refusal is seen wherever it arrives.
-    """
+    """A TPU API error from an HTTP answer or an operation's `error` (a google.rpc.Status),
+    so a refusal is judged the same wherever it arrives."""
 
     http_status: int
     status: str
     message: str
-    #: `fieldViolations[].field` of a google.rpc.BadRequest detail: what a bad body got wrong.
+    #: `fieldViolations[].field` of a google.rpc.BadRequest detail.
     fields: tuple[str, ...] = ()
-    #: How many times the request was sent (the library retries 429/5xx and dropped connections).
+    #: How many times the request was sent: tells a replayed create from a first one.
     attempts: int = 1
     in_operation: bool = False
 
@@ -72,7 +67,6 @@ class ApiError(Exception):
 
     @property
     def field_names(self) -> str:
-        """The fields the error names, for a message; the quoted path in the text otherwise."""
         fields = self.fields or tuple(_FIELD_IN_MESSAGE.findall(self.message))
         return ", ".join(fields) if fields else "no field named by the API"
 
@@ -110,19 +104,14 @@ def _violated_fields(details: Any) -> tuple[str, ...]:
 
 
 def report(message: str) -> None:
-    """Progress for the operator, one line on stderr. The Python dynamic provider host
-    configures the SDK with no engine address (pulumi/dynamic/__main__.py `get_provider`), so
-    `pulumi.log.info`/`warn`/`error` print `info: ...` (`warning: `, `error: `) to stderr
-    themselves and `pulumi.log.debug` prints nothing (pulumi/log.py); the engine shows each
-    line a plugin writes to stderr in the CLI as a diagnostic
-    (sdk/go/common/resource/plugin/plugin.go, `runtrace`, `Infoerrf`). Printing here takes the
-    same path with this project's prefix, and a debug-level line would be lost."""
+    """One progress line on stderr, which the engine shows as a diagnostic (plugin.go
+    `runtrace`): `pulumi.log` takes the same path in the provider host, which has no engine
+    address (pulumi/log.py), and its debug level prints nothing there."""
     print(f"tpu-vllm: {message}", file=sys.stderr, flush=True)
 
 
 def poll_delays(cap: float) -> Iterator[float]:
-    """2, 4, 8 ... seconds up to `cap`: quick transitions are seen quickly, long waits cost few
-    API calls."""
+    """2, 4, 8 ... seconds up to `cap`: quick changes are seen soon, long waits cost few calls."""
     delay = min(2.0, cap)
     while True:
         yield delay
@@ -132,15 +121,9 @@ def poll_delays(cap: float) -> Iterator[float]:
 class TpuApi:
     """Queued resources, operations and nodes.
 
-    429 and 5xx answers (and 403 rate-limit reasons, dropped connections, socket timeouts) are
-    retried by google-api-python-client itself: `execute(num_retries=N)` runs
-    `googleapiclient/http.py` `_retry_request`, which asks `_should_retry_response` and sleeps
-    `rand() * 2**n` seconds before retry n, resending the same URI (so the same `requestId`).
-    What it lacks: the backoff base cannot be set and no retry is reported to the operator. The
-    request's `_sleep` (the hook the library's own tests set) is the only way in; it is replaced
-    below to scale the sleep by `retry_base_seconds / 2` (2.0 keeps the library's schedule),
-    to report each retry and to count the attempts, which tells a replayed create from a first
-    one.
+    google-api-python-client retries 429/5xx itself (`googleapiclient/http.py`
+    `_retry_request`: `rand() * 2**n` s, same URI); its request's `_sleep`, the hook its own
+    tests set, is replaced to scale that backoff, report each retry and count the attempts.
     """
 
     def __init__(self, *, retry_attempts: int = 6, retry_base_seconds: float = 2.0) -> None:
@@ -186,7 +169,6 @@ class TpuApi:
     def create_queued_resource(
         self, parent: str, qr_id: str, body: dict[str, Any], request_id: str
     ) -> dict[str, Any]:
-        """Start a create; the answer is a long-running Operation (poll `get_operation`)."""
         request = self._queued.create(
             parent=parent, queuedResourceId=qr_id, requestId=request_id, body=body
         )

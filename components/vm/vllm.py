@@ -1,13 +1,8 @@
 """VllmServer: `docker run` the server on the node, then wait until it really serves.
 
-Two remote commands, and a third with `monitoring.enabled`. `start` (re)starts the container
-idempotently; changing a flag or the image changes only its script, so Pulumi re-runs it and
-the TPU is untouched. `ready` runs
-after every start (its script names the new container's id), follows that start's log until
-`Application startup complete.`, and checks `/health` and `/v1/models` on the node; then
-`metrics-agent` sets up the node's metrics agent (components/vm/metrics_agent.py). None has
-a delete step: once the node is gone (flex-start expiry) there is nothing to stop, and
-`pulumi destroy` must not wait on an unreachable host.
+Changing a flag or the image changes only the start script, so Pulumi re-runs it and the TPU is
+untouched. No command has a delete step: once the node is gone (flex-start expiry) there is
+nothing to stop, and `pulumi destroy` must not wait on an unreachable host.
 """
 
 from __future__ import annotations
@@ -30,9 +25,7 @@ READY_MARKER = "TPU_VLLM_READY "
 
 
 def parse_ready(stdout: str | None) -> dict[str, Any]:
-    """The readiness script's result line: `{"startup_seconds": ..., "first_answer_seconds":
-    ..., "hbm": {...},
-    "cache": {"restored", "files", "bytes", "seconds", "generation", "reason"}}`."""
+    """The readiness script's result line (scripts/remote/wait_ready.py)."""
     for line in reversed((stdout or "").splitlines()):
         if line.startswith(READY_MARKER):
             result = dict(json.loads(line[len(READY_MARKER) :]))
@@ -47,9 +40,8 @@ def parse_ready(stdout: str | None) -> dict[str, Any]:
 
 
 def _warn_if_agent_failed(stdout: str | None, urn: str) -> None:
-    """The script has already retried a transient install failure (scripts/remote/ops_agent.sh);
-    what is left needs the operator. A plain `pulumi up` would re-run nothing, since the
-    command's inputs are unchanged, so the fix replaces this command by its URN."""
+    """What is left after the script's own retries needs the operator: a plain `pulumi up`
+    re-runs nothing (inputs unchanged), so the fix replaces the command by its URN."""
     outcome = metrics_agent.parse_result(stdout)
     if outcome.startswith("failed"):
         pulumi.log.warn(
