@@ -125,6 +125,7 @@ def say(start: float, message: str) -> None:
 
 
 def heartbeat(start: float, phase: str, tail: collections.deque[str]) -> None:
+    """So the session is never idle and the operator sees progress."""
     last = tail[-1].strip()[:200] if tail else "(no log line yet)"
     say(start, f"still waiting, phase: {phase}; last log line: {last}")
 
@@ -292,7 +293,8 @@ def _status_problem(status: int, raw: str) -> str | None:
 def chat_problem(
     status: int, raw: str, choice: dict[str, Any], message: dict[str, Any]
 ) -> str | None:
-    """Why the chat answer is not a good one, or None."""
+    """Why the chat answer is not a good one, or None: it needs a word and no special-token
+    markup (a broken build answers garbage)."""
     problem = _status_problem(status, raw)
     if problem:
         return problem
@@ -356,7 +358,8 @@ def ask_model(
     seconds: float,
     beat: float,
 ) -> float:
-    """When (monotonic) the first good answer came."""
+    """When (monotonic) the first good answer came. Thinking is turned off for both questions:
+    a thought the token budget cuts short leaves `content` empty."""
     with open(API_KEY_FILE, encoding="utf-8") as handle:
         key = handle.read().strip()
     chat, tools = question_bodies(model)
@@ -432,6 +435,7 @@ def verify_endpoint(
 
 
 def read_cache_result(path: str) -> dict[str, object]:
+    """The restore's result for this start; not restored when there is none."""
     result: dict[str, object] = {
         "restored": False, "files": 0, "bytes": 0, "seconds": 0.0, "generation": "",
         "reason": "no restore result on the node",

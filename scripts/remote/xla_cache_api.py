@@ -389,7 +389,8 @@ class JsonApi:
 
     def download(self, url: str, dest: str, deadline: Deadline) -> None:
         """Every object under `url` into `dest`; a file there with the same size and MD5 is kept.
-        Whether the bytes are the saved ones is the manifest check's business (`verify`)."""
+        Each file appears only whole (a `.part`, its length checked, then renamed); whether its
+        bytes are the saved ones is the manifest check's business (`verify`)."""
         bucket, prefix = split_gs(url)
         listing = self.list(url, deadline)
         if not listing:

@@ -100,6 +100,7 @@ class Policy:
         retry: bool = True,
         stopped: Callable[[], bool] = lambda: False,
     ) -> T:
+        """The last failure is raised as it was."""
         started = time.monotonic()
         delays = self.delays()
         attempt = 0

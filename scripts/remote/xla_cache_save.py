@@ -107,8 +107,10 @@ def plan(
     files: dict[str, Any],
     now: float | None = None,
 ) -> list[tuple[str, Entry, int]]:
-    """(entry, its file, the generation its write is conditional on) for each entry to send.
-    Another save's object of the same program, with its own record, is as valid as ours."""
+    """(entry, its file, the generation its write is conditional on) for each entry to send:
+    0 where the bucket has none; the listed generation where the object holds bytes no record
+    vouches for (dropped as corrupt) or is an orphan older than ORPHAN_SECONDS. Another save's
+    object of the same program, with its own record, is as valid as ours."""
     now = time.time() if now is None else now
     todo: list[tuple[str, Entry, int]] = []
     for rel, entry in sorted(local.items()):
