@@ -1,26 +1,10 @@
 """Benchmark a tpu-vllm stack with vLLM's own `vllm bench serve`, run on the TPU VM.
 
-Why this exists: the seeds' numbers (seed 000: 1,496 output tok/s aggregate, 8.02 ms per token
-single-stream, $0.107 per million output tokens at ~$0.58/h on a v5e-1) are what a stack is
-bought for, and a deployment that is not measured the same way cannot be compared with them.
-So this runs the load generator users already trust, the one shipped in the serving image,
-on the VM itself (`--net=host`, against 127.0.0.1: no firewall opening, no network between
-client and server in the numbers), one run per (concurrency, input length), collects vLLM's
-result JSON files and turns them into a Markdown table, a chart and a side-by-side with seed
-000's headline.
-
-The API key never leaves the VM's 0600 file: the benchmark container mounts it read-only and
-reads it into `OPENAI_API_KEY` itself (scripts/remote/bench_serve.sh). The SSH private key and
-pinned host key come from the stack's secret outputs into a private temporary directory that
-is removed afterwards, and the node is verified (`StrictHostKeyChecking=yes`).
-
-    python -m scripts.bench v5e1                           # 4 concurrencies x 2 input lengths
-    python -m scripts.bench v5e1 --concurrency 1,8 --input-lens 512 --output-len 128
-    python -m scripts.bench v5e1 --dry-run                 # print the remote scripts only
-                                                           # (no Pulumi CLI: the stack file)
-    python -m scripts.bench v5e1 --from-results DIR        # report on saved result files
-
-Exit status: 0 done, 2 a problem you can fix (message on stderr), 1 a failed remote run.
+A stack is bought for its throughput and cost per token, and a deployment not measured the way
+the reference run was cannot be compared with it. So this runs the load generator shipped in
+the serving image, on the node against 127.0.0.1 (no network in the numbers), and the API key
+never leaves the node's file (scripts/remote/bench_serve.sh). Usage and the reference's source:
+docs/operations.md "Benchmark".
 """
 
 from __future__ import annotations
@@ -54,17 +38,16 @@ PROG = "bench"
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_INPUT_LENS = (128, 1024)
 DEFAULT_OUTPUT_LEN = 256
-#: Results on the node, owned by the SSH user; `~` is expanded by the node's shell.
+#: Owned by the SSH user; `~` is expanded by the node's shell.
 HOST_RESULT_DIR = "~/.tpu-vllm/bench"
 CONTAINER_RESULT_DIR = "/results"
-#: Runs inside the image: the key goes from its mounted file into the environment variable that
-#: vLLM's benchmark client sends as `Authorization: Bearer` (never into argv).
+#: The key goes into the variable vLLM's client sends as `Authorization: Bearer`, never argv.
 BENCH_ENTRY = (
     "set -eu; "
     f"OPENAI_API_KEY=$(cat {CONTAINER_SECRETS}/{API_KEY_FILE}); export OPENAI_API_KEY; "
     'exec vllm bench serve "$@"'
 )
-#: vLLM result-JSON fields every run must have (vllm/benchmarks/serve.py, `--save-result`).
+#: vllm/benchmarks/serve.py, `--save-result`.
 REQUIRED_FIELDS = (
     "max_concurrency",
     "completed",
@@ -93,7 +76,7 @@ SSH_OPTIONS = (
 class Reference:
     """Seed 000's headline (v5e-1, google/gemma-4-E2B-it, vLLM 0.26 nightly, bf16)."""
 
-    label: str = "seed 000: v5e-1, google/gemma-4-E2B-it"
+    label: str = "measured on v5e-1, google/gemma-4-E2B-it"
     output_tok_s: float = 1496.0
     ms_per_token: float = 8.02
     usd_per_million: float = 0.107
@@ -104,7 +87,7 @@ SEED_000 = Reference()
 
 
 class Failure(Exception):
-    """A one-line error for the operator; ``code`` is the exit status."""
+    """``code`` is the exit status."""
 
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
@@ -179,7 +162,6 @@ class Result:
 
 
 def log(message: str) -> None:
-    """One stderr line; errors and warnings follow components/messages.py."""
     print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
@@ -187,7 +169,7 @@ def log(message: str) -> None:
 
 
 def read_stack_outputs(stack: str) -> StackOutputs:
-    """`pulumi stack output --json --show-secrets -s STACK`; its stdout is never echoed."""
+    """Its stdout is never echoed."""
     argv = ["pulumi", "stack", "output", "--json", "--show-secrets", "-s", stack]
     try:
         done = subprocess.run(
@@ -213,7 +195,7 @@ def read_stack_outputs(stack: str) -> StackOutputs:
 
 
 def stack_file_model(stack: str, stack_file: Path | None = None) -> str:
-    """`tpu-vllm:model.id` from Pulumi.STACK.yaml: what `--dry-run` renders without Pulumi."""
+    """What `--dry-run` renders without Pulumi."""
     path = stack_file or PROJECT_ROOT / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise Failure(
@@ -249,8 +231,7 @@ def read_server(stack: str, stack_file: Path | None = None) -> Server:
 
 
 def bench_args(spec: RunSpec, model: str, port: int) -> list[tuple[str, tuple[str, ...]]]:
-    """`vllm bench serve` flags with their values, one flag per rendered line. Names checked
-    against vLLM's source (vllm/benchmarks/serve.py, vllm/benchmarks/datasets/arg_utils.py)."""
+    """Names checked against vllm/benchmarks/serve.py and vllm/benchmarks/datasets/arg_utils.py."""
     return [
         ("--backend", ("openai-chat",)),
         # -it models answer /v1/completions with an empty string (seed 000 §1.4).
@@ -323,7 +304,7 @@ def render_remote(spec: RunSpec, model: str, server: Server) -> str:
 
 
 class Node:
-    """A verified SSH connection to the node; key and known_hosts live in a private temp dir."""
+    """Verified against the pinned host key; the keys live in a private temp dir."""
 
     def __init__(self, outputs: StackOutputs) -> None:
         if not outputs.external_ip:
@@ -367,7 +348,7 @@ class Node:
         return [*argv, f"{SSH_USER}@{self.host}", "bash -s"]
 
     def run(self, script: str) -> str:
-        """Run a script (sent on stdin); its stderr streams through, its stdout is returned."""
+        """Its stderr streams through, its stdout is returned."""
         done = subprocess.run(
             self.argv(), input=script, stdout=subprocess.PIPE, text=True, check=False
         )
@@ -482,7 +463,7 @@ def load_results(directory: Path, grid: Sequence[tuple[int, int]]) -> list[Resul
 
 
 def usd_per_million(hourly_usd: float, output_tok_s: float) -> float | None:
-    """$ per million output tokens at full load: hourly / (tok/s x 3600) x 1e6."""
+    """At full load: hourly / (tok/s x 3600) x 1e6."""
     if output_tok_s <= 0:
         return None
     return hourly_usd / (output_tok_s * 3600) * 1e6
@@ -551,8 +532,8 @@ def render_markdown(
         "",
         f"## Against the reference: {reference.label}",
         "",
-        "The reference is seed 000's headline on a **v5e-1 with Gemma 4 E2B** (spot price); it "
-        "compares directly only with the `v5e1` stack.",
+        "The reference is the project's measured run on a **v5e-1 with Gemma 4 E2B** (spot "
+        "price); it compares directly only with the `v5e1` stack.",
         "",
         f"| | reference ({reference.label}) | measured (`{stack}`, {chip}) |",
         "|---|---:|---:|",
@@ -572,7 +553,7 @@ def render_chart(
     path: Path,
     reference: Reference = SEED_000,
 ) -> None:
-    """Three panels against concurrency, one line per input length; seed 000 as a dashed line."""
+    """Three panels against concurrency, one line per input length; the reference dashed."""
     panels: Sequence[tuple[str, Callable[[Result], float], float | None]] = (
         ("output tok/s (aggregate)", lambda r: r.output_tok_s, reference.output_tok_s),
         ("mean TTFT (ms)", lambda r: r.mean_ttft_ms, None),
@@ -745,7 +726,7 @@ def plan(args: argparse.Namespace) -> list[RunSpec]:
 
 
 def collect(node: Node, specs: Iterable[RunSpec], model: str, server: Server, dest: Path) -> None:
-    """Run each benchmark on the node and save its result JSON (checked) under dest."""
+    """Each result JSON is checked before it is saved under dest."""
     dest.mkdir(parents=True, exist_ok=True)
     for spec in specs:
         log(

@@ -1,19 +1,9 @@
 """What one `pulumi up` of a stack can cost, in dollars and in time, before you run it.
 
-Why: a TPU bills by the hour and `pulumi up` can block for hours (capacity waits in several
-zones, then boot, then a long XLA compile). The README's first-screen summary and
-docs/operations.md's "Costs and waits" tables are this script's output, and a test checks that
-they still match, so the figures follow the stack files,
-the catalog and the program's own timeouts. Every figure is read from what the program
-registers under Pulumi mocks (like `scripts/plan.py`): the queued resource's capacity wait and
-timings, the host-key wait, the SSH dial bounds, the secret fetch's deadline and the readiness
-timeout in the rendered remote scripts. GKE stacks (`tpu-vllm:backend: gke`) get a table of
-their own: cluster and node-pool creation, the wait for the CRDs, the load balancer, the first
-TPU node and readiness, and the node-recycling overlap, read from the resources the GKE backend
-registers (the stack's ComputeClass, the CRD wait, the Deployment, the readiness Job) and the
-timeouts it sets.
-
-    python -m scripts.budget [STACK ...]      # default: every Pulumi.<stack>.yaml
+A TPU bills by the hour and `pulumi up` can block for hours. Every figure is read from what the
+program registers under Pulumi mocks (like `scripts/plan.py`), so the README's summary and
+docs/operations.md "Costs and waits", which are this script's output and checked by a test,
+follow the stack files, the catalog and the program's own timeouts.
 """
 
 from __future__ import annotations
@@ -38,33 +28,22 @@ from scripts.program_runner import ProgramRun, run_program, stack_file_config
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "command:remote:Command"
 DYNAMIC = "pulumi-python:dynamic:Resource"
-#: Managed Service for Prometheus, per million samples ingested, the first tier (0-50 billion
-#: samples a month, far above one stack): Google Cloud Observability pricing page
-#: (cloud.google.com/stackdriver/pricing, "Metrics ingested by using Google Cloud Managed Service
-#: for Prometheus"), as read for this project in 2026-12 from copies of the page: $0.06 (its
-#: 2023-06 copy still showed $0.15, effective 2022-05-16). Check the page before relying on it.
+#: The first tier of cloud.google.com/stackdriver/pricing; how it was read: docs/operations.md
+#: "What it costs".
 PROMETHEUS_USD_PER_MILLION_SAMPLES = 0.06
 SECONDS_PER_MONTH = 2_592_000  # 30 days
-#: A vLLM /metrics sample of the engine the image runs
-#: (tests/support/fixtures/vllm_metrics/README.md).
+#: tests/support/fixtures/vllm_metrics/README.md
 METRICS_SAMPLE = ROOT / "tests" / "support" / "fixtures" / "vllm_metrics" / "v6e4_metrics.txt"
 
 
-#: A histogram's lines that Managed Service for Prometheus folds into one distribution point.
 HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
 
 
 def sample_series(path: Path = METRICS_SAMPLE) -> int:
-    """Samples one scrape writes, as Managed Service for Prometheus bills them (per sample
-    ingested: GMP docs, "Cost controls and attribution").
-
-    A histogram's `_bucket`, `_sum` and `_count` lines of one label set become ONE
-    distribution point (prometheus-engine `pkg/export/transform.go`,
-    `buildDistributionFromTraditional`: "Consume a set of traditional histogram series as a
-    single distribution sample"; the exporter has since moved to GoogleCloudPlatform/prometheus
-    `google/export/`), so each label set of a histogram family counts once, not
-    once per bucket. Every other line is a sample of its own, `_created` included: in the text
-    format vLLM serves (prometheus_client 0.0.4) those are gauge families of their own."""
+    """Samples one scrape writes, as Managed Service for Prometheus bills them: a histogram's
+    lines of one label set are one distribution point (prometheus-engine
+    `pkg/export/transform.go` `buildDistributionFromTraditional`); `_created` lines are gauges
+    of their own in vLLM's text format. Why: docs/operations.md "What it costs"."""
     histograms: set[str] = set()
     folded: set[tuple[str, str]] = set()
     others = 0
@@ -92,7 +71,6 @@ def sample_series(path: Path = METRICS_SAMPLE) -> int:
 
 
 def metrics_usd_per_month(series: int, scrape_seconds: float, servers: int = 1) -> float:
-    """samples a month = series x 2,592,000 s / interval, per server; priced per million."""
     samples = series * SECONDS_PER_MONTH / scrape_seconds * servers
     return samples / 1e6 * PROMETHEUS_USD_PER_MILLION_SAMPLES
 
@@ -119,11 +97,8 @@ DAY_SECONDS = 24 * 3600
 
 
 def day_usd(hourly: float, max_run_hours: float | None, lead_s: float) -> float:
-    """The most any 24 hours of a stack kept alive can bill, TPU only. A run's successor
-    starts at the earliest `lead` before the run ends, so runs start at most every
-    P = maxRun - lead and two bill at once for at most `lead` of each P. A day holds n = 24 h // P
-    whole periods and r = 24 h % P more; the worst-placed window bills n x maxRun + r +
-    min(r, lead). Without a run end (spot, on-demand) nothing overlaps: 24 h of the price."""
+    """The most any 24 hours of a stack kept alive can bill, TPU only. The formula's why:
+    docs/operations.md "Costs and waits"."""
     if not max_run_hours or not lead_s:
         return hourly * 24
     run_s = max_run_hours * 3600
@@ -135,8 +110,6 @@ def day_usd(hourly: float, max_run_hours: float | None, lead_s: float) -> float:
 
 @dataclass(frozen=True)
 class Budget:
-    """One stack's money and time bounds, each figure from the program's registered inputs."""
-
     stack: str
     chip: str
     model: str
@@ -155,7 +128,7 @@ class Budget:
     readiness_s: float
     #: The model's answers to the readiness check (a chat, and a tool call with a parser).
     answers_s: float = 0.0
-    #: `renewal.lead` and `renewal.drain` (0 lead: nothing ends, so nothing overlaps).
+    #: 0 lead: nothing ends, so nothing overlaps.
     lead_s: float = 0.0
     drain_s: float = 0.0
     #: `monitoring.scrapeInterval` as the metrics agent's config says; 0 without it.
@@ -163,46 +136,34 @@ class Budget:
 
     @property
     def overlap_usd(self) -> float | None:
-        """The most a renewal's overlap bills on top of the runs, as issue 18 states the bound:
-        the next node is requested at most `lead` before the current one's end, and the current
-        one is deleted at the latest a drain after the name moved, so both bill for at most
-        lead + drain. A loose upper bound: see `overlap_tight_usd`."""
+        """lead + drain, a loose bound: docs/operations.md "Costs and waits, explained"."""
         if not self.lead_s:
             return None
         return round(self.hourly_usd * (self.lead_s + self.drain_s) / 3600, 2)
 
     @property
     def overlap_tight_usd(self) -> float | None:
-        """The tight bound: `lead` alone. Google deletes the old VM at its run end whatever the
-        drain (the provider's drain ends early when the run does), and the successor starts
-        billing no earlier than its request, at most `lead` before that end; so the drain
-        cannot extend the overlap past the old run's end."""
+        """`lead` alone: Google deletes the old VM at its run end whatever the drain."""
         if not self.lead_s:
             return None
         return round(self.hourly_usd * self.lead_s / 3600, 2)
 
     @property
     def day_usd(self) -> float:
-        """A day kept alive, at most: `day_usd` of the price, the run bound and the lead."""
         return day_usd(self.hourly_usd, self.max_run_hours, self.lead_s)
 
     @property
     def ssh_s(self) -> float:
-        """pulumi-command's dial retries when every dial times out (components/ssh_dial.py)."""
         return dial_budget_seconds(self.dial_limit, self.dial_timeout_s)
 
     @property
     def after_capacity_s(self) -> float:
-        """From ACTIVE to a verified endpoint: host key, first SSH dial, secrets, readiness, the
-        model's answers."""
+        """From ACTIVE to a verified endpoint."""
         return self.host_key_s + self.ssh_s + self.secrets_s + self.readiness_s + self.answers_s
 
     @property
     def worst_case_s(self) -> float:
-        """The longest `pulumi up` can block: every zone waits out its capacity wait and
-        provisioning bound, each refused zone's request is deleted (up to the delete bound,
-        since a PROVISIONING request cannot be deleted), and the last zone succeeds at its
-        bound; or every zone fails, whichever is longer."""
+        """docs/operations.md "The worst case"; or every zone fails, whichever is longer."""
         per_zone = self.capacity_wait_s + self.provisioning_s
         success_last = (
             self.zones * per_zone + (self.zones - 1) * self.zone_delete_s + self.after_capacity_s
@@ -213,8 +174,6 @@ class Budget:
 
 @dataclass(frozen=True)
 class GkeBudget:
-    """A GKE stack's money and time bounds: N replicas, one cluster, one address."""
-
     stack: str
     chip: str
     model: str
@@ -226,57 +185,49 @@ class GkeBudget:
     zones: int
     #: 0 when `gke.cluster` names an existing cluster.
     cluster_s: float
-    #: The system pool of a created cluster; 0 with `gke.cluster` (TPU pools are the class's).
+    #: 0 with `gke.cluster` (TPU pools are the ComputeClass's).
     node_pool_s: float
-    #: The bound on the wait for the ComputeClass and SecretProviderClass CRDs (crd_wait.py).
+    #: The ComputeClass and SecretProviderClass CRDs (crd_wait.py).
     crd_wait_s: float
-    #: Whether `pulumi up` waits for the Service's load balancer (it does not: skipAwait).
+    #: It is not: skipAwait.
     load_balancer_awaited: bool
     capacity_wait_s: float
-    #: One replica's start (`vllm.readinessTimeout`, the startup probe's allowance).
+    #: The startup probe's allowance, `vllm.readinessTimeout`.
     readiness_s: float
-    #: The rest of one replica's turn in a rolling update: the old pod's termination grace, the
-    #: new image's pull, the compile cache's restore (components/gke/readiness_manifests.py).
+    #: The old pod's termination grace, the image pull, the cache restore.
     turn_extra_s: float
-    #: The model's answers to the readiness Job, after the rollout: one bound per question.
+    #: After the rollout: one bound per question.
     answers_s: float
     #: The readiness Job's own scheduling and image pull, beyond its deadline.
     job_margin_s: float
-    #: Node recycling: how long before a node's run ends its replacement is sought
-    #: (`renewal.lead`); 0 without a run end.
+    #: Node recycling's `renewal.lead`; 0 without a run end.
     lead_s: float = 0.0
-    #: The PodMonitoring's interval (`monitoring.scrapeInterval`); 0 without it.
     scrape_s: float = 0.0
 
     @property
     def overlap_usd(self) -> float:
-        """The most one recycling bills twice, per node and run: the replacement, found at the
-        earliest `lead` before the end, runs beside the node it replaces until that ends."""
+        """Per node and run: the replacement, found at most `lead` early, runs beside it."""
         return self.hourly_usd / self.replicas * self.lead_s / 3600
 
     @property
     def day_usd(self) -> float:
-        """A day of every node kept alive by node recycling, at most."""
         return day_usd(self.hourly_usd, self.max_run_hours, self.lead_s)
 
     @property
     def turns_s(self) -> float:
-        """Every replica's turn, one after the other, as a rolling update replaces them."""
+        """A rolling update replaces the replicas one after the other."""
         return self.replicas * (self.turn_extra_s + self.readiness_s)
 
     @property
     def rollout_s(self) -> float:
-        """The readiness Job's wait for the rollout: a first TPU node (capacity wait), then each
-        replica's turn."""
+        """A first TPU node (capacity wait), then each replica's turn."""
         return self.capacity_wait_s + self.turns_s
 
     @property
     def worst_case_s(self) -> float:
-        """The cluster; then the system node pool and, beside it, the wait for the CRDs (both
-        need only the cluster, and the Deployment needs both: the pool, and the ComputeClass
-        after the wait); then the readiness Job: the rollout, the model's answers, and the
-        Job's margin: its await timeout. The load balancer is not awaited: GKE builds it
-        during that wait."""
+        """The cluster; then the system node pool and, beside it, the CRD wait (both need only
+        the cluster, and the Deployment needs both); then the readiness Job: the rollout, the
+        answers and its margin. The load balancer is not awaited: GKE builds it meanwhile."""
         return (
             self.cluster_s
             + max(self.node_pool_s, self.crd_wait_s)
@@ -287,9 +238,7 @@ class GkeBudget:
 
     @property
     def spare_usd(self) -> float:
-        """What a rollout's spare node bills at most while the rollout goes well: one node from
-        its start (a capacity wait bills nothing) through every replica's turn. A new build that
-        never answers keeps it until the user acts (docs/gke.md, "Updates")."""
+        """While the rollout goes well; a build that never answers keeps it (docs/gke.md)."""
         return self.hourly_usd / self.replicas * self.turns_s / 3600
 
 
@@ -299,7 +248,7 @@ def _one(run: ProgramRun, type_: str, name: str) -> dict[str, Any]:
 
 
 def _unsecret(value: Any) -> Any:
-    """Inputs that hold a secret arrive wrapped as {sig: ..., value: ...}."""
+    """Secret inputs arrive wrapped as {sig: ..., value: ...}."""
     if isinstance(value, dict) and "value" in value and len(value) == 2:
         return value["value"]
     return value
@@ -322,7 +271,6 @@ def is_gke(stack: str, changes: Mapping[str, Any] | None = None) -> bool:
 
 
 def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudget:
-    """Read a GKE stack's figures from what its program registers (with config `changes`)."""
     run = _run(stack, changes)
     node_class = _one(run, "kubernetes:cloud.google.com/v1:ComputeClass", "vllm-compute-class")
     [rule] = node_class["spec"]["priorities"]
@@ -345,7 +293,7 @@ def gke_budget(stack: str, changes: Mapping[str, Any] | None = None) -> GkeBudge
         + sum(restore)
     )
     capacity_wait = float(deadline - replicas * (turn_extra + _readiness_seconds(run)))
-    # One bound per question the Job asks: the chat, and the tool call when it has a body.
+    # One bound per question the Job asks: the tool call only when it has a body.
     answers = float(env["ANSWER_SECONDS"]) * (2 if env.get("TOOL_BODY") else 1)
     max_run = rule.get("maxRunDurationSeconds")
     max_run_usd = run.outputs.get("max_run_cost_usd")
@@ -401,7 +349,7 @@ def _awaited(manifest: Mapping[str, Any]) -> bool:
 
 
 def _readiness_seconds(run: ProgramRun) -> float:
-    """The startup probe's allowance: failureThreshold x periodSeconds = vllm.readinessTimeout."""
+    """failureThreshold x periodSeconds = vllm.readinessTimeout."""
     deployment = _one(run, "kubernetes:apps/v1:Deployment", "vllm-deployment")
     [server] = [
         c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"
@@ -411,7 +359,6 @@ def _readiness_seconds(run: ProgramRun) -> float:
 
 
 def budget(stack: str, changes: Mapping[str, Any] | None = None) -> Budget:
-    """Read the figures from what the program registers for `stack` (with config `changes`)."""
     run = _run(stack, changes)
     qr = _one(run, DYNAMIC, "tpu-qr")
     host_key = _one(run, DYNAMIC, "node-host-key")
@@ -420,7 +367,7 @@ def budget(stack: str, changes: Mapping[str, Any] | None = None) -> Budget:
     connection = _unsecret(fetch["connection"])
     timing = Timing.from_props(qr.get("timing"))
     max_run = qr.get("max_run_seconds")
-    max_run_usd = run.outputs.get("max_run_cost_usd")  # optional output: absent without a bound
+    max_run_usd = run.outputs.get("max_run_cost_usd")  # absent without a bound
     return Budget(
         stack=stack,
         chip=str(run.outputs["chip"]),
@@ -468,9 +415,7 @@ def typical_start(chip: str, model: str) -> str:
 
 
 def summary_table(stacks: list[str]) -> str:
-    """The README's first-screen table: what a stack costs an hour, a run and a day, how long
-    its server takes to start once a TPU is there (measured), and the longest `pulumi up` can
-    block."""
+    """The README's first-screen table."""
     lines = [
         "| stack | TPU | per hour | one run, at most | a day kept alive, at most (TPU) "
         "| server start, typical | `pulumi up`, worst case |",
@@ -532,8 +477,6 @@ def _overlap(b: Budget) -> str:
 
 
 def _gke_table(stacks: list[str]) -> str:
-    """GKE stacks: N replicas; no queued resource, SSH or secret fetch, but a cluster, its
-    system node pool, a load balancer, a readiness Job and node recycling's overlap."""
     budgets = [gke_budget(s) for s in stacks]
     rows: list[tuple[str, list[str]]] = [
         (
@@ -608,8 +551,7 @@ def _gke_table(stacks: list[str]) -> str:
 
 
 def _answers_seconds(script: str) -> float:
-    """The readiness check's answers: one bound per question (the tool call only with
-    `--tool-call`)."""
+    # The tool call is asked only with `--tool-call`.
     questions = 2 if re.search(r"(^|\s)--tool-call(\s|$)", script) else 1
     return questions * _script_number(script, r"--answer-timeout (\d+)")
 
@@ -673,7 +615,6 @@ SUMMARY_END = "<!-- summary: end -->\n"
 
 
 def generated(text: str, begin: str = BEGIN, end: str = END) -> str:
-    """A generated block as it stands in a page."""
     start = text.index(begin) + len(begin)
     return text[start : text.index(end, start)]
 

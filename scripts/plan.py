@@ -1,19 +1,9 @@
 """A credential-free plan of a stack, for every pull request, forks included.
 
 `pulumi preview` needs cloud credentials and a state backend, which a fork's pull request must
-never get. This runs the real program under Pulumi mocks, with no credentials and no network,
-and prints a deterministic, readable plan: first a summary (chip, zones, model, provisioning,
-what an hour and a whole run cost, the `vllm serve` flags one per line), then each resource
-with its inputs, the remote scripts one flag per line, secrets masked. A script is shown once,
-where it runs, with a content hash; anywhere else it appears (the `triggers` that re-run a
-command when another's script changes) it is named by that hash instead of repeated. The same
-inputs give the same bytes, so diffing the plans of the base and head commits shows a reviewer
-exactly what a change does (`.github/workflows/preview.yml` does that). `--summary` prints only
-the summary, the warnings and the outputs' names (what `scripts/quickstart.sh` shows without the
-Pulumi CLI); with `--out FILE` the full plan still goes to FILE.
-
-    python -m scripts.plan v5e1 [v6e4 ...] [--project P] [--out FILE] [--summary]
-    python -m scripts.plan Pulumi.v5e1.yaml        # a stack file's path works too
+never get. This runs the real program under Pulumi mocks and prints a deterministic plan, so
+diffing the plans of the base and head commits shows a reviewer exactly what a change does.
+What it shows: docs/preview.md "The two jobs".
 """
 
 from __future__ import annotations
@@ -99,14 +89,12 @@ def _mask(value: Any) -> Any:
 
 
 def content_hash(script: str) -> str:
-    """A short, stable name for a script's exact text."""
     return hashlib.sha256(script.encode()).hexdigest()[:HASH_CHARS]
 
 
 class Scripts:
-    """Each multi-line input (a remote script) is shown once, where a resource runs it: the
-    first `resource.field` holding it, in name order. Elsewhere it is named by that place and
-    its content hash, `[script vllm-start.create, sha256 0123456789ab]`."""
+    """Each remote script is shown once, at the first `resource.field` holding it in name order;
+    elsewhere (the `triggers`) it is named by that place and its content hash."""
 
     def __init__(self, resources: list[tuple[str, Mapping[str, Any]]]) -> None:
         self.home: dict[str, str] = {}
@@ -117,7 +105,7 @@ class Scripts:
         self.shown: set[str] = set()
 
     def header(self, script: str, where: str) -> str | None:
-        """The header of the one full showing, or None where the script is only referenced."""
+        """None where the script is only referenced."""
         if self.home.get(script, where) != where or script in self.shown:
             return None
         self.shown.add(script)
@@ -134,7 +122,7 @@ def _is_script(value: Any) -> bool:
 
 
 def _render_value(value: Any, indent: str, scripts: Scripts, where: str) -> list[str]:
-    """One line for scalars; scripts and structures spread over lines so diffs stay local."""
+    """Scripts and structures spread over lines, so diffs stay local."""
     if _is_script(value):
         header = scripts.header(value, where)
         if header is None:
@@ -245,14 +233,11 @@ def _summary_and_warnings(run: ProgramRun, config: StackConfig | None) -> list[s
     return lines
 
 
-#: The width the brief plan wraps its list of output names at.
 BRIEF_WIDTH = 96
 
 
 def render_brief(run: ProgramRun, stack: str, config: StackConfig | None = None) -> str:
-    """The plan in brief (`--summary`): the summary, the warnings and the outputs' names, what a
-    reader checks before anything else; the resources and the outputs' values stay in the full
-    plan (`render_plan`)."""
+    """`--summary`: what a reader checks before anything else."""
     lines = [
         f"# tpu-vllm plan for stack {stack}, in brief (the full plan adds its "
         f"{len(run.resources)} resources)",
@@ -279,7 +264,7 @@ def render_brief(run: ProgramRun, stack: str, config: StackConfig | None = None)
 
 
 def render_plan(run: ProgramRun, stack: str, config: StackConfig | None = None) -> str:
-    """The plan text: summary, warnings, resources sorted by name, then outputs."""
+    """Summary, warnings, resources sorted by name, then outputs."""
     lines = [
         f"# tpu-vllm plan for stack {stack}",
         "# made under Pulumi mocks: no credentials, no network; <name.field> is known after apply",
@@ -319,7 +304,6 @@ def plan(
     changes: Mapping[str, Any] | None = None,
     outputs_for: Callable[[mocks.MockResourceArgs], dict[str, Any]] = after_apply,
 ) -> str:
-    """Run the program for `stack` under mocks and render its plan."""
     run, config = run_for_plan(stack, project=project, changes=changes, outputs_for=outputs_for)
     return render_plan(run, stack, config)
 
@@ -421,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_whole(path: Path, text: str) -> None:
-    """Write `text` to `path`; a regular file is replaced at once, so a reader (another run
-    writing the same plan file) never sees half of it."""
+    """A regular file is replaced at once, so another run's reader never sees half of it."""
     if path.exists() and not path.is_file():  # /dev/stdout, a pipe
         path.write_text(text)
         return
@@ -432,10 +415,8 @@ def write_whole(path: Path, text: str) -> None:
 
 
 def close_idle_event_loops() -> None:
-    """Close the event loops the SDK's `_sync_await` opened (one per thread that awaited, none
-    closed). Left to the interpreter's exit, a loop whose self-pipe socket was collected first
-    prints "Exception ignored in: <function BaseEventLoop.__del__>" and a 25-line ValueError
-    traceback on stderr, in about one run in four."""
+    """Close the loops the SDK's `_sync_await` opened and never closed: left to the exit, one in
+    four runs printed "Exception ignored in: <function BaseEventLoop.__del__>" and a traceback."""
     for found in gc.get_objects():
         if isinstance(found, asyncio.BaseEventLoop) and not found.is_running():
             found.close()

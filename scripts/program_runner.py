@@ -1,10 +1,8 @@
 """Run `__main__.py` under Pulumi mocks, exactly as `pulumi up -s STACK` would feed it config.
 
-Used by the tests and by `scripts/plan.py` (the credential-free plan). The Pulumi CLI hands a
-Python program its stack config as strings, objects as JSON text; this reads the committed
-`Pulumi.<stack>.yaml` the same way, so a run exercises the real stack files, not a copy. Each
-run happens in a fresh `contextvars.Context`, because the SDK keeps its settings, config and
-root stack in context variables: runs cannot leak into each other.
+It reads the committed `Pulumi.<stack>.yaml` as the CLI passes it (strings, objects as JSON),
+so a run exercises the real stack files. Each run has a fresh `contextvars.Context`: the SDK
+keeps its settings, config and root stack in context variables.
 """
 
 from __future__ import annotations
@@ -30,8 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class Registered:
-    """One resource the program registered."""
-
     type: str
     name: str
     inputs: dict[str, Any]
@@ -41,19 +37,15 @@ class Registered:
 
 @dataclass(frozen=True)
 class Registration:
-    """One RegisterResource request as the engine receives it: what makes a resource's URN.
-
-    `parent` and `provider` are what the mock monitor answered for them (its URNs name only
-    the parent's own type, not the whole chain a real engine's do; `tests/support/urns.py` rebuilds
-    the engine's)."""
+    """One RegisterResource request: what makes a resource's URN. The mock monitor's URNs name
+    only the parent's own type; `tests/support/urns.py` rebuilds the engine's."""
 
     type: str
     name: str
-    #: The parent's URN; the root stack's for a resource without an explicit parent.
+    #: The root stack's URN for a resource without an explicit parent.
     parent: str
-    #: The explicit provider reference (`URN::ID`), "" for the default provider.
+    #: `URN::ID`, "" for the default provider.
     provider: str
-    #: The URN the mock monitor gave the resource.
     urn: str
 
 
@@ -63,16 +55,13 @@ class ProgramRun:
     outputs: dict[str, Any]
     secret_outputs: set[str]
     log: list[tuple[int, str]] = field(default_factory=list)
-    #: The exception the program stopped with, when run with `expect_error=True`.
+    #: With `expect_error=True`.
     error: BaseException | None = None
-    #: URNs of every registered resource: they encode the parent chain.
     urns: list[str] = field(default_factory=list)
-    #: Invokes the program made: (token, args).
+    #: (token, args) of each invoke.
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    #: Resource name -> names of the resources it depends on (inputs and `depends_on`), as
-    #: the engine is told: what orders creates in a real `pulumi up`.
+    #: Name -> names it depends on, as the engine is told: what orders creates.
     dependencies: dict[str, set[str]] = field(default_factory=dict)
-    #: Every RegisterResource request, in order, with the URN the mock monitor answered.
     registrations: list[Registration] = field(default_factory=list)
 
     def urn_of(self, name: str) -> str:
@@ -88,7 +77,7 @@ class ProgramRun:
         return found[0]
 
     def named(self, name: str) -> Registered:
-        """The one resource registered under `name` (a kind may have several)."""
+        """A kind may have several resources; a name has one."""
         [found] = [r for r in self.resources if r.name == name]
         return found
 
@@ -112,10 +101,8 @@ class InvokeFailure(Exception):
 
 GET_MANAGED_ZONE = "gcp:dns/getManagedZone:getManagedZone"
 GET_UPTIME_CHECK_IPS = "gcp:monitoring/getUptimeCheckIPs:getUptimeCheckIPs"
-#: What the offline run answers for Google's uptime-check addresses: documentation addresses
-#: (RFC 5737, RFC 3849), in the shape of the provider's data source (pulumi-gcp
-#: `GetUptimeCheckIPsResult.uptime_check_ips`: ipAddress, location, region), an IPv6 one among
-#: them as the real list has. A real `pulumi preview` reads Google's list.
+#: Documentation addresses (RFC 5737, RFC 3849) in pulumi-gcp's `GetUptimeCheckIPsResult`
+#: shape, an IPv6 one among them as in the real list.
 UPTIME_CHECK_IPS = [
     {"ipAddress": "192.0.2.10", "location": "Iowa", "region": "USA"},
     {"ipAddress": "198.51.100.20", "location": "Belgium", "region": "EUROPE"},
@@ -125,12 +112,8 @@ UPTIME_CHECK_IPS = [
 
 
 def managed_zone_lookup(zones: Mapping[str, str]) -> Call:
-    """Answer `gcp.dns.get_managed_zone` from `{zone name: DNS name}`, as the provider would.
-
-    The provider's data source (hashicorp/terraform-provider-google,
-    `google/services/dns/data_source_dns_managed_zone.go`) reads the zone with
-    `ManagedZones.Get` and fails with `projects/P/managedZones/NAME not found` when it is absent.
-    """
+    """Answer `gcp.dns.get_managed_zone` from `{zone name: DNS name}`, failing as the provider
+    does (terraform-provider-google `data_source_dns_managed_zone.go`)."""
 
     def call(args: mocks.MockCallArgs) -> dict[str, Any]:
         name = str(args.args.get("name"))
@@ -151,11 +134,8 @@ def managed_zone_lookup(zones: Mapping[str, str]) -> Call:
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
-    """Records every resource; outputs default to the inputs plus what `outputs_for` adds.
-
-    Invokes go to `call` (by default they echo their arguments); with `managed_zones`, the
-    managed-zone lookup is answered from it first, so a test can say which zones exist.
-    """
+    """Outputs are the inputs plus what `outputs_for` adds; invokes echo their arguments unless
+    `call` or `managed_zones` answers them."""
 
     def __init__(
         self,
@@ -178,7 +158,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
         state = dict(args.inputs)
         if self._outputs_for is not None:
             state.update(self._outputs_for(args))
-        # `outputs_for` may name the resource's id (e.g. a secret's `projects/P/secrets/S`).
         return str(state.pop("__id", f"{args.name}-id")), state
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
@@ -204,13 +183,12 @@ class _ListHandler(logging.Handler):
 
 
 def stack_file_config(stack: str) -> dict[str, Any]:
-    """The `config:` map of `Pulumi.<stack>.yaml`, as parsed YAML."""
     data = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
     return dict(data.get("config") or {})
 
 
 def with_changes(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """Apply `{"tpu-vllm:vllm.maxModelLen": 1, ...}` path changes; a value of None deletes."""
+    """`{"tpu-vllm:vllm.maxModelLen": 1, ...}` path changes; a value of None deletes."""
     result = copy.deepcopy(dict(config))
     for path, value in changes.items():
         key, _, rest = path.partition(".")
@@ -232,7 +210,7 @@ def with_changes(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[
 
 
 def cli_config(config: Mapping[str, Any]) -> dict[str, str]:
-    """Encode config the way the Pulumi CLI passes it to a program: strings, objects as JSON."""
+    """As the Pulumi CLI passes config to a program: strings, objects as JSON."""
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
 
 
@@ -247,14 +225,8 @@ def run_program(
     expect_error: bool = False,
     managed_zones: Mapping[str, str] | None = None,
 ) -> ProgramRun:
-    """Run `__main__.py` for a stack under mocks and return what it registered and exported.
-
-    `managed_zones` (`{zone name: DNS name}`) are the Cloud DNS zones that exist; None leaves
-    the lookup to `call`.
-
-    With `expect_error`, the program must fail: the run is returned with `.error` set and the
-    resources registered before the failure, so a test can prove nothing was created.
-    """
+    """With `expect_error` the program must fail, and the run holds what it registered before,
+    so a test can prove nothing was created."""
     config = stack_file_config(stack)
     if project is not None:
         config["gcp:project"] = project
@@ -276,17 +248,9 @@ def run_program(
 
 
 async def engine_output_names(exported: Mapping[str, Any]) -> set[str]:
-    """The stack outputs the Pulumi engine really stores.
-
-    A real run ends with the root stack's `register_outputs` (pulumi/runtime/stack.py
-    `Stack._finish`: `massage` then `register_resource_outputs`), which serializes them with
-    `rpc.serialize_properties`; that function skips every property that serializes to None
-    ("We treat properties that serialize to None as if they don't exist"). So an export whose
-    value is None is absent from the stack, and `require_output` fails on it. Under mocks the
-    root stack registered its (then empty) outputs before the program ran, so this replays the
-    same serialization on the final exports. Unknown values (a preview) serialize to the
-    UNKNOWN sentinel and are kept, as the engine keeps them.
-    """
+    """The stack outputs the engine really stores: `rpc.serialize_properties` drops an export
+    that serializes to None (pulumi/runtime/stack.py `Stack._finish`). Under mocks the root
+    stack registered its outputs before the program ran, so this replays that step."""
     struct = await rpc.serialize_properties(massage(dict(exported), []), {})
     return set(struct.keys())
 
@@ -302,7 +266,7 @@ def run_file(
     call: Call | None = None,
     managed_zones: Mapping[str, str] | None = None,
 ) -> ProgramRun:
-    """Run any Pulumi Python program file under mocks (errors are returned in `.error`)."""
+    """Errors are returned in `.error`."""
     return contextvars.Context().run(
         _run,
         program,
@@ -317,13 +281,9 @@ def run_file(
 
 
 def _forget_failed_program() -> None:
-    """Forget what a failed program left for the SDK to wait on.
-
-    The SDK's `wait_for_rpcs` raises at the first failed RPC (an exception inside an `apply`,
-    say) and leaves the program's other output tasks in the runtime's bookkeeping. A real
-    `pulumi up` ends its process there; these runs share it, so the next run would await those
-    tasks and report the previous program's error as its own.
-    """
+    """The SDK's `wait_for_rpcs` raises at the first failed RPC and leaves the other tasks
+    behind; a real `pulumi up` exits there, but these runs share a process, so the next run
+    would report this one's error as its own."""
     state = pulumi.runtime.settings.SETTINGS
     with state.lock:
         state.outputs.clear()
@@ -372,7 +332,7 @@ def _run(
     secrets: set[str] = set()
     for name, value in exported.items():
         if name not in kept:
-            continue  # the engine never sees it: `pulumi stack output NAME` would fail
+            continue
         output = pulumi.Output.from_input(value)
         outputs[name] = _sync_await(output.future())
         if _sync_await(output.is_secret()):
@@ -392,7 +352,7 @@ def _run(
 
 
 def _record_dependencies() -> dict[str, set[str]]:
-    """Wrap the mock monitor's RegisterResource to keep each request's dependency URNs."""
+    """Each RegisterResource request's dependency URNs, from the mock monitor."""
     monitor = pulumi.runtime.settings.get_monitor()
     assert monitor is not None, "set_mocks installs a monitor"
     register = monitor.RegisterResource
@@ -410,8 +370,7 @@ def _record_dependencies() -> dict[str, set[str]]:
 
 
 def _record_registrations() -> list[Registration]:
-    """Wrap the mock monitor's RegisterResource to keep each request's type, name, parent and
-    provider, with the URN it answered (the root stack's registration included)."""
+    """The root stack's registration included."""
     monitor = pulumi.runtime.settings.get_monitor()
     assert monitor is not None, "set_mocks installs a monitor"
     register = monitor.RegisterResource

@@ -1,9 +1,7 @@
-"""The pulumi CLI as the operator scripts use it: find it, read a stack's outputs, name failures.
+"""The pulumi CLI as the operator scripts use it: only the CLI knows the user's backend and login.
 
-Operator scripts (`smoke_test.py`, `renew.py`) read stack outputs through the CLI, because only
-the CLI knows the user's backend and login. They run it from the project root (where
-`Pulumi.yaml` is) with stdin closed, so a passphrase prompt fails with pulumi's own message
-instead of hanging a cron job, and they report the CLI's own `error: ...` line when it fails.
+Run with stdin closed, so a passphrase prompt fails with pulumi's own message instead of
+hanging a cron job.
 """
 
 from __future__ import annotations
@@ -21,11 +19,10 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 
 
 class PulumiCliError(Exception):
-    """The CLI is missing, failed or printed something unexpected; the message says which."""
+    """The message says which: missing, failed, or printed something unexpected."""
 
 
 def executable() -> str:
-    """The `pulumi` on PATH."""
     found = shutil.which("pulumi")
     if found is None:
         raise PulumiCliError(f"the pulumi CLI is not on PATH: install it ({INSTALL_URL})")
@@ -33,9 +30,8 @@ def executable() -> str:
 
 
 def environment() -> dict[str, str]:
-    """The caller's environment, without the CLI's update check (no network call, no nag).
-
-    The name is the CLI's own (pulumi/pulumi sdk/go/common/env/env.go, `SkipUpdateCheck`)."""
+    """Without the CLI's update check (sdk/go/common/env/env.go `SkipUpdateCheck`): no network
+    call, no nag."""
     return {**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"}
 
 
@@ -49,8 +45,7 @@ def error_reason(stderr: str, status: int) -> str:
 def stack_outputs(
     stack: str, *, show_secrets: bool = False, timeout: float = DEFAULT_TIMEOUT_SECONDS
 ) -> dict[str, Any]:
-    """`pulumi stack output --json [--show-secrets] -s STACK` as a dict; its stdout is never
-    echoed in an error, since with `show_secrets` it holds the stack's secrets."""
+    """Its stdout is never echoed in an error: with `show_secrets` it holds the secrets."""
     args = ["stack", "output", "--json", *(["--show-secrets"] if show_secrets else []), "-s", stack]
     shown = f"`pulumi stack output --json -s {stack}`"
     try:

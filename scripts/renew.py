@@ -1,38 +1,10 @@
 """Renew a tpu-vllm stack before (or once) its flex-start run ends: `python -m scripts.renew STACK`.
 
-Why this exists: a flex-start TPU lives at most `maxRunDuration`; then Google deletes the VM,
-the queued resource goes to SUSPENDED, and the endpoint is dead until someone runs
-`pulumi up --refresh`. This script is that someone, and it comes early: once less than
-`renewal.lead` of the run is left, `pulumi up --refresh` starts the next node beside the current
-one (the provider's diff replaces the queued resource create-before-delete), so clients see no
-gap when capacity is found in time. It is safe to run at any time (from cron, by hand, or from
-`.github/workflows/renew.yml` every 15 minutes), because it changes something only when there is
-something to renew:
-
-1. read `queued_resource`, `renewal_lead_seconds` and `expires_at` from
-   `pulumi stack output --json -s STACK`;
-2. ask the TPU API for that queued resource's state and end time, with the provider's own
-   client (`components/vm/tpu_api.py`: the same credentials, retries and `TPU_API_ENDPOINT`
-   override);
-3. ACTIVE with less than `renewal_lead_seconds` left (the renewal window), ended (SUSPENDED,
-   FAILED) or gone (404, or no `queued_resource` output at all): run
-   `pulumi up --refresh --yes -s STACK` (inside the window, once more if the stack still names
-   the same node after it: that up stored settings changed since the node's create, which the
-   renewal's delete of it must use, and renews at the next up). Anything else (ACTIVE with more
-   time left, or still on its way up: WAITING_FOR_RESOURCES, PROVISIONING, ...): do nothing.
-   Nothing to do costs one API read: no TPU time, no stack change, no lock. A stack deployed
-   before the window existed has no `renewal_lead_seconds` output and is renewed only once its
-   run ended, until its next `pulumi up`.
-
-The schedule's period must be shorter than the lead, or a scheduled check can miss the window
-(tests/loopback/test_renewal_window.py reads the cron in .github/workflows/renew.yml and checks it).
-
-A GKE stack (a non-empty `cluster` output) is never renewed: GKE replaces each ended node
-itself, so the script only says so.
-
-Exit status: 0 renewed, or nothing to do now; 1 `pulumi up` failed; 2 the state could not be
-found out (no pulumi CLI, `pulumi stack output` failed, the TPU API refused), so nothing was
-done. Progress goes to stdout, one line per step, prefixed `renew STACK:`.
+A flex-start TPU lives at most `maxRunDuration`, then the endpoint is dead until someone runs
+`pulumi up --refresh`. This script is that someone, and it comes early, inside the renewal
+window, so clients see no gap when capacity is found in time. It changes something only when
+there is something to renew, so it is safe to run at any time. What it decides, and its exit
+status: docs/renewal.md "What renews: `scripts/renew.py`".
 """
 
 from __future__ import annotations
@@ -57,7 +29,7 @@ _STACK_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
 
 
 class RenewError(Exception):
-    """Something stopped the renewal; the message names the reason. Carries the exit status."""
+    """The message names the reason; `status` is the exit status."""
 
     def __init__(self, message: str, status: int = EXIT_UNKNOWN_STATE) -> None:
         super().__init__(message)
@@ -67,16 +39,13 @@ class RenewError(Exception):
 @dataclass(frozen=True)
 class Decision:
     renew: bool
-    #: Why, for the log: `SUSPENDED: its run ended`, `ACTIVE: serving`, ...
     reason: str
 
 
 @dataclass(frozen=True)
 class QueuedResource:
-    """What the TPU API says about the stack's queued resource."""
-
     state: str
-    #: RFC 3339 end of the flex-start run (`runDuration.terminationTime`), if the API gives it.
+    #: `runDuration.terminationTime`, if the API gives it.
     termination_time: str | None = None
 
 
@@ -85,8 +54,7 @@ def decide(
     seconds_left: float | None = None,
     lead_seconds: float | None = None,
 ) -> Decision:
-    """Renew when the queued resource is inside its renewal window (ACTIVE, less than
-    `lead_seconds` of its run left), has ended or is gone; otherwise leave it alone."""
+    """Renew inside the renewal window, once ended, or when gone; else leave it alone."""
     if state is None:
         return Decision(True, "gone: there is no queued resource, so a new one is requested")
     if state in FINAL_STATES:
@@ -117,8 +85,6 @@ def decide(
 
 
 class Pulumi:
-    """The pulumi CLI for one stack, run from the project root with stdin closed."""
-
     def __init__(self, stack: str) -> None:
         self.stack = stack
         try:
@@ -127,7 +93,7 @@ class Pulumi:
             raise RenewError(f"{error}, and log in to the stack's backend") from None
 
     def outputs(self) -> Mapping[str, Any]:
-        """`pulumi stack output --json -s STACK`, without --show-secrets: secrets stay hidden."""
+        """Without --show-secrets: secrets stay hidden."""
         try:
             return pulumi_cli.stack_outputs(self.stack)
         except pulumi_cli.PulumiCliError as error:
@@ -137,8 +103,7 @@ class Pulumi:
             ) from None
 
     def up(self) -> None:
-        """`pulumi up --refresh --yes -s STACK`, its output passed on as it comes (a cold start
-        takes ~15 minutes: the log must show progress, not one block at the end)."""
+        """Its output passed on as it comes: a cold start takes ~15 minutes."""
         args = ["up", "--refresh", "--yes", "-s", self.stack]
         tail: deque[str] = deque(maxlen=50)
         try:
@@ -151,7 +116,7 @@ class Pulumi:
                 text=True,
             ) as proc:
                 assert proc.stderr is not None
-                for line in proc.stderr:  # stdout is ours already; stderr is kept for the reason
+                for line in proc.stderr:  # stdout passes through; stderr is kept for the reason
                     sys.stderr.write(line)
                     sys.stderr.flush()
                     tail.append(line)
@@ -167,7 +132,7 @@ class Pulumi:
 
 
 def queued_resource_state(name: str) -> QueuedResource | None:
-    """The queued resource's state and end from the TPU API; None when it is gone (404)."""
+    """None when it is gone (404)."""
     try:
         queued = TpuApi().get_queued_resource(name)
     except ApiError as error:
@@ -186,7 +151,7 @@ def queued_resource_state(name: str) -> QueuedResource | None:
 
 
 def renew(stack: str, say: Callable[[str], None] = print) -> int:
-    """Renew `stack` if its queued resource has ended or is gone; the process's exit status."""
+    """The process's exit status."""
 
     def log(message: str) -> None:
         say(f"renew {stack}: {message}")
@@ -196,7 +161,6 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
         log(f"reading the stack's outputs (`pulumi stack output --json -s {stack}`)")
         outputs = pulumi.outputs()
         if outputs.get("cluster"):
-            # Backend gke: the stack's ComputeClass has GKE recycle flex-start nodes itself.
             log(
                 f"a GKE stack (cluster {outputs['cluster']}): GKE replaces each ended TPU node "
                 "for its pending pod; nothing to renew"
@@ -210,8 +174,7 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
         else:
             log("the stack has no queued_resource output (never deployed, or its TPU is gone)")
         lead = _lead_seconds(outputs, log)
-        # The API's end time; the stack's `expires_at` when the queued resource does not say
-        # (the provider then read it from the node's schedulingConfig).
+        # `expires_at` when the queued resource does not say (the provider read the node's).
         ends = (queued.termination_time if queued else None) or outputs.get("expires_at")
         decision = decide(
             queued.state if queued else None,
@@ -224,9 +187,6 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
         log(f"renewing: `pulumi up --refresh --yes -s {stack}` (a cold start takes ~15 minutes)")
         pulumi.up()
         if queued is not None and queued.state == "ACTIVE" and _kept(pulumi, name):
-            # Inside the window, a diff that finds tpu.zones, renewal.drain or a timing changed
-            # since the node's create stores them first (an in-place update) and leaves the
-            # renewal to the next up, so that the old node's delete drains with them.
             log(
                 f"{name} is still the stack's node: that `pulumi up` stored settings changed "
                 "since its create (tpu.zones, renewal.drain, timing) for its delete to use; "
@@ -241,13 +201,12 @@ def renew(stack: str, say: Callable[[str], None] = print) -> int:
 
 
 def _kept(pulumi: Pulumi, name: str) -> bool:
-    """Whether the stack's `queued_resource` output still names `name` after a `pulumi up`
-    that was to renew it (a renewal names the successor: the other id pair, or another zone)."""
+    """A renewal names the successor: the other id pair, or another zone."""
     return str(pulumi.outputs().get("queued_resource") or "") == name
 
 
 def _lead_seconds(outputs: Mapping[str, Any], log: Callable[[str], None]) -> float | None:
-    """`renewal_lead_seconds` from the outputs; None (renew only once ended) without it."""
+    """None without it: renew only once ended."""
     raw = outputs.get("renewal_lead_seconds")
     if raw is None:
         if outputs.get("expires_at"):

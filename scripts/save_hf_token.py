@@ -1,28 +1,11 @@
 """Save the Hugging Face token in Secret Manager, so the TPU VM can fetch it itself.
 
-Why this exists: seed 000 (§1.1, §1.3) pipes the token through ssh into ``~/.hf_token`` and
-then starts vLLM with the token expanded into a ``docker run -e HF_TOKEN`` option. The token then
-sits on the docker command line (``ps``), in ``docker inspect`` and in ``/proc/*/environ``, and
-anything a Pulumi ``remote.Command`` sends is kept in its error messages and state. tpu-vllm
-instead has the VM read the secret named by ``tpu-vllm:access.hfTokenSecret`` with its own
-service account and hand it to vLLM as a file (``HF_TOKEN_PATH``). This script is the one
-place an operator handles the token: it reads it from stdin or a hidden prompt (never from
-argv, where ``ps`` and shell history would keep it), checks with huggingface_hub's own
-``auth_check`` that the token can read the stack's ``model.id`` (Gemma is gated: its licence
-must be accepted on Hugging Face by the token's owner), creates the secret if needed and adds a
-version, and prints only the version's resource name. The check turns a failure on a billing
-TPU (vLLM cannot download the weights) into a failure at setup; ``--no-check`` skips it, e.g.
-offline.
-
-    printf %s "$TOKEN" | python -m scripts.save_hf_token [--stack v5e1]
-    gcloud secrets versions access latest --secret=hf-token --project=OLD \\
-        | python -m scripts.save_hf_token --project NEW
-    python -m scripts.save_hf_token            # prompts (input hidden)
-    python -m scripts.save_hf_token --no-check # store without asking Hugging Face
-
-Running it again with the same token adds nothing (it compares with the latest version).
-Exit status: 0 saved (or already current), 2 a problem you can fix (message on stderr),
-1 any other failure.
+The one place an operator handles the token, so that it never passes through Pulumi, a command
+line or an environment listing. It checks first that the token can read the stack's gated
+model, which turns a failure on a billing TPU (vLLM cannot download the weights) into one at
+setup. Usage and what each refusal means: docs/secrets-and-access.md "One-time step: accept the
+licence and store the token". To copy it from another project: `gcloud secrets versions access
+latest --secret=hf-token --project=OLD | python -m scripts.save_hf_token --project NEW`.
 """
 
 from __future__ import annotations
@@ -65,9 +48,8 @@ PROG = "save_hf_token"
 ENDPOINT_ENV = "SECRET_MANAGER_API_ENDPOINT"
 DEFAULT_STACK = "v5e1"
 DEFAULT_SECRET = "hf-token"  # noqa: S105 - a secret's name, not a secret
-#: huggingface_hub's own endpoint setting (read when the library is imported).
+#: huggingface_hub's own setting, read when the library is imported.
 HF_ENDPOINT_ENV = "HF_ENDPOINT"
-#: Where a model's licence is accepted and tokens are made: the Hub's website.
 HF_SITE = "https://huggingface.co"
 NAMESPACE = "tpu-vllm"
 LABELS = {"managed-by": "tpu-vllm", "purpose": "hf-token"}
@@ -86,7 +68,7 @@ _PROJECT_ID = re.compile(r"^[a-z0-9][a-z0-9:.-]{0,61}[a-z0-9]$|^\d+$")
 
 
 class Failure(Exception):
-    """A one-line error for the operator; ``code`` is the exit status."""
+    """``code`` is the exit status."""
 
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
@@ -94,7 +76,6 @@ class Failure(Exception):
 
 
 def log(message: str) -> None:
-    """One stderr line; errors and warnings follow components/messages.py."""
     print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
@@ -107,7 +88,7 @@ class Target:
     project: str
     secret_id: str
     source: str
-    #: The model the token must be able to read; "" when it is not checked (--no-check).
+    #: "" when it is not checked (--no-check).
     model_id: str = ""
     #: Where the model id came from, for messages.
     model_source: str = ""
@@ -121,7 +102,7 @@ class Target:
 
 
 def read_stack_config(path: Path, explicit: bool) -> Mapping[str, Any]:
-    """The top-level ``config:`` map of a Pulumi stack file (empty if the file is absent)."""
+    """Empty if the file is absent and was not named."""
     if not path.is_file():
         if explicit:
             raise Failure(f"stack file {path} does not exist")
@@ -233,11 +214,7 @@ def read_token() -> bytes:
 
 
 def check_model_access(token: bytes, target: Target) -> None:
-    """Ask the Hub, with huggingface_hub's own ``auth_check``, whether ``token`` can read
-    ``target.model_id``; a ``Failure`` naming the fix (and the licence page) if not.
-
-    The endpoint is the library's own setting, ``HF_ENDPOINT`` (a mirror, or a test's fake).
-    """
+    """A ``Failure`` naming the fix (and the licence page) if the token cannot read the model."""
     endpoint = os.environ.get(HF_ENDPOINT_ENV, "").strip()
     if endpoint:
         _bypass_proxy_for_loopback(endpoint)
@@ -301,7 +278,7 @@ def check_model_access(token: bytes, target: Target) -> None:
 
 
 def crc32c(data: bytes) -> int:
-    """CRC32C (Castagnoli), the checksum Secret Manager verifies on versions it stores."""
+    """The checksum Secret Manager verifies on versions it stores."""
     return int(google_crc32c.value(data))
 
 
@@ -344,11 +321,8 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-# The REST transport raises exceptions by HTTP status (api_core.from_http_status): a 403 is
-# `Forbidden`, a 409 `Conflict`, a 400 `BadRequest`, a 401 `Unauthorized`, never the
-# gRPC-flavoured subclasses (`PermissionDenied`, `AlreadyExists`, `FailedPrecondition`,
-# `Unauthenticated`) that the grpc transport raises. So catch the HTTP classes and read the
-# canonical status ("ALREADY_EXISTS", ...) from the JSON error body.
+# The REST transport raises the HTTP classes (`Forbidden`, `Conflict`, ...: api_core
+# from_http_status), never the gRPC ones, so the canonical status comes from the JSON body.
 
 
 def _error_body(error: api_exceptions.GoogleAPICallError) -> Mapping[str, Any]:
@@ -362,7 +336,7 @@ def _error_body(error: api_exceptions.GoogleAPICallError) -> Mapping[str, Any]:
 
 
 def api_status(error: api_exceptions.GoogleAPICallError) -> str:
-    """Google's canonical status of an API error, e.g. ``FAILED_PRECONDITION``."""
+    """E.g. ``FAILED_PRECONDITION``."""
     status = _error_body(error).get("status")
     if isinstance(status, str) and status:
         return status
@@ -378,7 +352,6 @@ def api_message(error: api_exceptions.GoogleAPICallError) -> str:
 
 @contextmanager
 def api_step(step: str, target: Target) -> Iterator[None]:
-    """Turn API and transport errors during ``step`` into one-line ``Failure``s."""
     try:
         yield
     except api_exceptions.Forbidden as error:
@@ -416,7 +389,7 @@ def api_step(step: str, target: Target) -> Iterator[None]:
 
 
 def version_number(name: str) -> int:
-    """The N of ``projects/X/secrets/S/versions/N`` (the API may answer with project numbers)."""
+    """N of ``projects/X/secrets/S/versions/N`` (the API may answer with project numbers)."""
     last = name.rsplit("/", 1)[-1]
     if not last.isdigit():
         raise Failure(f"unexpected version name from the API: {name}", code=1)
@@ -424,9 +397,8 @@ def version_number(name: str) -> int:
 
 
 def ensure_secret(client: SecretManagerServiceClient, target: Target) -> bool:
-    """Create the secret unless it exists; False if creating was denied (it may exist)."""
-    # Create first and treat ALREADY_EXISTS as success: one call, and no need for
-    # secretmanager.secrets.get on top of secrets.create + versions.add.
+    """False if creating was denied (it may exist). Create first and take ALREADY_EXISTS as
+    success: no need for secretmanager.secrets.get besides."""
     with api_step(f"creating secret {target.secret_id}", target):
         try:
             client.create_secret(
@@ -455,7 +427,7 @@ def ensure_secret(client: SecretManagerServiceClient, target: Target) -> bool:
 
 
 def latest_if_same(client: SecretManagerServiceClient, target: Target, token: bytes) -> int | None:
-    """The latest version's number if it already holds ``token``, else None."""
+    """The latest version's number if it already holds ``token``: a rerun adds nothing."""
     with api_step(f"reading the latest version of {target.secret_id}", target):
         try:
             response = client.access_secret_version(

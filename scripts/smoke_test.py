@@ -1,33 +1,9 @@
 """Smoke-test a tpu-vllm stack's endpoint the way its consumers use it: chat and a tool call.
 
-Why this exists: `pulumi up` only proves the server answered ``/health`` and ``/v1/models``
-on the VM itself. What other services rely on is the exported contract (``openai_base_url``,
-``model``, ``api_key``) working from *their* network: the firewall (``access.allowedCidrs``)
-letting them in, the key matching, the chat template producing text and the gemma4 tool-call
-parser producing real ``tool_calls``. This script checks exactly that, with two requests:
-
-1. ``POST {openai_base_url}/chat/completions`` "Say hi in five words." passes on HTTP 200 with
-   a non-empty ``choices[0].message.content``. Not ``/v1/completions``: seed 000 §1.4 found raw
-   completions return an empty string on ``-it`` models, which looks exactly like a broken
-   deploy and isn't.
-2. The same route with one tool (``get_weather(city)``) and ``tool_choice: "auto"`` passes when
-   ``tool_calls[0]`` calls ``get_weather`` with JSON arguments holding ``city`` and
-   ``finish_reason`` is ``tool_calls``.
-
-    python -m scripts.smoke_test v5e1
-    printf %s "$KEY" | python -m scripts.smoke_test --base-url http://IP:8000/v1 \\
-        --model google/gemma-4-E2B-it
-    TPU_VLLM_API_KEY=... python -m scripts.smoke_test --base-url URL --model M
-
-With a STACK, the three values come from ``pulumi stack output --json --show-secrets -s STACK``
-(the key travels on that process's stdout, never on a command line). With ``--base-url`` and
-``--model`` the key comes from ``$TPU_VLLM_API_KEY``, else stdin (a hidden prompt on a
-terminal); there is deliberately no flag for it, because argv is visible in ``ps``. The key is
-never printed.
-
-Output: one ``PASS``/``FAIL`` line per check with its latency, then a summary. Exit status:
-0 all checks passed, 1 a check failed, 2 a problem to fix before testing (no pulumi CLI, a stack
-without outputs, no key, bad arguments).
+`pulumi up` checks the server from the node itself; other services rely on the exported
+contract working from *their* network. Chat, not ``/v1/completions``, which returns an empty
+string on ``-it`` models (seed 000 §1.4) and looks like a broken deploy. There is no flag for
+the key: argv is visible in ``ps``. What passes: docs/operations.md "Smoke test".
 """
 
 from __future__ import annotations
@@ -50,8 +26,6 @@ from requests.auth import AuthBase
 
 from components.messages import operator_line
 from scripts import pulumi_cli
-
-# The questions the node's readiness check asks too: one definition (scripts/remote/wait_ready.py).
 from scripts.remote.wait_ready import (
     CHAT_MAX_TOKENS,
     CHAT_PROMPT,
@@ -75,11 +49,10 @@ _STACK_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
 
 
 class SetupError(Exception):
-    """A one-line problem to fix before anything can be tested (exit 2)."""
+    """A problem to fix before anything can be tested (exit 2)."""
 
 
 def log(message: str) -> None:
-    """One stderr line; errors and warnings follow components/messages.py."""
     print(operator_line(PROG, message), file=sys.stderr, flush=True)
 
 
@@ -88,8 +61,7 @@ def one_line(text: object) -> str:
 
 
 def show(text: object, limit: int = SHOW_CHARS) -> str:
-    """``text`` as a short quoted one-liner (server output is untrusted and may be long); a
-    JSON value that is not a string as JSON (``null``, never Python's ``None``)."""
+    """Server output is untrusted and may be long; a non-string shows as JSON (``null``)."""
     value = text if isinstance(text, str) else json.dumps(text, default=str)
     if len(value) > limit:
         value = value[:limit] + "..."
@@ -110,7 +82,7 @@ class Target:
 
 
 def stack_outputs(stack: str) -> Mapping[str, Any]:
-    """All outputs of ``stack``, secrets in plain text, read from the pulumi CLI's stdout."""
+    """Secrets in plain text, read from the pulumi CLI's stdout: never on a command line."""
     try:
         return pulumi_cli.stack_outputs(stack, show_secrets=True, timeout=PULUMI_TIMEOUT)
     except pulumi_cli.PulumiCliError as error:
@@ -152,7 +124,7 @@ def target_from_stack(stack: str, base_url: str | None, model: str | None) -> Ta
 
 
 def read_api_key() -> str:
-    """The API key from ``$TPU_VLLM_API_KEY``, else stdin (a hidden prompt on a terminal)."""
+    """``$TPU_VLLM_API_KEY``, else stdin (a hidden prompt on a terminal)."""
     key = os.environ.get(API_KEY_ENV, "")
     if not key:
         stdin = sys.stdin
@@ -217,14 +189,12 @@ class Result:
     passed: bool
     seconds: float | None
     detail: str
-    # The endpoint itself is unusable (unreachable, key rejected, wrong URL or model): the
-    # remaining checks would fail the same way, so they are skipped.
+    # The endpoint itself is unusable: the other checks would fail the same way, so are skipped.
     fatal: bool = False
 
 
 class _Bearer(AuthBase):
-    """``Authorization: Bearer KEY``. An explicit auth object also stops requests from
-    replacing the header with credentials from ~/.netrc."""
+    """An explicit auth object stops requests from using credentials from ~/.netrc instead."""
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -235,8 +205,7 @@ class _Bearer(AuthBase):
 
 
 def _error_message(response: requests.Response) -> str:
-    """The server's own error text: vLLM's ``{"error": {"message"}}`` or ``{"error": "..."}``,
-    FastAPI's ``{"detail"}``, else the start of the body."""
+    """vLLM's ``{"error": ...}``, FastAPI's ``{"detail"}``, else the start of the body."""
     try:
         payload = response.json()
     except ValueError:
@@ -288,7 +257,7 @@ class Tester:
     def post(
         self, name: str, body: dict[str, Any]
     ) -> tuple[dict[str, Any] | None, float, Result | None]:
-        """POST ``body`` to ``/chat/completions``: the parsed answer, or a failed ``Result``."""
+        """The parsed answer, or a failed ``Result``."""
         url = f"{self.target.base_url}/chat/completions"
         connect = min(self.timeout, CONNECT_TIMEOUT_MAX)
         started = time.monotonic()
@@ -383,7 +352,6 @@ class Tester:
     def _ask(
         self, name: str, body: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any], float] | Result:
-        """POST a chat request; its first choice and message, or the Result that failed it."""
         payload, took, failure = self.post(name, body)
         if failure is not None or payload is None:
             return failure or Result(name, False, took, "no answer")

@@ -1,9 +1,8 @@
 """The committed stack files (`Pulumi.<stack>.yaml`): which stacks exist, and what they say.
 
-The operator scripts take a stack by name, as `pulumi -s` does, or by the path of its file, as a
-shell's tab completion gives it; a name that matches nothing must list the stacks that exist
-rather than fail on a missing file. And a script that only needs a value the stack file holds
-(the model, the serving image and port) reads it here, without the Pulumi CLI.
+A stack is taken by name, as `pulumi -s` does, or by its file's path, as tab completion gives
+it; a name that matches nothing lists the stacks that exist. Values the file holds are read
+here without the Pulumi CLI.
 """
 
 from __future__ import annotations
@@ -23,18 +22,16 @@ _STACK_FILE = re.compile(r"^Pulumi\.(?P<stack>[^/]+)\.ya?ml$")
 
 
 class StackFileError(Exception):
-    """A stack that does not exist or a stack file that cannot be read; the message says why."""
+    """The message says why."""
 
 
 def existing_stacks(root: Path = ROOT) -> list[str]:
-    """The stacks with a `Pulumi.<stack>.yaml` in the project root, sorted."""
     found = (_STACK_FILE.match(p.name) for p in root.glob("Pulumi.*.y*ml"))
     return sorted(m.group("stack") for m in found if m)
 
 
 def resolve_stack(arg: str, root: Path = ROOT) -> str:
-    """The stack named by `arg`: a stack name (`v5e1`) or its file (`Pulumi.v5e1.yaml`, with
-    any directory that is the project root)."""
+    """`v5e1`, or `Pulumi.v5e1.yaml` in the project root."""
     text = arg.strip()
     match = _STACK_FILE.match(Path(text).name)
     if match and (Path(text).name == text or Path(text).resolve().parent == root.resolve()):
@@ -61,7 +58,6 @@ def _listing(root: Path) -> str:
 
 
 def read_config(path: Path) -> Mapping[str, Any]:
-    """The `config:` map of a stack file (empty when it has none)."""
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
@@ -75,7 +71,6 @@ def read_config(path: Path) -> Mapping[str, Any]:
 
 
 def section(config: Mapping[str, Any], name: str, path: Path) -> Mapping[str, Any]:
-    """One `tpu-vllm:<name>` object of a stack's config (empty when absent)."""
     value = config.get(f"{NAMESPACE}:{name}")
     if value is None:
         return {}
@@ -85,6 +80,5 @@ def section(config: Mapping[str, Any], name: str, path: Path) -> Mapping[str, An
 
 
 def model_id(config: Mapping[str, Any], path: Path) -> str:
-    """`tpu-vllm:model.id`, or "" when the stack file does not set it."""
     value = section(config, "model", path).get("id")
     return value.strip() if isinstance(value, str) else ""

@@ -1,24 +1,9 @@
 """One screen on a running stack: `.venv/bin/python -m scripts.status STACK`.
 
-What seed 003's agent needed five tools for (get_system_status, verify_model_health, get_metrics,
-get_vllm_docker_logs, get_cloud_logging_logs), from what the stack already knows:
-
-1. the stack's outputs (`pulumi stack output --json --show-secrets -s STACK`; the API key and
-   the SSH key stay in memory, never printed, never in an argv);
-2. the TPU API (the provider's client, `components/vm/tpu_api.py`, `TPU_API_ENDPOINT` honoured):
-   the queued resource's state and its run's end, so the time left; the renewal's start is that
-   end less `renewal_lead_seconds` (components/renewal.py);
-3. the endpoint: `/health`, the served model (`/v1/models`, with the API key), and `/metrics`:
-   running and waiting requests, KV-cache usage, and tokens per second over the last
-   `--window` seconds (default 60), from two scrapes that far apart (`--window 0`: the average
-   since the server started, from the counters and `process_start_time_seconds`);
-4. the server's last startup phase: on the VM, the container's log over SSH (the stack's own
-   key, its pinned host key), read with the readiness check's own phase patterns
-   (scripts/remote/wait_ready.py); on GKE, the command that shows it;
-5. the dashboard link (`dashboard_url`) and the log command (`logs_command`).
-
-Every network wait is bounded (`--timeout`, default 5 s): a node that does not answer gets a
-line that says so, never a hang. Exit status: 0 shown; 2 the outputs could not be read.
+The TPU, the endpoint, its load and the server's startup phase, from what the stack already
+knows, in one command instead of five tools. Every network wait is bounded: a node that does
+not answer gets a line that says so, never a hang. What each line comes from: docs/operations.md
+"Watch it serve".
 """
 
 from __future__ import annotations
@@ -46,8 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_wait_ready() -> Any:
-    """The readiness check's own phase patterns (scripts/remote/wait_ready.py, a node-side
-    script, not a package module)."""
+    """By path: wait_ready.py is a node-side script, not a package module."""
     spec = importlib.util.spec_from_file_location(
         "wait_ready", ROOT / "scripts" / "remote" / "wait_ready.py"
     )
@@ -65,7 +49,7 @@ _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Sum of each series' value by metric name (the text exposition format)."""
+    """Each series' value summed by metric name (the text exposition format)."""
     sums: dict[str, float] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
@@ -85,7 +69,6 @@ def http_get(url: str, timeout: float, token: str = "") -> tuple[int, str]:
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        # The stack's own http:// endpoint (never a file: URL: it comes from its outputs).
         with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
             return int(answer.status), answer.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as error:
@@ -202,7 +185,6 @@ def _throughput(
 def startup_phase(
     outputs: Mapping[str, Any], timeout: float, ssh_port: int, ssh_user: str = SSH_USER
 ) -> str:
-    """The last phase the container's log shows (VM: over SSH with the stack's key)."""
     if outputs.get("cluster"):
         return (
             "startup phase: per replica: `kubectl logs -n tpu-vllm-STACK "

@@ -1,33 +1,10 @@
 """Runs on the TPU VM after every (re)start: wait for vLLM to be ready, or fail fast.
 
-A cold start is ~14 minutes, 80% of it XLA compilation (seed 000 §1.4), so the operator needs
-to see phases pass rather than a silent wait; and a crash at boot must fail in seconds, not at
-the timeout. This follows the log of one container start only (by container id), reports each
-phase with elapsed seconds, succeeds on uvicorn's `Application startup complete.`, then checks
-`/health` and `/v1/models` with curl (the API key read from its file and handed to curl on
-stdin, never in argv or env). A failed `/v1/models` request fails the check: a 401 says the API
-key is the likely cause. Then it asks the model, because a build can start and still not answer
-(tpu-inference #3406: Gemma 4 E2B/E4B text generation was garbage on the TPU image for weeks):
-seed 000 §1.4's "Say hi in five words." must come back with HTTP 200 and `content` holding a
-word and no special-token markup (thinking turned off for the request), and, with
-`--tool-call` (the server has `--enable-auto-tool-choice`), one tool with `tool_choice: "auto"`
-(as scripts/smoke_test.py sends it) must come back as a `tool_calls` entry naming it with JSON
-arguments that hold a non-empty `city`; each within `--answer-timeout` seconds, with heartbeat
-lines while it waits. Anything else fails with the HTTP status, the
-first 500 characters of the body and the container's last log lines.
-
-Usage: python3 - --container ID --model MODEL --port PORT --timeout SECONDS [--poll SECONDS]
-[--heartbeat SECONDS] [--cache-result FILE] [--tool-call] [--answer-timeout SECONDS]. While it
-waits, a line at least every `--heartbeat` seconds (default 20) says how long it has waited, the
-phase passed last and the container's last log line.
-The last stdout line is `TPU_VLLM_READY {json}` with startup_seconds, first_answer_seconds (from
-`Application startup complete.` to the first good answer), hbm and cache (the compile-cache
-restore's result that scripts/remote/xla_cache.py wrote to FILE).
-
-`python3 wait_ready.py probe --port PORT --model MODEL --api-key-file FILE [--tool-call]
-[--answer-timeout SECONDS]` is the same checks once, for GKE's startup probe (the kubelet runs
-it in the server container: components/gke/k8s_manifests.py `startup_probe`): exit 0 once
-/health, /v1/models and both answers are good, else exit 1 with one line saying why.
+A cold start is ~14 minutes, most of it XLA compilation, so the operator sees phases pass rather
+than a silent wait, and a crash at boot fails in seconds, not at the timeout. Ready means the
+model answered, not only that the server started: a build can start and answer garbage
+(tpu-inference #3406). `probe` runs the same checks once, as GKE's startup probe. What it
+checks, and its interface: docs/server.md "Start and readiness".
 """
 
 from __future__ import annotations
@@ -51,65 +28,55 @@ from typing import Any
 READY = "Application startup complete."  # uvicorn/lifespan/on.py, see PHASES below
 API_KEY_FILE = os.path.expanduser("~/.tpu-vllm/secrets/vllm_api_key")
 TAIL_LINES = 50
-#: Seconds of silence after which a heartbeat line is printed. pulumi-command sends no SSH
-#: keepalives, and ~685 s of XLA compilation log nothing this script reports: a NAT or proxy
-#: may drop a session idle that long. A line at least every 30 s keeps it busy.
+#: pulumi-command sends no SSH keepalives, and a NAT or proxy may drop a session idle through
+#: ~685 s of compilation.
 HEARTBEAT_SECONDS = 20.0
-#: Where a heartbeat is before any phase has passed.
 FIRST_PHASE = "container started"
-#: Where a heartbeat is after `Application startup complete.`, while /health is not yet 200.
 HEALTH_PHASE = "startup complete, /health not 200 yet"
-# (phase, pattern) in the order a healthy boot shows them; each is reported once. Every pattern
-# matches a line that vLLM, tpu-inference or uvicorn really logs; the comments name the file.
+# In the order a healthy boot shows them. Each pattern matches a line really logged by the file
+# named beside it.
 PHASES = (
     (
         "weights downloaded",
         re.compile(
-            # vllm/model_executor/model_loader/weight_utils.py (download_weights_from_hf):
-            # "Time spent downloading weights for %s: %.6f seconds" (only downloads over 0.5 s)
+            # vllm/model_executor/model_loader/weight_utils.py (only downloads over 0.5 s)
             r"Time spent downloading weights for "
-            # vllm/model_executor/model_loader/default_loader.py (DefaultModelLoader.
-            # load_weights, which tpu-inference's flax_nnx loader calls): "Loading weights took"
+            # vllm/model_executor/model_loader/default_loader.py (tpu-inference's loader calls it)
             r"|Loading weights took "
-            # tpu_inference/runner/tpu_runner.py (load_model): "Init model | hbm=[...]GiB"
+            # tpu_inference/runner/tpu_runner.py
             r"|Init model \| hbm="
         ),
     ),
     (
         "Memory statistics (HBM budget)",
-        # tpu_inference/worker/tpu_worker.py (determine_available_memory):
-        # "Memory statistics | total_hbm_limit_gb=...GiB | ..."
+        # tpu_inference/worker/tpu_worker.py
         re.compile(r"Memory statistics \| "),
     ),
     (
         "KV cache initialised",
         re.compile(
-            # vllm/v1/core/kv_cache_utils.py (_report_kv_cache_config):
-            # "GPU KV cache size: %s tokens"
+            # vllm/v1/core/kv_cache_utils.py
             r"GPU KV cache size: "
-            # tpu_inference/runner/kv_cache_manager.py (_log_kv_cache_init):
-            # "Init kv-cache | num_total_layers=... | num_blocks=[...] | ..."
+            # tpu_inference/runner/kv_cache_manager.py
             r"|Init kv-cache \| "
         ),
     ),
     (
         "compiling (the long part: XLA)",
-        # tpu_inference/runner/compilation_manager.py: "Precompile all the subgraphs with
-        # possible input shapes.", "Precompile NAME --> {...}" and
-        # "Compilation of %s finished in %.2f [secs]."
+        # tpu_inference/runner/compilation_manager.py
         re.compile(r"Precompile |Compilation of .* finished in "),
     ),
     (
         "server starting",
         re.compile(
-            # uvicorn/server.py (Server._serve): "Started server process [%d]"
+            # uvicorn/server.py
             r"Started server process "
-            # uvicorn/lifespan/on.py (LifespanOn.startup): "Waiting for application startup."
+            # uvicorn/lifespan/on.py
             r"|Waiting for application startup\."
         ),
     ),
 )
-#: The questions readiness asks, as scripts/smoke_test.py asks them (it imports them from here).
+#: scripts/smoke_test.py imports the questions from here.
 CHAT_PROMPT = "Say hi in five words."  # seed 000 §1.4
 CHAT_MAX_TOKENS = 256
 TOOL_NAME = "get_weather"
@@ -132,12 +99,10 @@ TOOLS = [
         },
     }
 ]
-#: Seconds each answer may take: a warm server answers these in about a second on a TPU.
+#: A warm server answers these in about a second on a TPU.
 ANSWER_TIMEOUT_SECONDS = 120.0
-#: How much of a failed answer's body the failure quotes.
 BODY_CHARS = 500
-# The budget line of tpu_inference/worker/tpu_worker.py, which f-strings each figure as
-# `name=valueGiB` (f"{total_hbm_limit_gb=}GiB").
+# tpu_inference/worker/tpu_worker.py f-strings each figure as f"{total_hbm_limit_gb=}GiB".
 HBM_RE = re.compile(
     r"Memory statistics.*?total_hbm_limit_gb=(?P<total>[\d.]+)GiB.*?"
     r"total_hbm_limit_cap_gb=(?P<usable>[\d.]+)GiB.*?total_hbm_used_gb=(?P<used>[\d.]+)GiB.*?"
@@ -146,8 +111,6 @@ HBM_RE = re.compile(
 
 
 class Clock:
-    """When the script started, and when it last printed a line (for the heartbeat)."""
-
     def __init__(self) -> None:
         self.start = time.monotonic()
         self.last_line = self.start
@@ -162,8 +125,7 @@ def say(start: float, message: str) -> None:
 
 
 def heartbeat(start: float, phase: str, tail: collections.deque[str]) -> None:
-    """One line while nothing else is printed: elapsed time, the phase passed last, and the
-    container's last log line, so the session is never idle and the operator sees progress."""
+    """So the session is never idle and the operator sees progress."""
     last = tail[-1].strip()[:200] if tail else "(no log line yet)"
     say(start, f"still waiting, phase: {phase}; last log line: {last}")
 
@@ -176,9 +138,7 @@ def docker(*args: str) -> subprocess.CompletedProcess[str]:
 
 def inspect(container: str) -> tuple[str, str, int, str] | None:
     """(status, exit code, restart count, started at), or None if the container is gone.
-
-    Plain `docker inspect` JSON rather than a Go template: every docker answers it the same.
-    """
+    JSON, not a Go template: every docker answers it the same."""
     done = docker("inspect", container)
     if done.returncode != 0:
         return None
@@ -213,7 +173,6 @@ def fail(start: float, reason: str, tail: collections.deque[str]) -> None:
 
 
 def follow(container: str, lines: queue.Queue[str | None]) -> None:
-    """Stream `docker logs -f` of this container into the queue; None when it ends."""
     proc = subprocess.Popen(
         ["sudo", "docker", "logs", "-f", container],
         stdout=subprocess.PIPE,
@@ -230,8 +189,8 @@ def follow(container: str, lines: queue.Queue[str | None]) -> None:
 
 
 def http_get(url: str, api_key: str | None = None) -> tuple[int, str]:
-    """(HTTP status, body) from curl on the VM; status 0 when nothing answered. The key goes in
-    as a header on curl's stdin (`--header @-`), never as an argument, so `ps` cannot show it."""
+    """(HTTP status, body); status 0 when nothing answered. The key goes on curl's stdin, so
+    `ps` cannot show it."""
     header = f"Authorization: Bearer {api_key}\n" if api_key else ""
     done = subprocess.run(
         [
@@ -255,10 +214,10 @@ def http_get(url: str, api_key: str | None = None) -> tuple[int, str]:
     return (int(code) if code.isdigit() else 0), body
 
 
-#: curl's exit codes that say why nothing answered (curl(1), EXIT CODES).
+#: curl(1), EXIT CODES.
 CURL_EXITS = {7: "connection refused", 28: "no answer within the time allowed", 52: "empty reply"}
-#: Text that a working chat template never leaves in an answer: special tokens printed as text
-#: (the gemma4 parsers turn off skip_special_tokens), as a broken build emits them.
+#: Special tokens printed as text, as a broken build emits them (the gemma4 parsers turn off
+#: skip_special_tokens).
 MARKUP = re.compile(r"<pad>|<unused\d+>|<\|[^>]*>|<[a-z_]*_of_turn>|<bos>|<eos>")
 
 
@@ -272,9 +231,8 @@ def ask(
     beat: float,
     tail: collections.deque[str],
 ) -> tuple[int, str, dict[str, Any], dict[str, Any]]:
-    """POST a chat completion with curl, a heartbeat line while it waits (as during the boot);
-    (status, raw body, first choice, its message). Status 0: nothing answered (the reason in
-    the raw body)."""
+    """(status, raw body, first choice, its message); status 0: nothing answered, the reason in
+    the raw body."""
     header = f"Authorization: Bearer {key}\n"
     proc = subprocess.Popen(
         [
@@ -317,7 +275,6 @@ def ask(
 
 
 def first_choice(answer: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(first choice, its message) of a chat completion; empty where the body has none."""
     try:
         choice = json.loads(answer)["choices"][0]
     except (ValueError, KeyError, IndexError, TypeError):
@@ -336,8 +293,8 @@ def _status_problem(status: int, raw: str) -> str | None:
 def chat_problem(
     status: int, raw: str, choice: dict[str, Any], message: dict[str, Any]
 ) -> str | None:
-    """Why the chat answer is not a good one (None when it is): HTTP 200 and content with a word
-    in it and no special-token markup (a broken build answers garbage: tpu-inference #3406)."""
+    """Why the chat answer is not a good one, or None: it needs a word and no special-token
+    markup (a broken build answers garbage)."""
     problem = _status_problem(status, raw)
     if problem:
         return problem
@@ -355,9 +312,8 @@ def chat_problem(
 
 
 def tool_problem(status: int, raw: str, message: dict[str, Any]) -> str | None:
-    """Why the tool answer is not a call of TOOL_NAME with a JSON object holding a non-empty
-    TOOL_ARGUMENT (None when it is). vLLM's gemma4 parser always hands back a JSON object string,
-    `{}` when it could not parse the call, so the argument itself is what proves the call."""
+    """Why the tool answer is not a good call, or None. vLLM's gemma4 parser hands back `{}`
+    for a call it could not parse, so the argument itself is what proves the call."""
     problem = _status_problem(status, raw)
     if problem:
         return problem
@@ -382,8 +338,7 @@ def tool_problem(status: int, raw: str, message: dict[str, Any]) -> str | None:
 
 
 def question_bodies(model: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The chat and the tool-call request bodies, the same on the VM and in GKE's readiness
-    Job (components/gke/readiness_manifests.py renders them into its env)."""
+    """The same on the VM and in GKE's readiness Job (components/gke/readiness_manifests.py)."""
     common = {"model": model, "temperature": 0,
               "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
     chat = {**common, "messages": [{"role": "user", "content": CHAT_PROMPT}],
@@ -403,11 +358,8 @@ def ask_model(
     seconds: float,
     beat: float,
 ) -> float:
-    """The model must answer: a chat, then (with `tool_call`) a tool call. Any other answer
-    fails readiness with the status, the body's start and the container's last lines. Returns
-    when (monotonic) the first good answer came. Thinking is turned off for both questions
-    (`chat_template_kwargs`, which a request may set over the server's defaults): a thought the
-    token budget cuts short leaves `content` empty."""
+    """When (monotonic) the first good answer came. Thinking is turned off for both questions:
+    a thought the token budget cuts short leaves `content` empty."""
     with open(API_KEY_FILE, encoding="utf-8") as handle:
         key = handle.read().strip()
     chat, tools = question_bodies(model)
@@ -432,12 +384,8 @@ def ask_model(
 
 
 def models_failure(status: int, container: str) -> str:
-    """Why readiness fails when /v1/models itself fails: never a reason to skip the check.
-
-    vLLM answers 401 to a request without the key it was started with (its
-    AuthenticationMiddleware), so a 401/403 here means the server and this check hold different
-    keys: a wrong key, or one rotated after the server started (the container reads it once).
-    """
+    """A 401/403 means the server and this check hold different keys: vLLM's
+    AuthenticationMiddleware, and the container reads the key once."""
     if status in (401, 403):
         return (
             f"/v1/models answered HTTP {status}: the API key is the likely cause. The server "
@@ -497,21 +445,18 @@ def read_cache_result(path: str) -> dict[str, object]:
             found = dict(json.load(handle))
     except (OSError, ValueError, TypeError):
         return result
-    # A clean restore writes no `reason`: the default above is for a missing result only.
+    # A clean restore writes no `reason`.
     return {**result, "reason": "", **found}
 
 
-#: The probe's bound on /health and /v1/models, each (the answers have --answer-timeout).
 PROBE_HTTP_SECONDS = 10.0
 
 
 def probe_http(
     url: str, *, key: str = "", body: dict[str, Any] | None = None, seconds: float
 ) -> tuple[int, str]:
-    """(HTTP status, body); status 0 when nothing answered, the reason as the body. urllib, not
-    curl: the probe runs in the server's image, which has the Python that runs vLLM (vllm-project
-    tpu-inference `docker/Dockerfile`: `python:3.12-slim-bookworm`); the key stays in this
-    process, a header, never an argument. No proxy from the environment: the server is local."""
+    """(HTTP status, body); status 0 when nothing answered. urllib, not curl: the probe runs in
+    the server's image, which has Python (tpu-inference `docker/Dockerfile`)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     data = None
     if body is not None:
@@ -528,25 +473,20 @@ def probe_http(
         except (http.client.HTTPException, OSError):
             return error.code, ""
     except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
-        # HTTPException: a body cut short (IncompleteRead) or a garbled status line.
         reason = getattr(error, "reason", None) or f"{type(error).__name__}: {error}"
         return 0, f"nothing answered ({reason})"
 
 
 def probe(port: int, model: str, key_file: str, *, tool_call: bool, seconds: float) -> str | None:
-    """Why the local server is not ready (None once the model has answered both questions).
-
-    GKE's startup probe: the kubelet calls a pod Ready only after this passed once, so a
-    rolling update removes an old replica only once a new one has answered, and a build that
-    starts but cannot answer never takes traffic. Same checks as the VM's, in the same order."""
+    """Why the local server is not ready, or None. As GKE's startup probe, a build that starts
+    but cannot answer never takes traffic, and a rolling update waits for an answer."""
     base = f"http://127.0.0.1:{port}"
     status, raw = probe_http(f"{base}/health", seconds=PROBE_HTTP_SECONDS)
     if status == 0:
-        # vLLM listens only once it has loaded and compiled: the normal state of a start.
+        # vLLM listens only once it has compiled.
         return f"/health: {raw}: the server is not up yet"
     if status != 200:
-        # vLLM answers 503 once its engine has died (EngineDeadError: vllm-project/vllm
-        # `vllm/entrypoints/serve/instrumentator/health.py`).
+        # vllm/entrypoints/serve/instrumentator/health.py: EngineDeadError.
         dead = ": vLLM's answer once its engine has died" if status == 503 else ""
         return f"/health: HTTP {status}{dead}"
     try:
@@ -583,7 +523,6 @@ def probe(port: int, model: str, key_file: str, *, tool_call: bool, seconds: flo
 
 
 def _quoted(problem: str, status: int, raw: str) -> str:
-    """The problem, then the body's start; with no answer the problem already is the reason."""
     return problem if status == 0 else f"{problem}: {raw[:BODY_CHARS]}"
 
 

@@ -1,47 +1,8 @@
 """Runs on the node: restore the XLA compile cache before the server starts, save it after ready.
 
-Why: a flex-start node is deleted with its disk, so every new node compiles for ~685 s (seed 000)
-unless the JAX persistent cache (`~/.cache/vllm/xla_cache`) comes back from Cloud Storage first.
-It is copied to local disk rather than read from `gs://` (docs/compile-cache.md).
-
-Layout under the prefix `gs://BUCKET/xla-cache/KEY/` (components/compile_cache.py):
-  GENERATION/...            the cache files, GENERATION = `img-` + the image digest's first 16 hex
-  GENERATION/MANIFEST.json  {"files": {path: {"size", "sha256", "md5"}}}, written after the files
-  LATEST                    the generation the newest save wrote (a fetch without --image
-                            takes it)
-
-Commands (each logs to stderr, never fails the start: problems mean a cold start):
-  fetch   --prefix P --work W --timeout S [--image NAME@sha256:D] [--in-pod]
-                                             the pinned image's generation (else LATEST's) into
-                                             W/staging (runs during the image pull)
-  install --prefix P --work W --dir D --image I --timeout S [--in-pod]
-                                             pinned digest -> generation; verify; copy into D,
-                                             each file with its saved mtime; write
-                                             W/result.json (the readiness result's `cache`).
-                                             I must be NAME@sha256:... (components/image_pin.py)
-  --in-pod (both): the token fetch also retries 403 and 404 (a GKE metadata server starting)
-  off     --work W                           the cache is disabled: say so in W/result.json
-  save    --work W [--timeout S] [--keep-latest] [--no-touch]
-                                             upload what the bucket lacks, merge MANIFEST,
-                                             point LATEST here (only if unset with
-                                             --keep-latest), renew custom times (lifecycle)
-  watch   --work W --every S [--container C] [--timeout S] [--stop-timeout S]
-                                             `save` now, again every S seconds, and a last
-                                             time when the container C stops or on SIGTERM
-
-The parts, one job each (the node gets them all beside this file: the start script writes them
-into ~/.tpu-vllm, the GKE ConfigMap mounts them at /tpu-vllm; components/remote_scripts.py
-XLA_CACHE_MODULES): xla_cache_base (layout, deadline, files), xla_cache_pool (the bounded
-transfer pool), xla_cache_retry (which failures are tried again, and how long),
-xla_cache_resumable (a large entry's resumable upload), xla_cache_api (the Cloud Storage JSON
-API, with generation preconditions),
-xla_cache_gcloud (`gcloud storage` for the restore, and which transport), xla_cache_restore
-(fetch, install, off), xla_cache_save (one save, safe beside others), xla_cache_watch (when to
-save). Transports: the restore uses `gcloud storage` where the VM has gcloud, else the JSON API
-with a token from the metadata server (TPU_VLLM_CACHE_VIA=gcloud|api forces one;
-GCE_METADATA_HOST and STORAGE_API_ENDPOINT override the endpoints, in tests); the save always
-uses the JSON API (xla_cache_gcloud says why). The JSON API moves TPU_VLLM_CACHE_WORKERS objects
-at once (default 16) both ways. Stdlib only, Python 3.9+.
+A flex-start node is deleted with its disk, so without this every new node compiles again for
+~685 s. No command ever fails the start: a problem means a cold start. Stdlib only, Python 3.9+
+(the node's own python3). Layout, commands and parts: docs/compile-cache.md "The node tool".
 """
 
 from __future__ import annotations
@@ -50,8 +11,7 @@ import argparse
 import os
 import sys
 
-# The parts live beside this file. Run as a script, Python already looks there first; loaded
-# by path (the tests), it does not.
+# Loaded by path (the tests), Python does not look beside this file on its own.
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
@@ -66,7 +26,6 @@ import xla_cache_retry as retry  # noqa: E402
 import xla_cache_save as save  # noqa: E402
 import xla_cache_watch as watch  # noqa: E402
 
-# What tests and the benchmark reach for by the tool's own name.
 Deadline = base.Deadline
 JsonApi = api.JsonApi
 generation_name = base.generation_name

@@ -1,19 +1,8 @@
-"""The Cloud Storage JSON API over urllib, with a metadata-server token (scripts/remote/
-xla_cache.py).
+"""The Cloud Storage JSON API over urllib, with a metadata-server token held in memory only.
 
-Requests follow https://cloud.google.com/storage/docs/json_api/v1/objects: list, get (the
-Object resource, or its bytes with alt=media), multipart insert, patch. Every write may carry
-`ifGenerationMatch` (Request preconditions, https://cloud.google.com/storage/docs/request-
-preconditions): the write happens only if the object's live generation is that number, `0`
-meaning "no live object"; otherwise the service answers 412 Precondition Failed and writes
-nothing, which `write` raises as `PreconditionFailed`. `read_generation` returns an object with
-the generation it read (objects.get, then alt=media with `ifGenerationMatch` of that number),
-so a read-modify-write can be made conditional on nothing having changed since.
-Transient failures (408, 429, 5xx, a reset or timed-out connection) are tried again with
-backoff (xla_cache_retry says when and how long): every read, and a write only when it carries
-`ifGenerationMatch`; two writes of one object name are kept a second apart. Files over
-RESUMABLE_BYTES go up as resumable uploads (xla_cache_resumable).
-The token is held in memory only (never argv, env or a file).
+https://cloud.google.com/storage/docs/json_api/v1/objects. Only this API reads an object with
+its generation and answers a failed `ifGenerationMatch` with 412, which the saves' conditional
+writes need (docs/compile-cache.md "Concurrent saves").
 """
 
 from __future__ import annotations
@@ -55,26 +44,19 @@ from xla_cache_pool import (
 from xla_cache_resumable import RESUMABLE_BYTES, ResumableUpload
 from xla_cache_retry import BodyCutShort, Policy, WriteSpacing, retryable
 
-#: How long a metadata-server token fetch is retried (connection errors, 5xx; 403/404 in a pod).
 TOKEN_RETRY_SECONDS = 60.0
-#: The longest a JSON API call waits on a silent server (then the socket times out).
 MAX_SOCKET_TIMEOUT = 120.0
-#: The shortest socket timeout a transfer read gets, just before the deadline.
 MIN_READ_TIMEOUT = 0.1
-#: The Object fields the tool reads from a listing.
 LIST_FIELDS = "items(name,size,md5Hash,metadata,timeCreated,generation,customTime),nextPageToken"
 
 
 class PreconditionFailed(RuntimeError):
-    """412: the object's generation was not the one the write (or read) was conditional on."""
+    """412: the object's generation was not the one the call was conditional on."""
 
 
 class JsonApi:
-    """The Cloud Storage JSON API for the VM's (or the pod's Workload Identity) identity."""
-
     name = "api"
-    #: Set from `--in-pod` (main): the GKE metadata server's first-seconds answers include 403
-    #: and 404, which a VM's metadata server only gives for good.
+    #: `--in-pod`: a starting GKE metadata server answers 403 and 404, a VM's only for good.
     in_pod = False
 
     def __init__(self) -> None:
@@ -83,12 +65,10 @@ class JsonApi:
         self.workers = pool_workers()
         self._token = ""
         self._expires = 0.0
-        # Pool workers share the token: one of them renews it, the others wait for it.
         self._token_lock = threading.Lock()
         self.retry = Policy()
         self.spacing = WriteSpacing()
 
-    # -- identity -------------------------------------------------------------------------
     def _bearer(self, deadline: Deadline) -> str:
         with self._token_lock:
             if time.time() >= self._expires:
@@ -98,17 +78,9 @@ class JsonApi:
             return f"Bearer {self._token}"
 
     def _fetch_token(self, deadline: Deadline) -> dict[str, Any]:
-        """The metadata server's token, retried with backoff on connection errors and 5xx, and
-        in a pod also on 403 and 404, all within TOKEN_RETRY_SECONDS.
-
-        In a pod's first seconds the GKE metadata server is not ready yet (GKE docs, Workload
-        Identity Federation for GKE, limitations, which advise a retry): it refuses connections
-        (googleapis/google-auth-library-python#1261, r-lib/gargle#186) or answers 404 Not Found
-        (google-auth-library-python#745, where the maintainer names that start-up delay). On a
-        VM a 403 or 404 is final (no service account, no scope), so it is not retried there; in
-        a pod one that lasts the whole bound means no Workload Identity binding, and the error
-        says so.
-        """
+        """In a pod's first seconds the GKE metadata server refuses connections or answers 404
+        (GKE docs, Workload Identity Federation limitations; google-auth-library-python#745).
+        On a VM a 403 or 404 is final (no service account, no scope)."""
         bound = Deadline(min(TOKEN_RETRY_SECONDS, max(deadline.left(), 0.0)))
         request = urllib.request.Request(
             f"http://{self.metadata}/computeMetadata/v1/instance/service-accounts/default/token",
@@ -148,7 +120,6 @@ class JsonApi:
             time.sleep(min(delay, left))
             delay = min(delay * 2, 5.0)
 
-    # -- requests ---------------------------------------------------------------------------
     def _call(
         self,
         method: str,
@@ -168,11 +139,8 @@ class JsonApi:
         body: Any = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        """The response, to read from (a `with` closes it). The socket timeout is what is left
-        of the deadline (at most MAX_SOCKET_TIMEOUT), so a stalled server cannot hold a call
-        past it; it holds for each later read too, which a download re-aims at the deadline
-        before each of its reads (`_download_one`). `body` may be an iterable of bytes (with a
-        Content-Length header): http.client sends it piece by piece (Lib/http/client.py
+        """The response; its socket timeout is what is left of the deadline. `body` may be an
+        iterable of bytes with a Content-Length, sent piece by piece (Lib/http/client.py
         `_send_output`), so an upload never holds a whole file in memory."""
         return self.open_url(method, self.endpoint.rstrip("/") + path, deadline, body, headers)
 
@@ -184,10 +152,8 @@ class JsonApi:
         body: Any = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        """`_open` of a whole URL (a resumable upload's session URI, on the endpoint)."""
-        # The path only: a resumable session's URI carries `upload_id`, which acts as a
-        # credential for the upload (Cloud Storage docs, "Resumable uploads"), and a deadline
-        # message is logged.
+        """`_open` of a whole URL (a resumable upload's session URI)."""
+        # The path only: a session URI's `upload_id` acts as a credential ("Resumable uploads").
         timeout = min(deadline.check(f"{method} {url.split('?', 1)[0]}"), MAX_SOCKET_TIMEOUT)
         request = urllib.request.Request(  # noqa: S310 - https endpoint (loopback in tests)
             url,
@@ -198,7 +164,6 @@ class JsonApi:
         return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
 
     def _get(self, path: str, deadline: Deadline, what: str) -> bytes:
-        """A GET's body, tried again on a transient failure (reads are idempotent)."""
         return self.retry.run(lambda: self._call("GET", path, deadline), what, deadline)
 
     @staticmethod
@@ -206,7 +171,7 @@ class JsonApi:
         return f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}"
 
     def list(self, url: str, deadline: Deadline) -> dict[str, dict[str, Any]]:
-        """{name under `url`: Object resource} of every object under `url` (all pages)."""
+        """{name under `url`: Object resource}, all pages."""
         bucket, prefix = split_gs(url)
         found: dict[str, dict[str, Any]] = {}
         token = ""
@@ -223,7 +188,6 @@ class JsonApi:
                 return found
 
     def stat(self, url: str, deadline: Deadline) -> dict[str, Any] | None:
-        """The object's resource (objects.get without alt=media), or None if there is none."""
         bucket, name = split_gs(url)
         try:
             return dict(json.loads(self._get(self._object_path(bucket, name), deadline, url)))
@@ -242,11 +206,8 @@ class JsonApi:
             raise RuntimeError(f"read {url}: HTTP {error.code}") from None
 
     def read_generation(self, url: str, deadline: Deadline) -> tuple[bytes | None, int]:
-        """(the object's bytes, the generation they are) or (None, 0) when there is none: the
-        generation a conditional rewrite of it passes as `ifGenerationMatch` (0: "must not
-        exist"). The bytes are read with `ifGenerationMatch` of the generation just listed, so
-        they are that generation's; a write in between (412, or 404 if it was deleted) makes
-        it read both again."""
+        """(bytes, their generation), or (None, 0): what a conditional rewrite passes as
+        `ifGenerationMatch`. A write in between (412, or 404) makes it read both again."""
         bucket, name = split_gs(url)
         while True:
             item = self.stat(url, deadline)
@@ -274,20 +235,12 @@ class JsonApi:
         progress: Progress | None = None,
         stop: Stop | None = None,
     ) -> dict[str, Any]:
-        """Write `data` (bytes, or the path of a file, streamed in BLOCK pieces) as the object
-        `url`; its resource. A multipart insert carries the custom time and the mtime with the
-        bytes (a media upload, `uploadType=media`, takes only the name); a file over
-        RESUMABLE_BYTES goes up resumably, its metadata in the session's first request.
-        Raises PreconditionFailed on 412, nothing written.
+        """Write `data` (bytes, or a file's path, streamed) as the object `url`; its resource.
+        Multipart, not a media upload, so the custom time and mtime go with the bytes.
 
-        Tried again on a transient failure only with `if_generation_match` (it can land at most
-        once); each attempt waits until a second has passed since this tool last wrote the name
-        (`WriteSpacing`). A 412 after an attempt whose outcome is unknown (a 5xx, a reset, a
-        timeout: the service may have written the object and lost only its answer) is that
-        attempt's own write if, and only if, the live object holds exactly these bytes (size
-        and MD5); then the write succeeded. Otherwise another writer won, as on a first try.
-        Taking every such 412 for success would not be sound: another save's manifest, say,
-        would be kept as if it were this one's merge."""
+        A 412 after a try whose outcome is unknown (a 5xx, a reset, a timeout) is that try's
+        own write only if the object holds exactly these bytes; taking every such 412 for
+        success would keep another save's manifest as if it were this one's merge."""
         bucket, name = split_gs(url)
         fields: dict[str, Any] = {"name": name, "customTime": custom_time}
         if mtime is not None:
@@ -339,7 +292,6 @@ class JsonApi:
         )
 
     def _holds(self, url: str, data: bytes | str, deadline: Deadline) -> dict[str, Any] | None:
-        """The live object's resource if it holds exactly `data` (size and MD5), else None."""
         item = self.stat(url, deadline)
         if item is None:
             return None
@@ -363,7 +315,6 @@ class JsonApi:
         progress: Progress | None,
         stop: Stop | None,
     ) -> dict[str, Any]:
-        """One multipart insert (metadata and bytes in one request); its resource."""
         boundary = uuid.uuid4().hex
         head = b"".join(
             [
@@ -410,14 +361,9 @@ class JsonApi:
         return dict(json.loads(answer)) if answer.strip() else {}
 
     def set_custom_time(self, url: str, custom_time: str, deadline: Deadline) -> None:
-        """objects.patch of `customTime`. The service refuses to move it back (400, "Custom
-        time cannot be decreased", https://cloud.google.com/storage/docs/metadata#custom-time):
-        that is another save having touched it later, which is as good.
-
-        Retried like a read although it carries no precondition: it sets one field to a fixed
-        value, so a repeat lands the same, and a repeat that comes after another save's later
-        touch is the 400 above. (The Retry strategy page calls a PATCH idempotent only with
-        `ifMetagenerationMatch`, for patches whose result depends on what was there.)"""
+        """A 400 "Custom time cannot be decreased" (docs/metadata#custom-time) means another save
+        touched it later, which is as good. Retried without a precondition: a repeat of one
+        field set to a fixed value lands the same."""
         bucket, name = split_gs(url)
         body = json.dumps({"customTime": custom_time}).encode()
         try:
@@ -441,17 +387,10 @@ class JsonApi:
                     return
             raise RuntimeError(f"touch {url}: HTTP {error.code}") from None
 
-    # -- restore ----------------------------------------------------------------------------
     def download(self, url: str, dest: str, deadline: Deadline) -> None:
-        """Every object under `url` into `dest`, `self.workers` at a time (`run_pool`).
-
-        An object already there with the same size and MD5 is kept; each file gets the
-        object's saved mtime; the first object that fails (an HTTP error, a short body, the
-        deadline) fails the whole download. Each file appears only whole: written as `.part`,
-        its length checked against the answer's Content-Length (else the listed size), then
-        renamed; whether its bytes are the saved ones is the manifest check's business
-        (`verify`), which drops what does not match.
-        """
+        """Every object under `url` into `dest`; a file there with the same size and MD5 is kept.
+        Each file appears only whole (a `.part`, its length checked, then renamed); whether its
+        bytes are the saved ones is the manifest check's business (`verify`)."""
         bucket, prefix = split_gs(url)
         listing = self.list(url, deadline)
         if not listing:
@@ -489,8 +428,7 @@ class JsonApi:
         stop: Stop,
         progress: Progress,
     ) -> None:
-        """One object into `dest/rel` (a pool worker), tried again on a transient failure (a
-        5xx, a reset, a body cut short), each try from the first byte into a fresh `.part`."""
+        """Each try starts from the first byte, into a fresh `.part`."""
         if stop.is_set():
             return
         target = os.path.join(dest, rel)
@@ -529,13 +467,11 @@ class JsonApi:
         progress: Progress,
         what: str,
     ) -> None:
-        """One try of one object's download into `part`, renamed to `target` once whole."""
         with self._open("GET", path, deadline) as response, open(part, "wb") as handle:
             expected = expected_bytes(response, item)
             received = 0
             sock = response_socket(response)
-            # read1: at most one socket read per block, so a server that trickles bytes
-            # meets the deadline check below instead of holding a whole block's read.
+            # read1: one socket read per block, so a trickling server meets the deadline check.
             read = getattr(response, "read1", response.read)
             with stop.watching(sock):
                 while True:
@@ -543,9 +479,7 @@ class JsonApi:
                         raise RuntimeError(f"{what}: stopped (another download failed)")
                     left = deadline.check(what)
                     if sock is not None:
-                        # The timeout urlopen set holds for every read from then on: a
-                        # body that trickles, then stalls, would hold this worker up to
-                        # that long past the deadline. Aim each read at the deadline.
+                        # Aim each read at the deadline: urlopen's timeout holds for every read.
                         with contextlib.suppress(OSError):
                             sock.settimeout(max(MIN_READ_TIMEOUT, min(left, MAX_SOCKET_TIMEOUT)))
                     block = read(BLOCK)
@@ -556,21 +490,17 @@ class JsonApi:
                     progress.add(len(block))
         if stop.is_set():
             raise RuntimeError(f"{what}: stopped (another download failed)")
-        # http.client's read1 (and read(n)) return b"" when the connection closes early,
-        # with no IncompleteRead (CPython Lib/http/client.py HTTPResponse.read1): the
-        # length is the only sign of a body cut short, a TCP disconnect worth a retry.
+        # read1 returns b"" on an early close, with no IncompleteRead (Lib/http/client.py).
         if expected is not None and received < expected:
             raise BodyCutShort(f"{what}: short read {received} of {expected} bytes")
         mtime = object_mtime(item)
-        if mtime is not None:  # as `gcloud storage rsync` does for a download
+        if mtime is not None:
             os.utime(part, (mtime, mtime))
         os.replace(part, target)
 
 
 def same_bytes(item: dict[str, Any], path: str) -> bool:
-    """Whether the local file holds the listed object's bytes (size, then MD5), as `gcloud
-    storage rsync` decides what to copy (googlecloudsdk/command_lib/storage/
-    rsync_command_util.py)."""
+    """Size, then MD5, as `gcloud storage rsync` decides what to copy (rsync_command_util.py)."""
     try:
         if int(item.get("size", -1)) != os.path.getsize(path):
             return False

@@ -1,9 +1,4 @@
-"""What every part of the node's compile-cache tool shares (scripts/remote/xla_cache.py).
-
-The layout's names, the log line, the deadline every call is bounded by, JSON files written
-whole, the cache directory's entries and their checksums. Stdlib only, Python 3.9+: the tool
-runs under the node's own python3 (a TPU VM's, or the serving image's in a GKE pod).
-"""
+"""What every part of the node's compile-cache tool (scripts/remote/xla_cache.py) shares."""
 
 from __future__ import annotations
 
@@ -18,18 +13,14 @@ from typing import Any
 
 MANIFEST = "MANIFEST.json"
 LATEST = "LATEST"
-# JAX's LRU cache keeps `KEY-cache` entries and, with eviction on, `KEY-atime` stamps
-# (jax/_src/lru_cache.py); the stamps change on every read, so they are not worth carrying.
+# `-atime` stamps change on every read (jax/_src/lru_cache.py): not worth carrying.
 SKIP_SUFFIXES = ("-atime", ".tmp", ".lock")
-#: Where the project's Cloud Storage JSON API uploads keep a file's mtime, as `gcloud storage`
-#: does (googlecloudsdk/command_lib/storage/posix_util.py MTIME_METADATA_KEY), so either
-#: transport recognises what the other uploaded.
+#: gcloud storage's own key (posix_util.py MTIME_METADATA_KEY): each transport sees the other's.
 MTIME_KEY = "goog-reserved-file-mtime"
 #: A file that changed within this pause may still be growing (a lazy compile after ready).
 SETTLE_SECONDS = 1.0
-#: How long one save may take, unless `--timeout` says otherwise.
 DEFAULT_SAVE_TIMEOUT = 1800.0
-#: The piece a transfer worker reads and writes at a time (and checks the deadline between).
+#: A transfer worker checks the deadline between pieces of this size.
 BLOCK = 1 << 20
 
 
@@ -50,9 +41,7 @@ def now_rfc3339() -> str:
 
 
 def rfc3339_seconds(text: str) -> float | None:
-    """An RFC 3339 time as Cloud Storage writes it (`2026-01-02T03:04:05.678Z`), in epoch
-    seconds; None if it does not parse. Compared as numbers, not as text: the service may
-    answer with fewer fraction digits than were sent."""
+    """Epoch seconds, to compare as numbers: the service may answer with fewer fraction digits."""
     if not text:
         return None
     main, _, rest = text.rstrip("Z").partition(".")
@@ -90,9 +79,7 @@ def file_sha256(path: str) -> str:
 
 
 def file_digests(path: str) -> tuple[int, str, str]:
-    """(size, sha256 hex, md5 base64) in one read: the manifest checks the sha256 on restore;
-    the md5 is the one Cloud Storage lists (`md5Hash`), so a save can tell from a listing
-    alone whether an object holds these bytes."""
+    """(size, sha256 hex, md5 base64): the md5 is the one a listing shows (`md5Hash`)."""
     sha = hashlib.sha256()
     md5 = hashlib.md5()  # noqa: S324 - Cloud Storage's own checksum, not security
     size = 0
@@ -107,9 +94,8 @@ def file_digests(path: str) -> tuple[int, str, str]:
 def local_files(root: str, settle: float = 0.0) -> dict[str, str]:
     """{relative path: absolute path} of the cache entries under root.
 
-    JAX writes an entry in place (`cache_path.write_bytes`, jax/_src/lru_cache.py), so with
-    `settle` only files whose size and mtime did not change across that pause are taken: a
-    file still being written (a lazy compile after ready) waits for the next save.
+    JAX writes an entry in place (jax/_src/lru_cache.py): with `settle`, a file whose size or
+    mtime changed across the pause is still being written and waits for the next save.
     """
     found: dict[str, str] = {}
     for folder, dirs, files in os.walk(root):
@@ -159,7 +145,6 @@ class Deadline:
 
 
 def paths(work: str) -> dict[str, str]:
-    """The work directory's files: what the restore learned and left for the save."""
     return {
         "fetch": os.path.join(work, "fetch.json"),
         "state": os.path.join(work, "state.json"),

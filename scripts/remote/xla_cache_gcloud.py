@@ -1,16 +1,8 @@
-"""`gcloud storage` for the restore, and which transport a run uses (scripts/remote/xla_cache.py).
+"""`gcloud storage` for the restore, and which transport a run uses.
 
-The restore reads LATEST and a manifest and downloads a generation: with `gcloud storage` where
-the VM has gcloud, else with the Cloud Storage JSON API. An older Cloud SDK without `storage
-rsync` refuses the command line itself (exit status 2, "Invalid choice",
-googlecloudsdk/calliope/parser_extensions.py): the tool then uses the JSON API for the rest of
-the run. TPU_VLLM_CACHE_VIA=gcloud|api forces one.
-
-The save always uses the JSON API (`api_store`), on both transports: each of its writes is
-conditional on a generation it read (docs/compile-cache.md, "Concurrent saves"), and only the
-JSON API reads an object together with its generation and answers a failed precondition with a
-status (412) rather than a message to parse. Same identity either way: gcloud on a VM takes
-its token from the same metadata server.
+An older Cloud SDK without `storage rsync` refuses the command line (exit status 2,
+googlecloudsdk/calliope/parser_extensions.py): the run then uses the JSON API. The save always
+uses the JSON API: docs/compile-cache.md "Concurrent saves" says why.
 """
 
 from __future__ import annotations
@@ -26,25 +18,17 @@ from xla_cache_api import JsonApi
 from xla_cache_base import Deadline, log
 
 T = TypeVar("T")
-#: gcloud's exit status for a command line it cannot parse (an unknown command or flag).
+#: calliope's parser error: "Invalid choice: 'rsync'." or "unrecognized arguments".
 GCLOUD_USAGE_ERROR = 2
 
 
 class GcloudUnusable(RuntimeError):
-    """gcloud refused the command line itself (exit status 2): an older Cloud SDK lacks it."""
+    """gcloud refused the command line itself: an older Cloud SDK."""
 
 
 class Gcloud:
-    """`gcloud storage` with the VM's own identity (its service account, via the metadata).
-
-    Its `rsync` is already parallel: it runs its copy tasks with `parallelizable=True`
-    (surface/storage/rsync.py), and task_executor.execute_tasks then uses the parallel
-    TaskGraphExecutor with `storage/process_count` processes x `storage/thread_count` threads,
-    which, unless set, are 16 x 4 for a multi-file transfer on 4+ CPUs and 2 x 10 below that
-    (googlecloudsdk/command_lib/storage/tasks/task_executor.py, task_util.py
-    should_use_parallelism, optimize_parameters_util.py detect_and_set_best_config). So this
-    class adds no pool of its own.
-    """
+    """`gcloud storage` with the VM's own identity. No pool of its own: `rsync` is parallel
+    already (googlecloudsdk/command_lib/storage/optimize_parameters_util.py)."""
 
     name = "gcloud"
 
@@ -67,14 +51,12 @@ class Gcloud:
             raise TimeoutError(f"{what}: still running after {timeout:.0f}s; stopped") from None
         done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         if done.returncode == GCLOUD_USAGE_ERROR:
-            # calliope's parser error: `self.exit(2)` after "Invalid choice: 'rsync'." or
-            # "unrecognized arguments" (googlecloudsdk/calliope/parser_extensions.py).
             raise GcloudUnusable(f"{what}: {self._error(done)}")
         return done
 
     @staticmethod
     def _error(done: subprocess.CompletedProcess[bytes]) -> str:
-        """gcloud's `ERROR: ...` line (a usage error prints suggestions and usage after it)."""
+        """The `ERROR: ...` line: a usage error prints suggestions and usage after it."""
         lines = [line for line in done.stderr.decode(errors="replace").splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("ERROR:")]
         return (errors or lines or [f"exit code {done.returncode}"])[-1]
@@ -96,8 +78,8 @@ class Gcloud:
 
 
 class GcloudThenApi:
-    """`gcloud storage`, until it refuses a command line (an older Cloud SDK): from then on, for
-    the rest of this run, the JSON API. A real failure (network, permission) is not retried."""
+    """`gcloud storage` until it refuses a command line, then the JSON API for the rest of the
+    run. A real failure (network, permission) does not switch."""
 
     def __init__(self) -> None:
         self.gcloud = Gcloud()
@@ -136,7 +118,7 @@ _STORES: dict[str, Gcloud | JsonApi | GcloudThenApi] = {}
 
 
 def transport() -> Gcloud | JsonApi | GcloudThenApi:
-    """The restore's store, one per run (a fallback, once taken, holds for the later calls)."""
+    """The restore's store, one per run, so that a fallback once taken holds."""
     via = os.environ.get("TPU_VLLM_CACHE_VIA", "auto")
     if via not in _STORES:
         if via == "gcloud":
@@ -149,7 +131,7 @@ def transport() -> Gcloud | JsonApi | GcloudThenApi:
 
 
 def api_store() -> JsonApi:
-    """The run's one JSON API client (the save's store on every transport; its token cached)."""
+    """The run's one JSON API client, so that its token is fetched once."""
     store = _STORES.get("json-api")
     if not isinstance(store, JsonApi):
         store = _STORES["json-api"] = JsonApi()

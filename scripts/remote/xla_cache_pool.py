@@ -1,12 +1,9 @@
-"""The bounded pool the JSON API path moves objects with, both ways (scripts/remote/xla_cache.py).
+"""The bounded pool the JSON API moves objects with, both ways.
 
-A restore is a few hundred objects (seed 000: 197 MB for E2B) and each request pays a round
-trip before its first byte, so one at a time spends most of the transfer waiting; a save of a
-cold start sends as many. So both run `workers` requests at once (TPU_VLLM_CACHE_WORKERS), the
-first failure fails the whole transfer, nothing not yet started is started, and the running
-ones are stopped (`Stop`) and waited for: the caller's time counts all of it, and nothing is
-still written once it moves on. `Progress` counts objects and bytes for a line every
-PROGRESS_SECONDS and a last one with the rate.
+A transfer is a few hundred objects, each paying a round trip before its first byte, so one at
+a time spends most of it waiting. The first failure stops the running workers and waits for
+them, so nothing is still written once the caller moves on. Measured: docs/compile-cache.md
+"Restore speed".
 """
 
 from __future__ import annotations
@@ -25,27 +22,20 @@ from xla_cache_base import MTIME_KEY, Deadline, log
 
 T = TypeVar("T")
 
-#: How many objects the JSON API path moves at once (TPU_VLLM_CACHE_WORKERS overrides it).
-#: 16 is what `gcloud storage` itself starts for a multi-file transfer on a machine with 4+
-#: CPUs (16 processes, googlecloudsdk/command_lib/storage/optimize_parameters_util.py
-#: MULTI_FILE_HIGH_CPU_PROCESS_COUNT, each with 4 threads), far below a bucket's initial ~5000
-#: reads/s and ~1000 writes/s (Cloud Storage docs, request rate guidelines), and cheap here:
-#: each worker streams in BLOCK-sized pieces, so memory stays at workers x BLOCK whatever the
-#: entry sizes. Against a loopback fake with 30 ms per request (benchmarks/restore_speed.py)
-#: 16 gave 10-13x the serial MB/s and 32 only ~20% more than 16, for twice the connections.
+#: What `gcloud storage` starts for a multi-file transfer on 4+ CPUs (optimize_parameters_util.py
+#: MULTI_FILE_HIGH_CPU_PROCESS_COUNT), far below a bucket's ~1000 writes/s; 32 gave only ~20%
+#: more against the loopback fake (benchmarks/restore_speed.py).
 DEFAULT_WORKERS = 16
 WORKERS_ENV = "TPU_VLLM_CACHE_WORKERS"
 MAX_WORKERS = 64
-#: How often a transfer logs its progress.
 PROGRESS_SECONDS = 10.0
-#: How a Progress line names its transfer: (going on, done, preposition before the URL).
+#: (going on, done, preposition before the URL)
 DOWNLOAD = ("downloading", "downloaded", "from")
 UPLOAD = ("uploading", "uploaded", "to")
 TOUCH = ("touching", "touched", "under")
 
 
 def pool_workers() -> int:
-    """The pool's size: TPU_VLLM_CACHE_WORKERS, else DEFAULT_WORKERS."""
     raw = os.environ.get(WORKERS_ENV, "").strip()
     if not raw:
         return DEFAULT_WORKERS
@@ -63,10 +53,8 @@ def pool_workers() -> int:
 
 
 class Stop:
-    """A transfer's stop signal, set by the caller's thread when it abandons the transfer (a
-    failed object, the deadline). The workers check it between reads and writes; `set` also
-    shuts down the socket each one is reading from, so a worker waiting on a silent server
-    wakes at once (its read returns end-of-stream) instead of at its socket timeout."""
+    """Set when the caller abandons a transfer. `set` also shuts down each worker's socket, so a
+    worker waiting on a silent server wakes at once instead of at its socket timeout."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -80,15 +68,13 @@ class Stop:
         self._event.set()
         with self._lock:
             for sock in self._sockets:
-                # The plain socket's shutdown(2), also under TLS: it ends the stream for the
-                # reading thread (recv sees end-of-stream), where SSLSocket.shutdown would
-                # also drop the TLS state that thread is reading through.
+                # The plain socket's shutdown(2), also under TLS: SSLSocket.shutdown would drop
+                # the TLS state the reading thread is reading through.
                 with contextlib.suppress(OSError):
                     socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     @contextlib.contextmanager
     def watching(self, sock: socket.socket | None) -> Iterator[None]:
-        """While a worker reads from `sock`, `set` shuts it down."""
         if sock is None:
             yield
             return
@@ -102,8 +88,7 @@ class Stop:
 
 
 class Progress:
-    """A transfer's objects and bytes, counted by its workers and logged by the caller's
-    thread (one line every PROGRESS_SECONDS, and a last one with the rate)."""
+    """Counted by the workers, logged by the caller's thread."""
 
     def __init__(
         self, url: str, objects: int, total_bytes: int, verbs: tuple[str, str, str] = DOWNLOAD
@@ -132,7 +117,7 @@ class Progress:
                 self.kept_bytes += nbytes
 
     def rate(self) -> float:
-        """MB/s so far (the summary's figure, and the last line's)."""
+        """MB/s so far."""
         with self._lock:
             moved = self.moved
         return moved / 1e6 / max(time.time() - self.started, 1e-6)
@@ -172,13 +157,8 @@ def run_pool(
     stop: Stop,
     name: str,
 ) -> list[T]:
-    """Run `calls`, `workers` at a time; their results in order, or the first failure.
-
-    It returns or raises only once no worker runs any more. On a failure or the deadline the
-    calls not started yet are cancelled and `stop` is set, which the running ones see at their
-    next read or write (a socket they wait on is shut down), so each ends promptly; every
-    socket timeout is aimed at the deadline besides.
-    """
+    """Run `calls`, `workers` at a time; their results in order, or the first failure. It
+    returns or raises only once no worker runs any more."""
     results: list[T] = []
     if not calls:
         return results
@@ -191,8 +171,7 @@ def run_pool(
             done, pending = wait(pending, timeout=wait_for, return_when=FIRST_EXCEPTION)
             for future in futures:  # the first failure, in submission order
                 if future in done and future.exception() is not None:
-                    # A worker whose socket timed out at the bound (its timeout is aimed at
-                    # it) failed because of the bound: say so, as the wait would have.
+                    # A socket timed out at the deadline: say so, as the wait would have.
                     if deadline.left() <= 0:
                         deadline.check(what)
                     future.result()
@@ -200,7 +179,7 @@ def run_pool(
                 deadline.check(what)
                 progress.log_now()
     except BaseException:
-        stop.set()  # the running workers' sockets are shut down: they wake at once
+        stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
         # A cancelled future never counts as done for `wait`: leave those out.
         wait([future for future in pending if not future.cancelled()])
@@ -211,20 +190,14 @@ def run_pool(
 
 
 def response_socket(response: Any) -> socket.socket | None:
-    """The socket a urllib response reads from, or None if it cannot be found.
-
-    http.client.HTTPResponse reads from `sock.makefile("rb")` (CPython Lib/http/client.py
-    `HTTPResponse.__init__`), a BufferedReader over socket.SocketIO, which keeps the socket as
-    `_sock` (Lib/socket.py); urllib drops the connection's own reference to it once the
-    response is open (Lib/urllib/request.py `AbstractHTTPHandler.do_open`), so this is the
-    one way to it. TLS included (an ssl.SSLSocket is a socket.socket).
-    """
+    """The socket a urllib response reads from, or None. The one way to it: urllib drops its
+    own reference (Lib/urllib/request.py `do_open`), the response's SocketIO keeps `_sock`."""
     sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
     return sock if isinstance(sock, socket.socket) else None
 
 
 def expected_bytes(response: Any, item: dict[str, Any]) -> int | None:
-    """How long the body must be: its Content-Length, else the object's listed size."""
+    """Its Content-Length, else the object's listed size."""
     for raw in (response.headers.get("Content-Length"), item.get("size")):
         try:
             if raw is not None:
@@ -247,8 +220,7 @@ def unlink_quietly(path: str) -> None:
 
 
 def object_mtime(item: dict[str, Any]) -> int | None:
-    """A listed object's file mtime: its `goog-reserved-file-mtime`, else its creation time
-    (what `gcloud storage rsync` uses, googlecloudsdk/command_lib/storage/rsync_command_util.py)."""
+    """Its saved mtime, else its creation time, as `gcloud storage rsync` does."""
     raw = (item.get("metadata") or {}).get(MTIME_KEY)
     try:
         if raw is not None:

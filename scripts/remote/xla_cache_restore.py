@@ -1,14 +1,8 @@
-"""The restore: fetch the pinned image's generation during the pull, then install it
-(scripts/remote/xla_cache.py `fetch`, `install`, `off`).
+"""The restore: fetch the pinned image's generation during the pull, then install it.
 
-The image is always `NAME@sha256:...` (components/image_pin.py pins the stack's tag), so its
-digest, and with it the generation, is known before the pull: nothing here asks docker or the
-kubelet which image came down. Without `--image` the fetch takes LATEST's generation instead.
-
-A generation without a manifest is an interrupted save and is not restored; files that do not
-match the manifest (corrupt, partial) are dropped and logged (the next save that has them
-uploads them again). Only the generation of the digest that is about to run is ever installed.
-Any problem means a cold start, never a failed one: each command logs it and exits 0.
+The image is pinned (`NAME@sha256:...`, components/image_pin.py), so the generation is known
+before the pull and nothing asks docker or the kubelet which image came down. Any problem means
+a cold start, never a failed one. Why and how: docs/compile-cache.md "Restore".
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ from xla_cache_gcloud import transport
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Download the newest generation (LATEST) while the image is still being pulled."""
+    """The pinned image's generation (else LATEST's), while the image is still being pulled."""
     p = paths(args.work)
     started = time.time()
     record: dict[str, Any] = {"started": started, "prefix": args.prefix, "candidate": ""}
@@ -65,14 +59,13 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     except Exception as error:  # noqa: BLE001 - any failure means a cold start, never a failure
         record["error"] = str(error)
         log(f"fetch failed ({error}); the start goes on")
-    # The fetch's own time: the restore's share of the budget (the pull runs alongside).
+    # The restore's budget counts the fetch's own time, not the pull alongside.
     record["seconds"] = round(time.time() - started, 3)
     write_json(p["fetch"], record)
     return 0
 
 
 def pinned_digest(image: str) -> str:
-    """`sha256:HEX` of a pinned `NAME@sha256:HEX`; ValueError for anything else."""
     _, at, digest = image.rpartition("@")
     hexdigest = digest.partition(":")[2]
     if not at or not digest.startswith("sha256:") or len(hexdigest) != 64:
@@ -111,15 +104,9 @@ def verify(staging: str) -> tuple[dict[str, int], int, str]:
 def install(staging: str, good: dict[str, int], target: str) -> tuple[int, int]:
     """Copy verified entries into the cache directory; (files, bytes) now in place.
 
-    Each file keeps the mtime it was saved with (the download set it): the next save's
-    `gcloud storage rsync` compares size and mtime, and would otherwise send every restored
-    file again (googlecloudsdk/command_lib/storage/rsync_command_util.py).
-    Each `KEY-cache` also gets a `KEY-atime` stamp (8 bytes, little-endian ns) unless it has
-    one: JAX's eviction (`JAX_COMPILATION_CACHE_MAX_SIZE` set, in the image's environment or
-    the container's) reads one for every entry and fails on a missing one
-    (jax/_src/lru_cache.py); without eviction JAX never reads them. Stamping always keeps the
-    restore free of the image (its environment is known only after the pull), and the save
-    skips stamps (xla_cache_base `SKIP_SUFFIXES`).
+    Saved mtimes are kept, or the next save would send every file again (it compares size and
+    mtime). Each entry gets a `-atime` stamp: JAX's eviction, which only the pulled image's
+    environment could turn on, fails on a missing one (jax/_src/lru_cache.py).
     """
     files = size = 0
     stamp = time.time_ns().to_bytes(8, "little")
@@ -147,7 +134,7 @@ def install(staging: str, good: dict[str, int], target: str) -> tuple[int, int]:
 
 
 def unwritable(target: str) -> str:
-    """Why the install could not write into `target` ("" when it can)."""
+    """Why the install cannot write into `target` ("" when it can)."""
     folder = target
     while not os.path.exists(folder) and os.path.dirname(folder) != folder:
         folder = os.path.dirname(folder)
@@ -162,12 +149,7 @@ def unwritable(target: str) -> str:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    """Keep the fetched generation only if it is the pinned image's; install it.
-
-    The restore's time (its bound and the result's `seconds`) is the fetch's own time plus this
-    step's, not the image pull they run alongside: a slow pull neither eats the restore's
-    budget nor shows up as restore overhead.
-    """
+    """Keep the fetched generation only if it is the pinned image's; install it."""
     p = paths(args.work)
     fetched = read_json(p["fetch"])
     began = time.time()
@@ -178,8 +160,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     deadline = Deadline(max(args.timeout - fetch_seconds, 0.0), began)
     result: dict[str, Any] = {"restored": False, "files": 0, "bytes": 0, "generation": ""}
     target = os.path.expanduser(args.dir)
-    # What the save uploads, and where, is this start's only: a previous start's state on the
-    # same VM (another key or image) must not survive a failure below to misdirect the save.
+    # A previous start's state (another key or image) must not survive a failure below.
     write_json(p["state"], {})
     try:
         digest = pinned_digest(args.image)

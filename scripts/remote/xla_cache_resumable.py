@@ -1,21 +1,8 @@
-"""A resumable upload of one large cache entry (scripts/remote/xla_cache_api.py `write`).
+"""A resumable upload of one large cache entry: a broken connection then costs only the rest.
 
-Google recommends resumable uploads for large files: a broken connection then costs only what
-was not yet persisted, not the whole file (https://cloud.google.com/storage/docs/resumable-
-uploads; "Upload size considerations" on https://cloud.google.com/storage/docs/uploads-
-downloads). The protocol, JSON API (https://cloud.google.com/storage/docs/performing-resumable-
-uploads), as googleapis/python-storage google/cloud/storage/_media/_upload.py speaks it:
-- POST /upload/storage/v1/b/B/o?uploadType=resumable (and `ifGenerationMatch`), the object's
-  metadata as JSON, `X-Upload-Content-Length`: the answer's `Location` is the session URI;
-- PUT to it the bytes from an offset, `Content-Range: bytes START-END/TOTAL`: 200 or 201 with
-  the Object resource once all are in, 308 Resume Incomplete otherwise;
-- after a failure, PUT with no body and `Content-Range: bytes */TOTAL` asks how far it got
-  (the docs' "Check the status of a resumable upload"; python-storage sends `bytes */*`):
-  308 with `Range: bytes=0-LAST` (no Range: nothing persisted yet), or 200/201 if it finished;
-  the next PUT starts at LAST + 1 (`_process_recover_response`);
-- 404 or 410 on the session: it is gone (sessions last a week), so start a new one.
-Each call here is one attempt; xla_cache_api retries them (an attempt after the first asks for
-the status, then sends the rest). Stdlib only, Python 3.9+.
+The protocol: https://cloud.google.com/storage/docs/performing-resumable-uploads, as
+python-storage's google/cloud/storage/_media/_upload.py speaks it. Each `attempt` is one try;
+xla_cache_api retries, and a retry asks the session how far it got (308, `Range`).
 """
 
 from __future__ import annotations
@@ -30,9 +17,7 @@ from typing import Any, Protocol
 from xla_cache_base import BLOCK, Deadline
 from xla_cache_pool import Progress, Stop
 
-#: The size above which a file goes up resumably: google-cloud-storage's own cut-over from a
-#: multipart upload (python-storage google/cloud/storage/blob.py `_MAX_MULTIPART_SIZE`, 8 MiB).
-#: Below it a lost upload costs at most 8 MiB again; the session costs a request more.
+#: google-cloud-storage's own cut-over from multipart (blob.py `_MAX_MULTIPART_SIZE`).
 RESUMABLE_BYTES = 8 << 20
 _RANGE = re.compile(r"bytes=0-(\d+)$", re.IGNORECASE)
 
@@ -46,7 +31,7 @@ class Opener(Protocol):
 
 
 class SessionGone(ConnectionError):
-    """404 or 410 on the session URI: the next attempt starts a new session."""
+    """404 or 410 (sessions last a week): the next attempt starts a new session."""
 
 
 class Incomplete(ConnectionError):
@@ -54,8 +39,6 @@ class Incomplete(ConnectionError):
 
 
 class ResumableUpload:
-    """One file's resumable upload; `attempt` is called again after each transient failure."""
-
     def __init__(
         self,
         api: Opener,
@@ -102,7 +85,7 @@ class ResumableUpload:
         with self.api.open_url("POST", url, deadline, body, headers) as response:
             response.read()
             location = str(response.headers.get("Location") or "")
-        # The session URI carries the upload: the token goes with it, so only to the endpoint.
+        # The token goes with every request to the session URI: only to the endpoint.
         if urllib.parse.urlsplit(location).netloc != urllib.parse.urlsplit(endpoint).netloc:
             raise RuntimeError(f"{self.what}: the upload session is not on {endpoint}")
         return location
@@ -158,7 +141,7 @@ class ResumableUpload:
 
 
 def persisted(header: str | None) -> int:
-    """The next offset from a 308's Range header (`bytes=0-LAST`); none means nothing yet."""
+    """The next offset from a 308's `Range: bytes=0-LAST`; none means nothing yet."""
     if not header:
         return 0
     match = _RANGE.match(header.strip())

@@ -1,28 +1,10 @@
-"""When and how the compile cache's Cloud Storage calls are tried again (scripts/remote/
-xla_cache_api.py).
+"""When the compile cache's Cloud Storage calls are tried again, and for how long.
 
-What is worth a retry, from Google's "Retry strategy" page for Cloud Storage
-(https://cloud.google.com/storage/docs/retry-strategy): HTTP 408, 429 and 5xx, socket timeouts
-and TCP disconnects. google-cloud-storage (googleapis/python-storage google/cloud/storage/
-retry.py) retries 408, 429, 500, 502, 503 and 504 (`_RETRYABLE_STATUS_CODES`) and connection
-errors, IncompleteRead, BadStatusLine, timeouts, urllib3's SSLError and ProtocolError
-(`_RETRYABLE_TYPES`); this client takes the page's wider "5xx". Which calls: every read (get,
-list, download) is idempotent; a write only when it carries `ifGenerationMatch` (the page's
-"conditionally idempotent"): repeated, it can land at most once. An unconditional write is
-tried once. (python-storage itself, since 3.0, retries uploads by default, preconditions or
-not; this client keeps to the page's stricter rule.)
-
-How long: google-api-core's defaults (googleapis/python-api-core google/api_core/retry/
-retry_base.py): the first wait up to 1 s, doubling to at most 60 s, for at most 120 s, each
-wait drawn uniformly from 0 to that cap (`exponential_sleep_generator`, full jitter, so the 16
-workers of a pool that met one 503 do not come back in step). Never past the caller's Deadline.
-TPU_VLLM_CACHE_RETRY_INITIAL and TPU_VLLM_CACHE_RETRY_SECONDS override the first cap and the
-budget (the tests make them small; 0 seconds means "try once").
-
-Cloud Storage takes about one write per second to one object name (Retry strategy, and
-https://cloud.google.com/storage/docs/gcs429 "the object exceeded the rate limit for object
-mutation operations"); `WriteSpacing` keeps each name's writes at least WRITE_SPACING apart.
-Stdlib only, Python 3.9+.
+What and which calls: https://cloud.google.com/storage/docs/retry-strategy (408, 429, 5xx,
+timeouts, disconnects; a write only with `ifGenerationMatch`), stricter than python-storage,
+which retries uploads regardless. How long: google-api-core's `exponential_sleep_generator`
+(full jitter, so a pool's 16 workers that met one 503 do not come back in step). Why and how:
+docs/compile-cache.md "When Cloud Storage fails for a moment".
 """
 
 from __future__ import annotations
@@ -42,23 +24,19 @@ from xla_cache_base import Deadline, log
 
 T = TypeVar("T")
 
-#: google-api-core retry_base.py _DEFAULT_INITIAL_DELAY, _DEFAULT_MAXIMUM_DELAY,
-#: _DEFAULT_DELAY_MULTIPLIER, _DEFAULT_DEADLINE.
+#: google-api-core retry_base.py's _DEFAULT_* values.
 INITIAL_DELAY = 1.0
 MAXIMUM_DELAY = 60.0
 MULTIPLIER = 2.0
 RETRY_SECONDS = 120.0
 INITIAL_ENV = "TPU_VLLM_CACHE_RETRY_INITIAL"
 SECONDS_ENV = "TPU_VLLM_CACHE_RETRY_SECONDS"
-#: The least time between two writes of one object name (Cloud Storage's ~1 write/s/object).
+#: Cloud Storage takes about one write per second to one object name (docs/gcs429).
 WRITE_SPACING = 1.0
 
 
-#: Socket timeouts and TCP disconnects (ConnectionError covers reset, refused, aborted, broken
-#: pipe; http.client's RemoteDisconnected is one too). socket.timeout is TimeoutError only from
-#: Python 3.10. A TLS session cut short (ssl.SSLEOFError, an SSLError) is a disconnect too:
-#: python-storage retries urllib3's SSLError and ProtocolError. A certificate the client
-#: refuses is not transient (NOT_TRANSIENT).
+#: socket.timeout is TimeoutError only from Python 3.10; a TLS session cut short is a
+#: disconnect too (python-storage retries urllib3's SSLError), a refused certificate is not.
 TRANSIENT = (
     ConnectionError,
     TimeoutError,
@@ -71,11 +49,10 @@ NOT_TRANSIENT = (ssl.SSLCertVerificationError,)
 
 
 class BodyCutShort(ConnectionError):
-    """A download whose connection ended before its Content-Length: a TCP disconnect."""
+    """A body shorter than its Content-Length: a TCP disconnect."""
 
 
 def retryable(error: BaseException) -> bool:
-    """Whether `error` is a transient failure the Retry strategy page says to try again."""
     if isinstance(error, urllib.error.HTTPError):
         return error.code in (408, 429) or 500 <= error.code <= 599
     if isinstance(error, urllib.error.URLError):
@@ -123,8 +100,7 @@ class Policy:
         retry: bool = True,
         stopped: Callable[[], bool] = lambda: False,
     ) -> T:
-        """`call()`, tried again after each transient failure while the budget and the
-        deadline last; the last failure is raised as it was."""
+        """The last failure is raised as it was."""
         started = time.monotonic()
         delays = self.delays()
         attempt = 0
@@ -144,9 +120,7 @@ class Policy:
 
 
 class WriteSpacing:
-    """Each object name's last write (the end of its last attempt, answered or not), so the next
-    one waits until WRITE_SPACING has passed. A 412 counts too: it says another writer has just
-    written the name."""
+    """Each name's last write attempt, answered or not: a 412 too, as another writer just wrote."""
 
     def __init__(self, spacing: float = WRITE_SPACING) -> None:
         self.spacing = spacing

@@ -1,22 +1,8 @@
-"""The save: upload what the bucket lacks, merge MANIFEST.json, move LATEST, renew custom times
-(scripts/remote/xla_cache.py `save` and `watch`).
+"""The save: upload what the bucket lacks, merge MANIFEST.json, move LATEST, renew custom times.
 
-Several saves may run at once on one generation: GKE replicas that started together, a VM's
-final save beside its successor's first one. Cloud Storage keeps the last writer of an object
-(https://cloud.google.com/storage/docs/request-preconditions), so every write here is
-conditional on the generation (`ifGenerationMatch`) the save based it on:
-- an entry the bucket lacks is written with `ifGenerationMatch=0` ("must not exist"): when two
-  saves of the same program race, the first object stays and the other's 412 leaves it be;
-- an entry whose object does not hold the bytes the manifest records (it was dropped as corrupt
-  on a restore) or that no manifest records and is older than any save runs (a save that broke
-  before its manifest) is rewritten on the condition that the object is still the one listed;
-- MANIFEST.json is read with its generation, merged and written back on that generation; a 412
-  means another save wrote it in between: read, list and merge again. A record is the save's
-  only for an object that holds its bytes when listed *after* the manifest was read, so a
-  manifest never claims what another save replaced;
-- LATEST is rewritten only on the generation read.
-The manifest records each entry's size, sha256 (what a restore checks) and md5 (what a listing
-shows, `md5Hash`), so a save tells from one listing which objects are sound.
+Several saves may run at once on one generation and Cloud Storage keeps the last writer, so
+every write is conditional on the generation it was based on (`ifGenerationMatch`). Which
+write on which condition: docs/compile-cache.md "Concurrent saves".
 """
 
 from __future__ import annotations
@@ -43,16 +29,12 @@ from xla_cache_base import (
 )
 from xla_cache_pool import TOUCH, UPLOAD, Progress, Stop, run_pool
 
-#: An object no manifest records, younger than this, may be another save's still under way: it
-#: is left alone. Older, it is a save's that broke before its manifest, and is replaced. A save
-#: runs at most DEFAULT_SAVE_TIMEOUT.
+#: An unrecorded object younger than any save runs may be another save's still under way.
 ORPHAN_SECONDS = DEFAULT_SAVE_TIMEOUT
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A complete file of the cache directory, with what the manifest records of it."""
-
     path: str
     size: int
     sha256: str
@@ -63,7 +45,6 @@ class Entry:
         return {"size": self.size, "sha256": self.sha256, "md5": self.md5}
 
     def held_by(self, item: dict[str, Any] | None) -> bool:
-        """Whether the listed object holds exactly these bytes."""
         return item is not None and _size(item) == self.size and item.get("md5Hash") == self.md5
 
 
@@ -75,7 +56,6 @@ def _size(item: dict[str, Any]) -> int:
 
 
 def record_holds(record: Any, item: dict[str, Any] | None) -> bool:
-    """Whether a manifest record describes the listed object (size and md5 both match)."""
     return (
         isinstance(record, dict)
         and item is not None
@@ -86,8 +66,7 @@ def record_holds(record: Any, item: dict[str, Any] | None) -> bool:
 
 
 class Scanner:
-    """The cache directory's complete entries and their checksums. A watcher keeps one for its
-    whole life, so a file that did not change (same size and mtime) is not read again."""
+    """Kept for a watcher's life, so an unchanged file (size and mtime) is not hashed again."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -129,14 +108,9 @@ def plan(
     now: float | None = None,
 ) -> list[tuple[str, Entry, int]]:
     """(entry, its file, the generation its write is conditional on) for each entry to send:
-    - 0 where the bucket has no such object;
-    - the listed generation where the object holds other bytes than ours and the manifest
-      records yet others (it was dropped as corrupt), or where no manifest records it and it
-      is older than any save can run (ORPHAN_SECONDS: a save that broke before its manifest).
-    Left as they are: an object another save made of the same program, with its own (equally
-    valid) bytes and a record that matches them; and one no manifest records yet that is
-    younger than that, most likely another save's that is still under way (its manifest will
-    record it)."""
+    0 where the bucket has none; the listed generation where the object holds bytes no record
+    vouches for (dropped as corrupt) or is an orphan older than ORPHAN_SECONDS. Another save's
+    object of the same program, with its own record, is as valid as ours."""
     now = time.time() if now is None else now
     todo: list[tuple[str, Entry, int]] = []
     for rel, entry in sorted(local.items()):
@@ -157,8 +131,7 @@ def plan(
 def upload(
     api: JsonApi, url: str, todo: list[tuple[str, Entry, int]], deadline: Deadline, stamp: str
 ) -> tuple[list[str], list[str], float]:
-    """Send `todo`, `api.workers` at a time (the restore's pool, `run_pool`): (written, taken
-    by another save meanwhile (412), MB/s). The first other failure fails the save."""
+    """(written, taken by another save meanwhile (412), MB/s)."""
     progress = Progress(url, len(todo), sum(e.size for _, e, _ in todo), UPLOAD)
     workers = max(1, min(api.workers, len(todo)))
     log(
@@ -188,7 +161,7 @@ def upload(
         [one(*task) for task in todo], workers=workers, deadline=deadline,
         what=f"upload to {url}", progress=progress, stop=stop, name="xla-cache-put",
     )  # fmt: skip
-    # (No zip(strict=...): the node may run Python 3.9.)
+    # Not zip(strict=...): the node may run Python 3.9.
     written = [todo[i][0] for i, done in enumerate(outcomes) if done == "written"]
     taken = [todo[i][0] for i, done in enumerate(outcomes) if done == "taken"]
     if taken:
@@ -199,13 +172,12 @@ def upload(
 def merge_manifest(
     api: JsonApi, url: str, local: dict[str, Entry], deadline: Deadline, stamp: str
 ) -> tuple[dict[str, Any], bool, int]:
-    """Read MANIFEST.json with its generation, list the objects, merge, write it back on that
-    generation; again on a 412. (the merged files, whether it was written, 412s met)."""
+    """(the merged files, whether it was written, 412s met)."""
     conflicts = 0
     while True:
         raw, generation = api.read_generation(url + MANIFEST, deadline)
         files = manifest_files(raw)
-        listing = api.list(url, deadline)  # after the read: see the module docstring
+        listing = api.list(url, deadline)  # after the read ("Concurrent saves")
         merged = {
             rel: record
             for rel, record in files.items()
@@ -233,8 +205,7 @@ def merge_manifest(
 def update_latest(
     api: JsonApi, prefix: str, generation: str, deadline: Deadline, stamp: str, *, move: bool
 ) -> str:
-    """Point LATEST at `generation` (only if there is none yet, unless `move`), on the
-    generation of LATEST just read; what it names afterwards."""
+    """Point LATEST at `generation` (without `move` only if unset); what it names afterwards."""
     while True:
         raw, version = api.read_generation(prefix + LATEST, deadline)
         current = raw.decode(errors="replace").strip() if raw is not None else ""
@@ -251,9 +222,7 @@ def update_latest(
 
 
 def touch(api: JsonApi, url: str, prefix: str, deadline: Deadline, stamp: str) -> int:
-    """Move the custom time of every object of the generation (and LATEST) that is older than
-    `stamp` to it, `api.workers` at a time: the lifecycle rule deletes what nobody renewed for
-    30 days (components/compile_cache.py). How many were renewed."""
+    """Renew the custom times the lifecycle rule counts 30 days from; how many were renewed."""
     ours = rfc3339_seconds(stamp) or time.time()
     listing = {url + rel: item for rel, item in api.list(url, deadline).items()}
     latest = api.stat(prefix + LATEST, deadline)
@@ -290,8 +259,7 @@ def save_once(
     move_latest: bool = True,
     renew: bool = True,
 ) -> dict[str, Any] | None:
-    """One save of the cache directory into the state's generation; its summary, or None when
-    the directory has nothing to save. Raises on a failure (LATEST then unmoved)."""
+    """Its summary, or None when there is nothing to save. Raises on a failure, LATEST unmoved."""
     started = time.time()
     url = f"{state['prefix']}{state['generation']}/"
     local = scanner.scan()

@@ -1,18 +1,8 @@
-"""When the node saves: once after ready, again every few minutes, and when the server stops
-(scripts/remote/xla_cache.py `save` and `watch`).
+"""When the node saves: after ready, every few minutes, and when the server stops.
 
-Requests bring shapes the start did not compile, and with every compile cached
-(`cache.minCompileSeconds` 0) each is an entry worth carrying. So `watch` saves after ready (the
-save that moves LATEST and renews the custom times), then every `--every` seconds
-(`cache.saveInterval`), and a last time, bounded by `--stop-timeout`, when the server stops:
-- VM (`--container`): `sudo docker wait` returns when the container stops or is removed (a
-  `docker stop`, the next start's `docker rm -f`, a crash). The VM's deletion at the end of a
-  flex-start run gives no such moment reliably, so there the periodic save is the bound.
-- GKE (no `--container`): the sidecar's process gets SIGTERM with the server when the pod is
-  deleted (node recycling, an update, a scale-in); the pod's grace period bounds the last save.
-SIGTERM or SIGINT in any phase ends the current step (a periodic save cut short leaves LATEST
-and the manifest as they were) and runs the last save. A save that fails is logged; the next
-one tries again. Only one watcher per container (a lock in the work directory).
+Requests bring shapes the start did not compile, each an entry worth carrying. A VM's deletion
+at a flex-start run's end gives no reliable moment for a last save, so there the periodic save
+is the bound. Table of when: docs/compile-cache.md "When the node saves".
 """
 
 from __future__ import annotations
@@ -31,14 +21,12 @@ from xla_cache_base import Deadline, log, paths, read_json, write_json
 from xla_cache_gcloud import api_store
 from xla_cache_save import Scanner, save_once
 
-#: How long a save's summary waits between periodic renewals of the custom times: the
-#: lifecycle rule counts 30 days, so once a day is plenty (and costs a request per object).
+#: The lifecycle rule counts 30 days; a renewal costs a request per object.
 RENEW_EVERY = 86400.0
 
 
 class Stopping(BaseException):
-    """SIGTERM or SIGINT: end what runs, then save one last time. A BaseException, so that no
-    `except Exception` on the way swallows it."""
+    """A BaseException, so that no `except Exception` on the way swallows it."""
 
 
 def save_step(
@@ -51,8 +39,6 @@ def save_step(
     move_latest: bool,
     renew: bool,
 ) -> dict[str, Any] | None:
-    """One save, its summary in save.json (the last one's): `ok` false on a failure; None
-    when the directory had nothing to save."""
     url = f"{state['prefix']}{state['generation']}/"
     try:
         summary = save_once(
@@ -72,8 +58,7 @@ def save_step(
 
 
 def load_state(work: str) -> dict[str, Any] | None:
-    """What this start's restore recorded (prefix, generation, directory), read once: a later
-    start on the same VM rewrites it, and a watcher of the old container saves into its own."""
+    """Read once: a later start rewrites it, and the old container's watcher saves into its own."""
     state = read_json(paths(work)["state"])
     if not state.get("generation"):
         log("nothing to save (the cache is off, or the restore never learned the image digest)")
@@ -82,7 +67,6 @@ def load_state(work: str) -> dict[str, Any] | None:
 
 
 def cmd_save(args: argparse.Namespace) -> int:
-    """One save, now (`--keep-latest`: not the post-ready one, so LATEST only if missing)."""
     state = load_state(args.work)
     if state is None:
         return 0
@@ -95,9 +79,8 @@ def cmd_save(args: argparse.Namespace) -> int:
 
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """SIGTERM/SIGINT raise Stopping in the main thread (once: a second one is ignored while
-    the last save runs). As a container's PID 1 (the GKE sidecar execs this) the process gets
-    only the signals it has a handler for (kill(2), pid_namespaces(7)): this is that handler."""
+    """Once: a second signal is ignored while the last save runs. As the GKE sidecar's PID 1
+    the process gets only the signals it handles (pid_namespaces(7))."""
     raised: list[int] = []
 
     def handler(signum: int, _frame: Any) -> None:
@@ -115,8 +98,7 @@ def stop_on_signals() -> Iterator[None]:
 
 
 def container_stopped(container: str, seconds: float) -> bool:
-    """Wait up to `seconds` for the container to stop: `sudo docker wait` returns (with the
-    exit code) once it is not running, at once if it is gone (docker CLI 28)."""
+    """`docker wait` returns once it is not running, at once if it is gone (docker CLI 28)."""
     proc = subprocess.Popen(
         ["sudo", "docker", "wait", container],
         stdin=subprocess.DEVNULL,
@@ -137,7 +119,6 @@ def container_stopped(container: str, seconds: float) -> bool:
 
 @contextmanager
 def only_watcher(work: str, name: str) -> Iterator[bool]:
-    """True for the one watcher of `name` (an flock on a file in the work directory)."""
     os.makedirs(work, exist_ok=True)
     handle = open(os.path.join(work, f"watch-{name}.lock"), "a+")  # noqa: SIM115
     try:
@@ -156,7 +137,6 @@ def only_watcher(work: str, name: str) -> Iterator[bool]:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    """Save after ready, every `--every` seconds, and once more when the server stops."""
     state = load_state(args.work)
     if state is None:
         return 0
@@ -169,8 +149,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def watch(state: dict[str, Any], args: argparse.Namespace) -> int:
-    """The save at ready is the one that moves LATEST and renews the custom times; should it
-    fail or find nothing, the next save that succeeds does instead."""
+    """The save at ready moves LATEST and renews; if it fails, the next that succeeds does."""
     scanner = Scanner(state["dir"])
     why = "stop"
     at_ready_done = False

@@ -107,7 +107,7 @@ def test_report_sets_seed_000_headline_beside_the_measurement(
     )
     assert code == 0
     markdown = (tmp_path / "bench.md").read_text()
-    assert "## Against the reference: seed 000: v5e-1, google/gemma-4-E2B-it" in markdown
+    assert "## Against the reference: measured on v5e-1, google/gemma-4-E2B-it" in markdown
     assert "| aggregate output tok/s (best) | 1,496 | 1,496.3 (concurrency 64, input 128) |" in (
         markdown
     )
