@@ -21,12 +21,11 @@ class ChipFamily:
     name: str
     #: HBM per chip as the runtime reports it (size against this, not the marketing number).
     hbm_gib_per_chip: float
-    #: gcloud / API accelerator type prefix: `v5litepod-N`, `v6e-N`.
     accelerator_prefix: str
     runtime_version: str
     peak_bf16_tflops: float
     hbm_bandwidth_gbps: float
-    #: Indicative US-region prices, $ per chip-hour.
+    #: Indicative US-region prices.
     usd_per_chip_hour: Mapping[Provisioning, float]
 
 
@@ -101,18 +100,15 @@ FLEX_START_REJECTION_TEXT = (
 
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
 
-#: A warm start of the stack's model, per chip family: the longest part of `renewal.lead`.
-#: v5e measured; v6e an estimate (twice v5e's) until a warm renewal's `startup_seconds` says.
+#: A warm start, per chip family: the longest part of `renewal.lead`. v6e's is an estimate.
 WARM_START_SECONDS: Mapping[str, int] = MappingProxyType({"v5e": 497, "v6e": 2 * 497})
 
-#: Measured server start-ups, (cold, warm with the compile cache), from `docker run` to ready,
-#: by (accelerator type as the TPU API spells it, model). Nothing else has been measured.
+#: Measured (cold, warm) server starts, from `docker run` to ready; nothing else was measured.
 MEASURED_START_SECONDS: Mapping[tuple[str, str], tuple[int, int]] = MappingProxyType(
     {("v5litepod-1", "google/gemma-4-E2B-it"): (857, 497)}
 )
 
-# A slice with more chips spans several hosts, which neither one `docker run` nor vLLM on TPU in
-# GKE (single-host only) can serve.
+# A larger slice spans hosts, which neither one `docker run` nor vLLM on TPU in GKE can serve.
 MAX_CHIPS_PER_HOST: Mapping[str, int] = MappingProxyType({"v5e": 8, "v6e": 8})
 
 

@@ -1,11 +1,9 @@
 """The XLA compile cache carried across TPU lifetimes in a per-stack Cloud Storage bucket.
 
 A flex-start node is deleted with its disk when its run ends, so without it every renewed TPU
-compiles again (685 s of an 857 s cold start on v5e-1) while it bills. The node restores the cache
-before `docker run` and saves what is new (scripts/remote/xla_cache.py); this module names where:
-`gs://BUCKET/xla-cache/KEY/GENERATION/`, KEY known at preview, GENERATION the image digest. JAX
-runs what the cache holds, so only the node may write to the bucket. Why and how:
-docs/compile-cache.md, "Warm starts on fresh nodes".
+compiles again (685 s of an 857 s cold start on v5e-1) while it bills. The node restores and saves
+`gs://BUCKET/xla-cache/KEY/GENERATION/` (scripts/remote/xla_cache.py); KEY is known at preview,
+GENERATION is the image digest. Why and how: docs/compile-cache.md, "Warm starts on fresh nodes".
 """
 
 from __future__ import annotations

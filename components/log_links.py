@@ -1,8 +1,6 @@
 """Where the server's log is read after the node is gone: a `gcloud logging read`, a console link.
-
-VM: Docker's `gcplogs` driver (moby daemon/logger/gcplogs) writes log `gcplogs-docker-driver` with
-the stack's container label, so one filter finds every node's log. GKE: `k8s_container` entries
-("About GKE logs").
+VM: Docker's `gcplogs` driver (moby daemon/logger/gcplogs) labels each entry with the stack.
+GKE: GKE's agent writes `k8s_container` entries ("About GKE logs").
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""How tpu-vllm words what it tells an operator, in one place so every message reads alike.
+"""How tpu-vllm words what it tells an operator, so every message reads alike.
 
-- An error or a warning is one line of full sentences ending with a period; config problems read
-  ``KEY = VALUE: what is wrong. Fix: what to do.``
+- An error or a warning is one line of sentences: ``KEY = VALUE: what is wrong. Fix: what to do.``
 - Scripts prefix their lines with their name, then ``error:`` or ``warning:``; progress lines are
   short fragments without a period.
-- Values are shown as written: strings quoted, the rest as JSON (``null``, never ``None``); an
-  absent key "is not set". A near miss gets a did-you-mean.
+- Values are shown as written (strings quoted, the rest as JSON: ``null``, never ``None``); an
+  absent key "is not set"; a near miss gets a did-you-mean.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The vLLM metric names the stack queries, and the PromQL it queries them with.
 
-Names are vLLM 0.32.0's (`vllm/v1/metrics/loggers.py`), as scraped: prometheus_client renders a
-counter with `_total`. Each is in tests/support/fixtures/vllm_metrics/v6e4_metrics.txt and none of
-`REMOVED` is (tests/mocked/test_monitoring.py). Both collectors (GMP on GKE, the Ops Agent on the
-VM) set `job` to a name the stack chooses, so one selector finds its servers on either backend.
-Cloud Monitoring's own metrics go by the documented PromQL mapping ("Mapping Cloud Monitoring
-metrics to PromQL": first `/` to `:`, other special characters to `_`).
+Names are vLLM 0.32.0's (`vllm/v1/metrics/loggers.py`) as scraped (a counter gets `_total`), each
+in tests/support/fixtures/vllm_metrics/v6e4_metrics.txt. Both collectors set `job` to a name the
+stack chooses, so one selector finds its servers on either backend. Cloud Monitoring's own metrics
+go by "Mapping Cloud Monitoring metrics to PromQL".
 """
 
 from __future__ import annotations
