@@ -1,8 +1,6 @@
 """tpu-vllm: load config -> build the backend's components -> export. Nothing else lives here.
 
-`tpu-vllm:backend` picks the builder: `vm` (components/vm/backend.py, one TPU VM over SSH) or
-`gke` (components/gke/backend.py, N flex-start TPU replicas behind one address). Both hand back
-the same outputs, so the contract below holds whichever ran.
+`tpu-vllm:backend` picks the builder; both hand back the same outputs (docs/architecture.md).
 """
 
 import pulumi
@@ -24,9 +22,7 @@ for warning in config.warnings:
 require_hf_token_secret(config)
 managed_zone = require_managed_zone(config)
 checked = preflight(config) if config.backend == "gke" else None
-# The image every node runs, resolved to a digest once and kept in the state
-# (components/image_pin.py). Registered first, and everything waits for it: a registry that has
-# no such image, or refuses, stops the run with nothing created.
+# Registered first, and everything waits for it: a failed image lookup creates nothing.
 pin = ImagePin(
     "vllm-image",
     ImagePinArgs(config.vllm.image, config.vllm.image_upgrade, config.vllm.registry_endpoint),
@@ -39,9 +35,7 @@ backend = (
     else build_vm(config, managed_zone, pin.image)
 )
 
-# The output contract other stacks read (docs/outputs.md): never rename silently. No value is
-# ever None, which the engine would drop: "" / {} mean "not applicable", and the optional
-# outputs are exported only when they have a value.
+# The output contract other stacks read (docs/outputs.md): never rename silently, never None.
 pulumi.export("endpoint", backend.endpoint)
 pulumi.export("endpoint_ip", backend.endpoint_ip)
 pulumi.export("openai_base_url", backend.openai_base_url)
@@ -57,8 +51,7 @@ pulumi.export("internal_ip", text_or_empty(backend.internal_ip))
 pulumi.export("expires_at", text_or_empty(backend.expires_at))
 pulumi.export("renew_command", backend.renew_command)
 if config.backend == "vm" and config.renewal.lead_seconds is not None:
-    # optional: how long before `expires_at` scripts/renew.py starts the next node; absent when
-    # nothing ends (spot, on-demand) and on GKE, which replaces its nodes itself.
+    # optional: absent when nothing ends (spot, on-demand) and on GKE.
     pulumi.export("renewal_lead_seconds", config.renewal.lead_seconds)
 pulumi.export("ssh_command", backend.ssh_command)
 pulumi.export("ssh_private_key", backend.ssh_private_key)

@@ -1,10 +1,8 @@
 """A stable name for the endpoint: one Cloud DNS A record that follows the node's address.
 
-A flex-start TPU VM lives at most `maxRunDuration`, and every renewal brings a new VM with a new
-external IP (a TPU-API VM cannot take a reserved static address). Clients should not have to
-learn each new IP, so when `dns.managedZone` is set the stack keeps `NAME.ZONE_DNS_NAME`
-pointing at the current node. The record's name never changes, so a renewal updates its data in
-place. The TTL is short (60 s) so resolvers drop the old address soon after a renewal.
+Every renewal brings a new VM with a new external IP (a TPU-API VM cannot take a reserved
+address), so with `dns.managedZone` the stack keeps `NAME.ZONE_DNS_NAME` pointing at the current
+node, updated in place. Details: docs/renewal.md, "A stable name (VM backend)".
 """
 
 from __future__ import annotations
@@ -22,8 +20,6 @@ RECORD_TYPE = "A"
 
 @dataclass(frozen=True)
 class ManagedZone:
-    """What the program needs from the zone the record goes into."""
-
     name: str
     #: Fully qualified, with the trailing dot: `models.example.com.`.
     dns_name: str
@@ -31,11 +27,8 @@ class ManagedZone:
 
 
 def require_managed_zone(config: StackConfig) -> ManagedZone | None:
-    """Look up `dns.managedZone` before anything is created; None when no name is configured.
-
-    `gcp.dns.get_managed_zone` is an invoke, which Pulumi runs at preview too, so a missing
-    zone (or one the deployer may not read) stops the run before a TPU is requested.
-    """
+    """Look up `dns.managedZone` (an invoke: it runs at preview too), so a missing or unreadable
+    zone stops the run before a TPU is requested; None when no name is configured."""
     if config.dns is None:
         return None
     dns = config.dns
@@ -72,7 +65,6 @@ def require_managed_zone(config: StackConfig) -> ManagedZone | None:
 
 
 def record_name(dns: DnsSettings, zone_dns_name: str) -> str:
-    """The record's fully qualified name, `NAME.ZONE_DNS_NAME` (with the trailing dot)."""
     return f"{dns.name}.{zone_dns_name}"
 
 
@@ -104,13 +96,11 @@ class EndpointName(pulumi.ComponentResource):
             name=record_name(args.dns, zone.dns_name),
             type=RECORD_TYPE,
             ttl=RECORD_TTL_SECONDS,
-            # Only the data follows the node: a new IP is an in-place update of the record.
             rrdatas=pulumi.Output.from_input(args.address).apply(
                 lambda ip: record_data(ip, args.project, args.dns, zone)
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        # The name clients use, without the root dot; it exists once the record does.
         self.hostname = self.record.name.apply(lambda fqdn: fqdn.rstrip("."))
         self.register_outputs({"hostname": self.hostname})
 
@@ -118,16 +108,10 @@ class EndpointName(pulumi.ComponentResource):
 def record_data(
     address: str | None, project: str, dns: DnsSettings, zone: ManagedZone
 ) -> list[str]:
-    """The record's `rrdatas`: the node's address, or, while it has none, the record's data now.
-
-    Never `[]`: terraform-provider-google's `google_dns_record_set` (which pulumi-gcp's
-    `dns.RecordSet` wraps; google/services/dns/resource_dns_record_set.go) declares `rrdatas`
-    and `routing_policy` `ExactlyOneOf`, so an empty list fails the update. A node without an
-    address (not ACTIVE at the last read, or its endpoint not listed yet) is usually a moment
-    between two nodes; the last address is the best one to keep, so the update is a no-op. That
-    data is read from Cloud DNS (`gcp.dns.get_record_set`, only in this case), which Pulumi's
-    program cannot read from its own state. With no record and no address there is nothing to
-    write: the run stops with the reason rather than send an empty record set.
+    """The record's `rrdatas`: the node's address, or, while it has none, the data Cloud DNS
+    holds now. Never `[]`, which the provider refuses (`rrdatas` and `routing_policy` are
+    `ExactlyOneOf` in terraform-provider-google's resource_dns_record_set.go); a node without an
+    address is usually a moment between two nodes, so keeping the last one is right.
     """
     if address:
         return [address]

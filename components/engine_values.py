@@ -1,9 +1,5 @@
-"""Values as a dynamic provider receives them from the engine.
-
-Props cross the engine as protobuf Structs, whose numbers are doubles: `4` arrives as `4.0`.
-Both backends' dynamic providers compare props by value (the VM's queued resource) or hand
-them to an API that refuses a float where it wants an int32 (the GKE pods' dry run).
-"""
+"""Values as a dynamic provider receives them from the engine: props cross it as protobuf
+Structs, whose numbers are doubles (`4` arrives as `4.0`)."""
 
 from __future__ import annotations
 

@@ -1,28 +1,12 @@
 """The stack's image pin: `vllm.image` resolved to one digest, kept in the stack's state.
 
-Why a resource: a tag (`vllm/vllm-tpu:nightly`) names different bytes from one day to the next,
-so a renewal, a successor node or a rescheduled GKE replica would each run whatever the tag
-names when it starts (a cold compile cache, mixed builds behind one address). The pin resolves
-the tag once, when the stack first creates its server, and every node runs `NAME@sha256:DIGEST`.
-
-How the pin holds (a Python dynamic provider, like the VM's queued resource):
-- `check` runs at every preview and up, before any step. It keeps the digest of the previous
-  inputs when `vllm.image` and `vllm.imageUpgrade` are unchanged, and only then asks the
-  registry (components/registry.py); a lookup that fails is a check failure that names the
-  key, the value and the fix. `pulumi up --refresh` (scripts/renew.py) therefore keeps it.
-- `read` returns the stored state: `pulumi refresh` keeps it.
-- An upgrade is a new `vllm.imageUpgrade` label (docs/operations.md, "Upgrade the image"): the
-  check resolves the tag again and the preview shows the old and the new digest, since the
-  provider host declares no preview support and the engine previews an update's outputs as its
-  inputs (pulumi/pulumi pkg/resource/plugin/provider_plugin.go, Create/Update with
-  `req.Preview`: "return the inputs as the state").
-- A reference given as `NAME@sha256:...` is its own pin: no lookup.
-
-`__main__.py` registers the pin before anything else and makes every other resource depend on
-it (`hold_everything_for`), so a lookup that fails leaves nothing created, no TPU requested.
-The provider is pickled into the state by module path (pulumi/dynamic/dynamic.py): keep this
-module where it is.
-"""
+A tag names different bytes from one day to the next, so a renewal or a rescheduled replica would
+run whatever it names then (a cold compile cache, mixed builds behind one address). `check`
+resolves the tag only when `vllm.image` or `vllm.imageUpgrade` changed, and in `check` so the
+preview shows the new digest (the engine previews an update's outputs as its inputs:
+pkg/resource/plugin/provider_plugin.go); `read` keeps the state (docs/operations.md, "Upgrade the
+image"). A dynamic provider: keep this module where it is (docs/architecture.md, "Dynamic
+providers")."""
 
 from __future__ import annotations
 
@@ -68,7 +52,6 @@ def lookup_problem(reference: str, endpoint: str, error: Exception) -> str:
 
 
 def report(message: str) -> None:
-    """A progress line on stderr, which the engine shows (components/vm/tpu_api.py `report`)."""
     print(f"tpu-vllm: {message}", file=sys.stderr, flush=True)
 
 
@@ -110,7 +93,6 @@ class ImagePinProvider(dyn.ResourceProvider):
         return dyn.UpdateResult(outs=_outs(news))
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
-        # The pin is this state, not anything outside it: a refresh changes nothing.
         return dyn.ReadResult(id_=id_, outs=props)
 
 
@@ -155,11 +137,8 @@ class ImagePin(dyn.Resource):
 
 def hold_everything_for(pin: pulumi.Resource) -> None:
     """Every resource registered after this waits for `pin`, so a failed lookup creates none.
-
-    A stack transformation (pulumi/runtime/stack.py `register_stack_transformation`) runs in
-    the SDK for each resource the program registers, under the real engine and under mocks
-    alike; adding `depends_on` changes no URN.
-    """
+    A stack transformation runs in the SDK, under the engine and mocks alike, and `depends_on`
+    changes no URN."""
 
     def wait_for_pin(
         args: pulumi.ResourceTransformationArgs,

@@ -1,14 +1,9 @@
 """An image reference as Docker reads it: `[DOMAIN/]PATH[:TAG][@DIGEST]`.
 
-Why a parser of our own: `vllm.image` is checked before anything is created (a malformed one
-would otherwise surface as a failed `docker pull` on a billing TPU), and the registry lookup
-(components/registry.py) needs the registry and repository Docker would use. The grammar and the
-normalisation follow github.com/distribution/reference, the package Docker and containerd parse
-references with: `regexp.go` (path components, tag, digest, domain) and `normalize.go`
-(`splitDockerDomain`: a first component is a registry only if it is `localhost`, holds `.` or `:`,
-or has an upper-case letter; otherwise the reference is on Docker Hub, `docker.io`, and a single
-name gets `library/`; `index.docker.io` is `docker.io`). Docker Hub's registry API is served at
-`registry-1.docker.io` (moby `registry.DefaultV2Registry`).
+Our own parser, so `vllm.image` is checked before anything is created and the registry lookup
+knows which registry and repository Docker would use. The grammar and the normalisation
+(`docker.io`, `library/`) follow github.com/distribution/reference, which Docker and containerd
+use: `regexp.go` and `normalize.go`.
 """
 
 from __future__ import annotations
@@ -33,9 +28,8 @@ _DOMAIN = re.compile(
     rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
 )
 _TAG = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
-#: The digests a registry names content by. distribution/reference accepts any algorithm; a
-#: pin here is always sha256 (OCI image-spec descriptor.md: the one algorithm every
-#: implementation must support), written as 64 lower-case hex digits.
+#: A pin is always sha256, the one algorithm every implementation must support (OCI image-spec
+#: descriptor.md).
 SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _HEX64 = re.compile(r"[a-f0-9]{64}")
 
@@ -59,12 +53,10 @@ class ImageRef:
 
     @property
     def api_base(self) -> str:
-        """The registry's API base URL, `https://DOMAIN` (Docker Hub's own host for docker.io)."""
         return DOCKER_HUB_API if self.domain == DOCKER_HUB else f"https://{self.domain}"
 
     @property
     def lookup(self) -> str:
-        """What the manifest request names: the tag (Docker's default `latest` if none)."""
         return self.tag or DEFAULT_TAG
 
     def pinned(self, digest: str) -> str:

@@ -1,11 +1,6 @@
 """Where the server's log is read after the node is gone: a `gcloud logging read`, a console link.
-
-VM backend: the container's stdout/stderr go to Cloud Logging through Docker's `gcplogs` driver
-(moby `daemon/logger/gcplogs/gcplogging.go`: log name `gcplogs-docker-driver`, the JSON payload's
-`container.metadata` holding the container labels named by the `labels` log option, here
-`tpu_vllm_stack`), so one filter finds every node's log of the stack, renewals included.
-GKE backend: GKE's logging agent writes container logs as `k8s_container` entries with
-`namespace_name` and `container_name` resource labels (GKE docs "About GKE logs").
+VM: Docker's `gcplogs` driver (moby daemon/logger/gcplogs) labels each entry with the stack.
+GKE: GKE's agent writes `k8s_container` entries ("About GKE logs").
 """
 
 from __future__ import annotations
@@ -17,8 +12,8 @@ import urllib.parse
 STACK_LABEL = "tpu_vllm_stack"
 GCPLOGS_LOG_NAME = "gcplogs-docker-driver"
 FRESHNESS = "1d"
-#: gcloud applies `--freshness` only with the default newest-first order ("Works only with DESC
-#: ordering", `gcloud logging read` reference), so the command reads newest first, bounded.
+#: gcloud applies `--freshness` only newest-first (`gcloud logging read` reference), so the
+#: command reads newest first, bounded.
 LIMIT = 1000
 
 
@@ -37,8 +32,7 @@ def gke_filter(namespace: str, container: str) -> str:
 
 
 def logs_command(project: str, log_filter: str, message_field: str) -> str:
-    """A ready-to-run command: the last day's entries, newest first, at most `LIMIT`, one line
-    each. With `--order=asc` gcloud would drop `--freshness` and read the whole retention."""
+    """A ready-to-run command: the last day's entries, newest first, at most `LIMIT`."""
     return " ".join(
         [
             "gcloud logging read",
@@ -52,7 +46,7 @@ def logs_command(project: str, log_filter: str, message_field: str) -> str:
 
 
 def logs_url(project: str, log_filter: str) -> str:
-    """The Logs Explorer with the filter filled in (console URL `logs/query;query=...`)."""
+    """The Logs Explorer with the filter filled in."""
     query = urllib.parse.quote(log_filter, safe="")
     return (
         f"https://console.cloud.google.com/logs/query;query={query};duration=P1D"

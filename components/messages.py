@@ -1,16 +1,10 @@
-"""How tpu-vllm words what it tells an operator, in one place so every message reads alike.
+"""How tpu-vllm words what it tells an operator, so every message reads alike.
 
-The convention (the config checks, the provider and every script in scripts/ follow it):
-
-- An error or a warning is one line of full sentences and ends with a period (a question mark
-  where it ends on a did-you-mean). It names the key or thing, the value it had and the fix:
-  config problems read ``KEY = VALUE: what is wrong. Fix: what to do.``
-- Scripts prefix their lines with their name, then ``error:`` or ``warning:`` for those
-  (``save_hf_token: error: ...``); progress lines are short fragments without a period.
-- Values are shown as the stack file or API wrote them: strings quoted, everything else as
-  JSON, so an empty value reads ``null`` and never as Python's ``None``; a key that is absent
-  "is not set".
-- A value that is close to a valid one gets a did-you-mean, as an unknown key does.
+- An error or a warning is one line of sentences: ``KEY = VALUE: what is wrong. Fix: what to do.``
+- Scripts prefix their lines with their name, then ``error:`` or ``warning:``; progress lines are
+  short fragments without a period.
+- Values are shown as written (strings quoted, the rest as JSON: ``null``, never ``None``); an
+  absent key "is not set"; a near miss gets a did-you-mean.
 """
 
 from __future__ import annotations

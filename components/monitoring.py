@@ -1,15 +1,8 @@
 """StackMonitoring: the stack's dashboard, its uptime check on /health, and its alert policies.
 
-Declared like every other resource, so `pulumi preview` shows them and `pulumi destroy` removes
-them. What each contains is built in components/monitoring_bodies.py (validated there against the
-Monitoring API's discovery documents); this module only registers pulumi-gcp resources:
-`gcp.monitoring.Dashboard`, `gcp.monitoring.UptimeCheckConfig`, `gcp.monitoring.AlertPolicy`,
-and reads `gcp.monitoring.get_uptime_check_i_ps` (the addresses Google's checkers use, which the
-serving port must let in when the uptime check is on).
-
-What is created follows `tpu-vllm:monitoring` (components/config/monitoring.py): the dashboard
-with `enabled`, the uptime check with `uptimeCheck`, the alert policies only with
-`notificationChannels`.
+Declared as resources, so `pulumi preview` shows them and `pulumi destroy` removes them. Their
+bodies are built in components/monitoring_bodies.py; this module registers them as
+`tpu-vllm:monitoring` asks (docs/operations.md, "Watch it serve").
 """
 
 from __future__ import annotations
@@ -29,11 +22,8 @@ from components.vllm_metrics import Queries
 
 
 def uptime_source_ranges() -> list[str]:
-    """Google's uptime-check source addresses as IPv4 /32 ranges (an invoke: runs at preview).
-
-    `getUptimeCheckIPs` lists IPv4 and IPv6 addresses; the node and the load balancer serve on
-    IPv4 only, and a firewall rule takes one IP version, so the IPv6 ones are left out.
-    """
+    """Google's uptime-check addresses as IPv4 /32 ranges (an invoke: runs at preview); IPv6
+    ones are left out, since the endpoint serves IPv4 only and a rule takes one version."""
     found = gcp.monitoring.get_uptime_check_i_ps()
     ranges = set()
     for ip in found.uptime_check_ips or []:
@@ -56,7 +46,6 @@ def uptime_source_ranges() -> list[str]:
 
 
 def dashboard_url(project: str, dashboard_id: str) -> str:
-    """The console page of a dashboard, from the resource id `projects/N/dashboards/ID`."""
     return (
         f"https://console.cloud.google.com/monitoring/dashboards/builder/"
         f"{dashboard_id.rsplit('/', 1)[-1]}?project={project}"
@@ -160,9 +149,7 @@ class StackMonitoring(pulumi.ComponentResource):
                         f"{name}-alert-{short}",
                         project=args.project,
                         **_args_of(body, example),
-                        # The endpoint-down condition (no metrics for 10 min, held 5 min) would
-                        # fire about 15 min into a first `pulumi up`, long before a cold start
-                        # ends, and page `notificationChannels`: made after readiness instead.
+                        # Made earlier, endpoint-down would page during the first cold start.
                         opts=after_ready,
                     )
                 )

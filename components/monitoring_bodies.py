@@ -1,14 +1,9 @@
 """The dashboard, the uptime check and the alert policies as Cloud Monitoring REST bodies.
 
-One source of truth for what the stack declares to watch its server: the tests validate these
-bodies against the Monitoring API's discovery documents that ship with google-api-python-client
-(`monitoring.v1.json` for `Dashboard`, `monitoring.v3.json` for `AlertPolicy` and
-`UptimeCheckConfig`) and parse every PromQL expression with Prometheus' own parser
+Pure functions, so the tests can validate the bodies against the Monitoring API's discovery
+documents and parse every PromQL expression with Prometheus' own parser
 (tests/mocked/test_monitoring.py); components/monitoring.py hands the same bodies to pulumi-gcp
-(`dashboard_json` as JSON; the others through `pulumi_args`, the snake_case spelling of the REST
-fields that pulumi-gcp's AlertPolicy and UptimeCheckConfig arguments map to).
-
-Pure functions: no Pulumi resource here.
+(`pulumi_args`: the REST fields in snake_case).
 """
 
 from __future__ import annotations
@@ -38,14 +33,11 @@ UPTIME_TIMEOUT = "10s"
 
 @dataclass(frozen=True)
 class Watch:
-    """What the bodies need to know about one stack."""
-
     stack: str
     backend: str  # "vm" | "gke"
     queries: Queries
     #: The stack's GKE namespace (TPU metrics per container); None on the VM backend.
     namespace: str | None = None
-    #: The uptime check's id (its `check_id` label), None when there is none.
     uptime_check_id: str | None = None
     #: VM: the node ids the stack's TPU may have (its own and the renewal's successor).
     tpu_nodes: tuple[str, ...] = ()
@@ -70,12 +62,8 @@ def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
         duty, hbm = f"{vm.GKE_DUTY_CYCLE}{{{where}}}", f"{vm.GKE_HBM_USED}{{{where}}}"
         scope = "this stack's pods"
     else:
-        # Cloud TPU writes its runtime metrics on the `tpu_worker` monitored resource, whose
-        # labels are project_id, zone, node_id and worker_id (Cloud Monitoring "Monitored
-        # resource types", tpu_worker; Cloud Logging filters this resource the same way,
-        # GoogleCloudPlatform/ml-auto-solutions dags/.../validation_util.py). PromQL reads a
-        # resource label as a plain label, so `node_id` picks this stack's nodes: the current
-        # one and the renewal's successor, which both serve during a renewal.
+        # Cloud TPU's metrics are on the `tpu_worker` resource; its `node_id` label picks this
+        # stack's nodes, the current one and a renewal's successor ("Monitored resource types").
         if not watch.tpu_nodes or not all(re.fullmatch(r"[a-z0-9-]+", n) for n in watch.tpu_nodes):
             raise ValueError(f"TPU node ids [a-z0-9-]+ are needed, got {watch.tpu_nodes!r}")
         where = f'monitored_resource="tpu_worker",node_id=~"{"|".join(watch.tpu_nodes)}"'
@@ -89,16 +77,14 @@ def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
 
 
 def uptime_selector(check_id: str) -> str:
-    """`check_passed` of this check. The metric is written for several resource types
-    (uptime_url, gce_instance, k8s_service, ...), so the query names its type: "Mapping Cloud
-    Monitoring metrics to PromQL", "Specifying a monitored resource type"."""
+    """`check_passed` of this check, on `uptime_url` (the metric is written for several
+    resource types, so the query names one)."""
     return f'{vm.UPTIME_CHECK_PASSED}{{monitored_resource="uptime_url",check_id="{check_id}"}}'
 
 
 def uptime_passed_query(check_id: str) -> str:
-    """The fraction of checker locations whose last check passed. The check runs every
-    UPTIME_PERIOD whatever `monitoring.scrapeInterval` says, so its 5 min window is fixed (five
-    checks)."""
+    """The fraction of checker locations whose last check passed; the check runs every minute
+    whatever the scrape interval, so its 5 min window is fixed."""
     return f"avg(avg_over_time({uptime_selector(check_id)}[5m]))"
 
 
@@ -162,9 +148,8 @@ def dashboard(watch: Watch) -> dict[str, Any]:
             "height": TILE_HEIGHT,
             "widget": widget,
         }
-        # The API leaves zero positions out of what it returns; a body that sends them differs
-        # from the read-back on every refresh in providers that compare the JSON as it is
-        # (hashicorp/terraform-provider-google #7242, #16173), so zeros are left out here too.
+        # The API leaves zero positions out of what it returns; sending them would show a diff on
+        # every refresh (hashicorp/terraform-provider-google #7242).
         tiles.append({k: v for k, v in tile.items() if not (k in ("xPos", "yPos") and v == 0)})
     return {
         "displayName": f"tpu-vllm {watch.stack}",
@@ -174,7 +159,7 @@ def dashboard(watch: Watch) -> dict[str, Any]:
 
 
 def promql(widget_or_body: Any) -> list[str]:
-    """Every PromQL expression in a body (for the parser test)."""
+    """Every PromQL expression in a body."""
     found: list[str] = []
     if isinstance(widget_or_body, Mapping):
         for key, value in widget_or_body.items():
@@ -231,10 +216,7 @@ def _policy(stack: str, alert: _Alert, channels: Sequence[str]) -> dict[str, Any
                     "query": alert.query,
                     "duration": alert.duration,
                     "evaluationInterval": "60s",
-                    # The policies are made before the first scrape has written any vLLM
-                    # series; the API refuses a condition on a metric that does not exist yet
-                    # unless told not to check (Monitoring v3 discovery document,
-                    # PrometheusQueryLanguageCondition.disableMetricValidation).
+                    # Made before the first scrape: the metric may not exist yet.
                     "disableMetricValidation": True,
                 },
             }
@@ -252,9 +234,7 @@ def _policy(stack: str, alert: _Alert, channels: Sequence[str]) -> dict[str, Any
 
 
 def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The Monitoring v3 `AlertPolicy` bodies by short name: endpoint down, KV cache near
-    full, waiting requests growing. The endpoint is down when no checker location passed for
-    5 minutes (with the uptime check), else when no server's metrics arrived for 10 minutes."""
+    """The Monitoring v3 `AlertPolicy` bodies by short name."""
     q = watch.queries
     if watch.uptime_check_id:
         passed = uptime_selector(watch.uptime_check_id)
@@ -293,7 +273,6 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
 
 
 def _spoken(duration: str) -> str:
-    """`20m` as "20 minutes", `280s` as "280 seconds" (vllm_metrics.promql_duration's forms)."""
     unit = "minutes" if duration.endswith("m") else "seconds"
     return f"{duration[:-1]} {unit}"
 

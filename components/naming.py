@@ -1,9 +1,5 @@
-"""How the program names what it creates in GCP: ids derived from the stack, and its labels.
-
-Shared by both backends and the shared components (secrets, compile cache): a TPU VM's queued
-resource, a GKE cluster and a Secret Manager secret of one stack carry the same id stem, so a
-reader of the console or a billing report can tell which stack made what.
-"""
+"""How the program names what it creates in GCP: ids derived from the stack, and its labels,
+so the console or a billing report shows which stack made what."""
 
 from __future__ import annotations
 
@@ -23,10 +19,8 @@ def resource_id(stack: str, suffix: str = "") -> str:
 
 
 def distinct_id(stack: str) -> str:
-    """`resource_id(stack)`, unless truncating it dropped part of the name: then its head and 6
-    hex characters of the name's SHA-256, so two long stack names that share their first 30
-    characters still get two ids (a scrape `job` they shared would mix their servers' series in
-    one dashboard and one alert). Short names keep the id they always had."""
+    """`resource_id(stack)`, or, when truncating it dropped part of the name, its head and 6
+    hex of the name's hash: two long stack names sharing a scrape `job` would mix their series."""
     full = re.sub(r"[^a-z0-9-]+", "-", f"{PROGRAM}-{stack}".lower()).strip("-")
     short = resource_id(stack)
     if short == full:
@@ -36,9 +30,7 @@ def distinct_id(stack: str) -> str:
 
 
 def label_value(text: str) -> str:
-    """`text` as a Cloud Monitoring label key or value: lowercase letters, digits, `_` and `-`,
-    at most 63 characters (Monitoring v3 AlertPolicy.userLabels, UptimeCheckConfig.userLabels;
-    v1 Dashboard.labels)."""
+    """`text` as a Cloud Monitoring label key or value."""
     return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
 
 

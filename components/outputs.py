@@ -1,16 +1,9 @@
 """The output contract's values: what each backend hands `__main__.py`, and the empty values.
 
-The Pulumi engine drops a stack output whose value is None (pulumi/runtime/rpc.py
-`serialize_properties` skips properties that serialize to None), so `pulumi stack output NAME`
-and `StackReference.require_output(NAME)` would fail on it. Every always-present output goes
-through one of the helpers below at the export boundary, so "not applicable" is a documented
-empty value (docs/outputs.md) instead of a missing name. Components keep None internally where
-it means "not known yet" (a connection host before the node exists).
-
-Both backends fill every field of `BackendOutputs`, so `__main__.py` exports one contract
-whichever backend ran (tests/mocked/test_output_contract.py). A field that means nothing for a
-backend gets its documented empty value; only the optional outputs (`startup_seconds`,
-`first_answer_seconds`) may be None, and are then absent.
+The engine drops an output whose value is None, so every always-present output passes one of the
+helpers below and "not applicable" is a documented empty value (docs/outputs.md, "No output is
+ever null"). Both backends fill every field of `BackendOutputs`; only the optional outputs may be
+None. Components keep None inside where it means "not known yet".
 """
 
 from __future__ import annotations
@@ -28,14 +21,11 @@ def text_or_empty(value: pulumi.Input[str | None]) -> pulumi.Output[str]:
 
 @dataclass(frozen=True)
 class EndpointUrls:
-    """`endpoint`, `endpoint_ip` and `openai_base_url`, as both backends make them."""
-
     endpoint: pulumi.Output[str]
     endpoint_ip: pulumi.Output[str]
     openai_base_url: pulumi.Output[str]
 
     def as_outputs(self) -> dict[str, pulumi.Output[str]]:
-        """For a component's `register_outputs`."""
         return {
             "endpoint": self.endpoint,
             "endpoint_ip": self.endpoint_ip,
@@ -49,9 +39,8 @@ def endpoint_urls(
     port: int,
     after: pulumi.Input[Any],
 ) -> EndpointUrls:
-    """`http://HOST:PORT` for the address and, with `dns.*`, the name; each known only once
-    `after` (the readiness check) is, so consumers never see an endpoint that does not serve
-    yet. "" without an address: the output contract's empty value, never None."""
+    """`http://HOST:PORT` for the address and, with `dns.*`, the name; known only once `after`
+    (the readiness check) is, so consumers never see an endpoint that does not serve yet."""
 
     def url_of(host: pulumi.Input[str | None]) -> pulumi.Output[str]:
         return pulumi.Output.all(host, after).apply(
@@ -71,7 +60,8 @@ def object_or_empty(value: pulumi.Input[dict[str, Any] | None]) -> pulumi.Output
 
 @dataclass
 class BackendOutputs:
-    """The per-backend part of the stack outputs (the rest comes from the config)."""
+    """The per-backend part of the stack outputs (the rest comes from the config). Each field's
+    meaning and empty value: docs/outputs.md, "The contract"."""
 
     endpoint: pulumi.Input[str]
     endpoint_ip: pulumi.Input[str]
@@ -84,7 +74,6 @@ class BackendOutputs:
     external_ip: pulumi.Input[str | None]
     internal_ip: pulumi.Input[str | None]
     expires_at: pulumi.Input[str | None]
-    #: The command that renews an ended run; "" on GKE, which replaces expired nodes itself.
     renew_command: pulumi.Input[str]
     ssh_command: pulumi.Input[str]
     ssh_private_key: pulumi.Input[str]
@@ -92,20 +81,12 @@ class BackendOutputs:
     hbm: pulumi.Input[dict[str, float] | None]
     #: Optional: None (the output is absent) when no readiness result was recorded.
     startup_seconds: pulumi.Input[float | None]
-    #: Optional, as startup_seconds: from `Application startup complete.` to the model's first
-    #: good answer to the readiness check (scripts/remote/wait_ready.py).
+    #: Optional, as startup_seconds.
     first_answer_seconds: pulumi.Input[float | None]
-    #: Serving replicas: 1 on the VM backend, `gke.replicas` on GKE.
     replicas: pulumi.Input[int]
-    #: The GKE cluster's `projects/P/locations/L/clusters/N`; "" on the VM backend.
     cluster: pulumi.Input[str]
-    #: Whether the start was warm (components/compile_cache.py `cache_result`), never None.
     cache_restored: pulumi.Input[dict[str, Any]]
-    #: The stack's Cloud Monitoring dashboard; "" with `monitoring.enabled` false.
     dashboard_url: pulumi.Input[str] = ""
-    #: `gcloud logging read ...` of the server's log, and its Logs Explorer link; "" when the
-    #: log does not leave the node (VM backend, `monitoring.enabled` false).
     logs_command: pulumi.Input[str] = ""
     logs_url: pulumi.Input[str] = ""
-    #: `projects/P/uptimeCheckConfigs/ID`; "" without `monitoring.uptimeCheck`.
     uptime_check: pulumi.Input[str] = ""

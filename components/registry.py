@@ -1,23 +1,10 @@
 """Resolve an image tag to the digest its registry serves now, over the OCI distribution API.
 
-Why here, in the program, and before any resource: a stack pins the bytes it serves (issue 28),
-and a reference the registry does not have, or refuses, must stop `pulumi up` before a TPU is
-requested rather than as a failed `docker pull` on a billing node.
-
-The exchange (OCI distribution-spec v1.1 spec.md, "Checking if content exists in the registry";
-Docker's "Token Authentication Specification", docs.docker.com/registry/spec/auth/token/):
-1. `HEAD /v2/NAME/manifests/TAG` with the four manifest media types in `Accept` (OCI index and
-   manifest, Docker manifest list and manifest v2): a registry answers a multi-platform tag with
-   its index, whose digest is the one `docker pull NAME@DIGEST` takes on any platform.
-2. A 401 carries `WWW-Authenticate: Bearer realm="...",service="...",scope="..."`: GET the realm
-   with `service` and `scope` and no credentials, an anonymous token (Docker Hub's token service
-   hands one out for public repositories: "token", or its OAuth2 alias "access_token").
-3. The same HEAD with `Authorization: Bearer TOKEN`; the digest is the `Docker-Content-Digest`
-   header. A registry that omits it (the spec says SHOULD) is asked with GET, and the digest is
-   the sha256 of the manifest's bytes, which is what the header would have said.
-A HEAD costs nothing against Docker Hub's pull rate limit (Docker docs, "Usage and limits": only
-a GET of a manifest counts). Errors are read from a GET's body, `{"errors": [{"code",
-"message"}]}` (spec.md "Error Codes"), since a HEAD answer has none.
+Run before any resource, so a reference the registry does not have, or refuses, stops `pulumi up`
+before a TPU is requested rather than as a failed `docker pull` on a billing node. The exchange:
+a `HEAD` of the manifest (it does not count against Docker Hub's pull limit), an anonymous bearer
+token on a 401, the digest from `Docker-Content-Digest` (OCI distribution-spec v1.1 spec.md;
+Docker's "Token Authentication Specification").
 """
 
 from __future__ import annotations
@@ -111,9 +98,8 @@ def resolve(
 
 
 def _session() -> requests.Session:
-    """No credentials from the environment: requests would add `~/.netrc`'s (its `default`
-    entry to any host) to the token request, whose host the registry chose. Proxies are still
-    the environment's (`HTTPS_PROXY`, `NO_PROXY`), taken explicitly."""
+    """No credentials from the environment: requests would send `~/.netrc`'s to the token
+    service, whose host the registry chose. Proxies are still the environment's."""
     http = requests.Session()
     http.trust_env = False
     http.proxies.update(urllib.request.getproxies())
@@ -165,16 +151,11 @@ def challenge(header: str) -> tuple[str, dict[str, str]]:
 
 
 def realm_problem(realm: str, endpoint: str) -> str:
-    """Why the client should not follow a challenge's realm ("" if it may).
-
-    As go-containerregistry's `validateRealmURL` (pkg/v1/remote/transport/bearer.go) guards
-    crane and ko: https only, http only for a registry that is itself reached over http; and
-    no private, loopback or link-local address (the metadata server's 169.254.169.254) unless
-    it is the registry's own host. A registry cannot steer this machine into its network.
-    Wider than crane on one point: the registry's own host on any port, not only its own
-    host:port, so a registry on a private address may use a token service beside it (as the
-    tests' loopback registry does); a registry already on a private address steers nothing.
-    """
+    """Why the client should not follow a challenge's realm ("" if it may), so a registry cannot
+    steer this machine into its network (the metadata server's 169.254.169.254). As
+    go-containerregistry's `validateRealmURL` (pkg/v1/remote/transport/bearer.go), but the
+    registry's own host is allowed on any port: a registry already on a private address steers
+    nothing."""
     realm_url, registry_url = urllib.parse.urlsplit(realm), urllib.parse.urlsplit(endpoint)
     if realm_url.scheme not in ("https", "http"):
         return f"{realm!r} that is not https"
@@ -198,7 +179,6 @@ def realm_problem(realm: str, endpoint: str) -> str:
 
 
 def _anonymous_token(http: requests.Session, lookup: Lookup, header: str, sleep: Sleep) -> str:
-    """A pull token from the challenge's realm, asked for without credentials ("" if none)."""
     scheme, params = challenge(header)
     realm = params.get("realm", "")
     if scheme != "bearer" or not realm:
@@ -206,7 +186,7 @@ def _anonymous_token(http: requests.Session, lookup: Lookup, header: str, sleep:
     problem = realm_problem(realm, lookup.endpoint)
     if problem:
         raise RegistryError("refused", f"{lookup.endpoint} names a token service {problem}")
-    # Token spec ("scope"): one `scope` parameter per space-separated entry of the challenge.
+    # One `scope` parameter per space-separated entry of the challenge (the token spec).
     scopes = (params.get("scope") or f"repository:{lookup.ref.path}:pull").split()
     query: dict[str, str | list[str]] = {"scope": scopes}
     if params.get("service"):
@@ -235,9 +215,8 @@ def _send_query(
     endpoint: str,
     sleep: Sleep,
 ) -> requests.Response:
-    """The token GET, following at most 5 redirects, each checked as the realm was (as
-    go-containerregistry's `realmRedirectCheck` does): a public realm cannot bounce the
-    request to the metadata server."""
+    """The token GET, following at most 5 redirects, each checked as the realm was
+    (go-containerregistry's `realmRedirectCheck`)."""
     try:
         target = str(requests.Request("GET", url, params=dict(query)).prepare().url)
     except requests.RequestException as error:
@@ -262,7 +241,6 @@ def _failure(
     answer: requests.Response,
     sleep: Sleep,
 ) -> RegistryError:
-    """The error for a HEAD that did not find the manifest, with the registry's own words."""
     status = answer.status_code
     detail = _message(answer)
     if not detail and status in (401, 403, 404):  # a HEAD has no body: a GET says why

@@ -1,9 +1,5 @@
-"""What the node-side scripts of both backends agree on: where the templates live, the names of
-the secret files, the parts of the node tool, and how long one readiness answer may take.
-
-The VM renders these scripts for `remote.Command` (components/vm/node_scripts.py,
-components/vm/secrets_fetch.py); GKE mounts them from a ConfigMap (components/gke/).
-"""
+"""What the node-side scripts of both backends (scripts/remote/) agree on: the templates, the
+secret files' names, the node tool's parts, how long one readiness answer may take."""
 
 from __future__ import annotations
 
@@ -14,8 +10,7 @@ REMOTE = Path(__file__).resolve().parent.parent / "scripts" / "remote"
 HEADER = "set -euo pipefail\n"
 HF_TOKEN_FILE = "hf_token"  # noqa: S105 - a file name
 API_KEY_FILE = "vllm_api_key"
-#: The node tool (scripts/remote/xla_cache.py) and its parts, written side by side on the node:
-#: into ~/.tpu-vllm by the start script (VM), into /tpu-vllm by the GKE ConfigMap.
+#: The node tool (scripts/remote/xla_cache.py) and its parts, written side by side on the node.
 XLA_CACHE_MODULES = (
     "xla_cache.py",
     "xla_cache_base.py",
@@ -28,9 +23,8 @@ XLA_CACHE_MODULES = (
     "xla_cache_save.py",
     "xla_cache_watch.py",
 )
-#: How long each of the model's two answers to the readiness check may take (a chat, a tool call;
-#: scripts/remote/wait_ready.py): a warm server answers in about a second; a build that hangs
-#: fails here instead of being called ready.
+#: How long each of the model's answers to the readiness check may take (a warm server takes
+#: about a second): a build that hangs fails instead of being called ready.
 READINESS_ANSWER_SECONDS = 120
 
 

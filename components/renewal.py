@@ -1,15 +1,9 @@
-"""What happens when a flex-start run ends, and the command that renews the stack.
+"""When a flex-start run ends, and the command that renews the stack ahead of it.
 
-For flex-start, expiry is the normal lifecycle: Google deletes the VM at `expires_at` and the
-queued resource goes to SUSPENDED. So the stack renews itself ahead of time: once less than
-`renewal.lead` is left, `python -m scripts.renew STACK` (run on a schedule by
-`.github/workflows/renew.yml`) runs `pulumi up --refresh`, whose diff replaces the queued
-resource create-before-delete. The next node starts beside the current one, the DNS name moves
-to it once it serves, and the current one keeps serving for `renewal.drain` more before it is
-deleted. The window helpers below are shared by the provider's diff, its create and delete, and
-the renew script, so all of them agree on when a node is "due". The program tells the user both
-facts (the `renew_command` output and a message at `pulumi up`), so nobody has to discover the
-expiry from a dead endpoint.
+Expiry is flex-start's normal lifecycle, so `python -m scripts.renew STACK`, on a schedule, starts
+the next node `renewal.lead` before the end. The window helpers here serve the provider's diff,
+create and delete and the renew script alike, so all agree on when a node is due.
+How it works: docs/renewal.md, "The renewal window (VM backend)".
 """
 
 from __future__ import annotations
@@ -18,26 +12,20 @@ import datetime as dt
 import shlex
 import time
 
-#: The script, as a module run from the project root (`python -m scripts.renew`).
 RENEW_MODULE = "scripts.renew"
-#: The interpreter convention of the README (Quickstart) and of .github/workflows/renew.yml.
 VENV_PYTHON = ".venv/bin/python"
-#: How often `.github/workflows/renew.yml` runs it (its cron; a test keeps the two equal).
+#: How often `.github/workflows/renew.yml` runs it (a test keeps its cron equal).
 SCHEDULE_MINUTES = 15
-#: The minute past the hour of its first run. Never 0: GitHub delays scheduled runs at high
-#: load, "High load times include the start of every hour", and may drop queued ones (GitHub
-#: docs, "Events that trigger workflows", `schedule`).
+#: The minute past the hour of its first run. Never 0: GitHub delays and drops scheduled runs
+#: at the start of the hour (docs/renewal.md, "The scheduled workflow").
 SCHEDULE_OFFSET_MINUTES = 7
-#: Scheduled runs the estimates allow to be lost in a row before one notices an expiry: one.
-#: A choice, not a bound: GitHub bounds neither how many scheduled runs it drops at high load
-#: nor how late it starts one; more drops, or the start delay, come on top.
+#: Scheduled runs allowed to be lost in a row before one notices an expiry: a choice, not a
+#: bound GitHub gives.
 DROPPED_RUNS_ALLOWED = 1
 
 
 def schedule_minutes() -> tuple[int, ...]:
-    """The minutes past each hour at which the renew workflow runs: every `SCHEDULE_MINUTES`
-    from `SCHEDULE_OFFSET_MINUTES`, none at minute 0. The period must divide the hour, or the
-    runs would not be evenly spaced across the hour boundary."""
+    """The minutes past each hour at which the renew workflow runs."""
     if 60 % SCHEDULE_MINUTES or SCHEDULE_OFFSET_MINUTES % SCHEDULE_MINUTES == 0:
         raise ValueError(
             f"SCHEDULE_MINUTES={SCHEDULE_MINUTES} must divide 60 and SCHEDULE_OFFSET_MINUTES="
@@ -48,34 +36,26 @@ def schedule_minutes() -> tuple[int, ...]:
 
 
 def schedule_cron() -> str:
-    """The renew workflow's cron expression, e.g. `7,22,37,52 * * * *`."""
     return f"{','.join(str(m) for m in schedule_minutes())} * * * *"
 
 
 def detection_seconds() -> int:
-    """The longest time from an expiry until a scheduled run sees it, GitHub's start delay
-    aside: one period, plus one more for each dropped run allowed for."""
+    """The longest time from an expiry until a scheduled run sees it, GitHub's delay aside."""
     return (1 + DROPPED_RUNS_ALLOWED) * SCHEDULE_MINUTES * 60
 
 
-#: Seconds resolvers may cache the endpoint's A record (components/dns.py); short, because the
-#: address changes with every renewal. Kept here so the drain below can be derived from it.
+#: The endpoint's A record's TTL: short, since the address changes with every renewal.
 RECORD_TTL_SECONDS = 60
-#: Beyond the TTL, how long a replaced node keeps serving after the record moved: Cloud DNS
-#: applies a change to its name servers after the API call returns, some resolvers and client
-#: libraries cache longer than the TTL, and a request already running on the old node (a long
-#: generation) must be allowed to finish. Two minutes covers those for under 1 % of a 4 h run.
+#: Beyond the TTL, how long a replaced node keeps serving after the record moved: DNS changes
+#: land late, some clients cache longer, and running requests must finish.
 DRAIN_MARGIN_SECONDS = 120
 #: `renewal.drain`'s default, and the drain of a queued resource created before the key existed.
 DEFAULT_DRAIN_SECONDS = RECORD_TTL_SECONDS + DRAIN_MARGIN_SECONDS
 
 
 def renew_command(stack: str) -> str:
-    """The command that renews `stack`; safe any time: it does nothing while more than
-    `renewal.lead` of the run is left.
-
-    With the project's virtualenv, as the README's commands and the renew workflow run Python:
-    a bare `python` on a fresh machine has none of the program's packages."""
+    """The command that renews `stack`, safe any time; with the project's virtualenv, since a
+    bare `python` on a fresh machine has none of the program's packages."""
     return f"{VENV_PYTHON} -m {RENEW_MODULE} {shlex.quote(stack)}"
 
 
@@ -85,8 +65,7 @@ def expiry_notice(
     expires_at: str | None,
     lead_seconds: int | None = None,
 ) -> str:
-    """One line for the end of `pulumi up`: when the node goes away, and when and how the next
-    one is started before that."""
+    """One line for the end of `pulumi up`: when the node goes away, and how the next starts."""
     command = renew_command(stack)
     if max_run_seconds is None:
         return (
@@ -114,7 +93,6 @@ def expiry_notice(
 
 
 def _before(expires_at: str | None, seconds: float) -> str | None:
-    """`expires_at` minus `seconds`, in the same RFC 3339 UTC form; None if it is unknown."""
     end = _epoch(expires_at)
     if end is None:
         return None
@@ -122,8 +100,7 @@ def _before(expires_at: str | None, seconds: float) -> str | None:
 
 
 def gke_recycle_notice(stack: str, max_run_seconds: int | None, lead_seconds: int = 0) -> str:
-    """The GKE backend's line for the end of `pulumi up`: nodes end, but nothing needs renewing:
-    the stack's ComputeClass has GKE seek each node's replacement `lead_seconds` ahead."""
+    """The GKE backend's line for the end of `pulumi up`: GKE replaces each node itself."""
     if max_run_seconds is None:
         return (
             f"{stack}: the TPU nodes have no run limit (spot or on-demand): they bill until "
@@ -150,7 +127,6 @@ def _epoch(timestamp: str | None) -> float | None:
 
 
 def seconds_left(termination_time: str | None, now: float | None = None) -> float | None:
-    """Seconds until `termination_time`, or None when it is not known."""
     end = _epoch(termination_time)
     return None if end is None else end - (time.time() if now is None else now)
 
@@ -161,14 +137,13 @@ def in_window(
     lead_seconds: float | None,
     now: float | None = None,
 ) -> bool:
-    """True when an ACTIVE node has less than `lead_seconds` of its run left: its successor
-    should be requested now. Ended and unknown states are not "in the window": they are
-    replaced the old way (delete first), and no lead (spot, on-demand) means never."""
+    """True when an ACTIVE node has less than `lead_seconds` of its run left. Ended and unknown
+    states are replaced delete-first instead; no lead (spot, on-demand) means never."""
     return due(state, seconds_left(termination_time, now), lead_seconds)
 
 
 def due(state: str | None, left: float | None, lead_seconds: float | None) -> bool:
-    """`in_window`, given the seconds left of the run (None: not known) instead of its end."""
+    """`in_window`, given the seconds left of the run instead of its end."""
     if state != "ACTIVE" or not lead_seconds:
         return False
     return left is not None and left < float(lead_seconds)

@@ -1,12 +1,9 @@
 """Secret Manager access for the node: the HF token it reads, and the API key it serves with.
 
-The program never reads the HF token's value: it only checks the secret exists (so a missing
-one fails at preview, before a TPU is requested) and grants the node's service account access
-to that one secret. The vLLM API key is generated per stack, kept as a Pulumi secret and as a
-Secret Manager version the node can read. On the VM, one command under this component copies
-both into 0600 files with the VM's own identity (components/vm/secrets_fetch.py); on GKE the
-Secret Manager add-on mounts both into the pods (components/gke/k8s_workload.py), read with the
-same service account.
+The program never reads the HF token's value: it checks the secret exists and grants the node's
+service account that one secret. The API key is generated per stack and stored as a Secret
+Manager version; the VM copies both onto the node (components/vm/secrets_fetch.py), GKE mounts
+them. Who reads what: docs/secrets-and-access.md.
 """
 
 from __future__ import annotations
@@ -24,10 +21,7 @@ ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
 
 
 def require_hf_token_secret(config: StackConfig) -> None:
-    """Fail clearly, before anything is created, if the HF token secret does not exist.
-
-    Runs as an invoke, which Pulumi performs at preview too, before anything is registered.
-    """
+    """Fail, at preview too (an invoke), if the HF token secret does not exist."""
     secret_id = config.access.hf_token_secret
     try:
         gcp.secretmanager.get_secret(project=config.project, secret_id=secret_id)
@@ -60,7 +54,7 @@ class NodeSecrets(pulumi.ComponentResource):
 
     api_key: pulumi.Output[str]
     api_key_secret: pulumi.Output[str]
-    #: `projects/P/secrets/S/versions/N` of the API key (its number changes on rotation).
+    #: `projects/P/secrets/S/versions/N` (its number changes on rotation).
     api_key_version: pulumi.Output[str]
     #: Who may read both secrets: the fetch (VM) or the pods (GKE) wait for them.
     grants: list[gcp.secretmanager.SecretIamMember]

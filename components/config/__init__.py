@@ -1,22 +1,7 @@
-"""The stack's configuration: the first step of the flow, and the one place that knows the keys.
+"""The stack's configuration: every `tpu-vllm:*` key read, checked and frozen into `StackConfig`.
 
-`__main__.py` calls `load_stack_config()` before anything else; it reads `tpu-vllm:*` (and
-`gcp:project`), rejects every mistake it can see in one `ConfigError` before a single resource
-is registered, and hands back an immutable `StackConfig`. Every component, of either backend,
-receives that object and never reads Pulumi config itself.
-
-Layout: `keys.py` is the one table of every section's keys (`KEYS`); `reader.py` reads one
-section's raw values and records each problem; one module per section parses it (`tpu`,
-`model`, `vllm`, `access`, `cost`, `dns`, `gke`, `cache`, `renewal`, `monitoring`, and `backend` for
-`tpu-vllm:backend`); `loader.py` puts them together. Everything anyone imports is re-exported
-here, so `from components.config import X` is the only import the rest of the program needs.
-
-May import: the standard library, `pulumi`, and from `components` only what describes the world
-rather than builds it: `catalog` (chips, models, prices), `messages` (how errors read),
-`renewal` (the renewal window's constants) and `ssh_dial` (the SSH dial budget).
-Must not import: `components.vm` or `components.gke` (config is shared by both backends), nor
-any module that registers resources or imports this package (that would be an import cycle).
-tests/mocked/test_layout.py enforces both lists.
+`from components.config import X` is the only import the rest of the program needs. Its part of
+the flow and its imports: docs/architecture.md, "components/config/".
 """
 
 from components.config.access import DEFAULT_HF_TOKEN_SECRET, DEFAULT_NETWORK, AccessSettings

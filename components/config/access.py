@@ -11,13 +11,11 @@ from components.config.keys import NAMESPACE
 from components.config.reader import Reader, as_bool, as_str, as_str_list
 from components.ssh_dial import PER_DIAL_TIMEOUT_SECONDS, dial_budget_seconds
 
-# seed 000 §1.1 `gcloud secrets create hf-token`.
 DEFAULT_HF_TOKEN_SECRET = "hf-token"  # noqa: S105 - a secret name, not a secret.
 #: The auto-mode network most projects have; some have none, hence `access.network`.
 DEFAULT_NETWORK = "default"
 _SECRET_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
-# A network of the stack's project, named as Compute Engine names resources (RFC 1035). The
-# firewall rules are created in the same project, so another project's network is not accepted.
+# A network of the stack's own project (the firewall rules are created there), RFC 1035 names.
 _NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 _DOC_NETS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
@@ -36,8 +34,7 @@ class AccessSettings:
 
 
 def _blocked_dial_minutes() -> int:
-    """How long remote commands dial a node whose firewall drops the deployer's packets: every
-    dial times out (`per_dial_timeout`) between pulumi-command's backoff waits (~32 min)."""
+    """How long remote commands dial a node whose firewall drops the deployer's packets."""
     return round(dial_budget_seconds(seconds_per_failed_dial=PER_DIAL_TIMEOUT_SECONDS) / 60)
 
 
@@ -82,10 +79,8 @@ def parse_access(
                 "SSH: it is ignored. Fix: remove it from the stack file."
             )
     elif ssh is None:
-        # The deployer dials port 22: outside these ranges the node's deny rule drops its
-        # packets (a VPC firewall sends no reset), so every dial waits out per_dial_timeout
-        # and `up` fails after ssh.dial_budget_seconds of a billing TPU. Kept short: the plan
-        # shows warnings one per line.
+        # Outside these ranges the firewall drops the deployer's SSH packets (no reset), so every
+        # dial times out and `up` fails after the whole dial budget of a billing TPU.
         warnings.append(
             f"{NAMESPACE}:access.sshCidrs is not set, so SSH admits only allowedCidrs "
             f"({', '.join(allowed)}); from outside, `pulumi up` fails after "

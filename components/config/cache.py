@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from components.config.reader import Reader, as_bool, as_float, as_str, parse_positive_duration
 
 DEFAULT_CACHE_RESTORE_TIMEOUT = "5m"  # a few GiB from a same-region bucket takes well under it.
-#: How often the node saves again after the post-ready save. On a VM this is the bound on what
-#: a flex-start run's end loses (the VM's deletion gives no reliable moment for a last save); a
-#: save that finds nothing new costs a listing and a manifest read.
+#: On a VM, the bound on what a flex-start run's end loses (its deletion gives no moment for a
+#: last save).
 DEFAULT_CACHE_SAVE_INTERVAL = "5m"
 # Cloud Storage bucket names: 3-63 of [a-z0-9_.-], starting and ending with a letter or digit.
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
@@ -26,12 +25,9 @@ class CacheSettings:
     bucket: str | None = None
     #: Seconds the node may spend restoring; after that it starts cold.
     restore_timeout_seconds: int = 300
-    #: JAX writes a persistent-cache entry only for compiles that took at least this long
-    #: (`jax_persistent_cache_min_compile_time_secs`, JAX's default 1.0 s). 0: every compile, so
-    #: a restored node recompiles nothing (components/jax_cache_env.py renders it).
+    #: `jax_persistent_cache_min_compile_time_secs` (components/jax_cache_env.py).
     min_compile_seconds: float = 0.0
-    #: Seconds between the node's saves after the post-ready one (scripts/remote/
-    #: xla_cache_watch.py): compiles that requests bring after ready are carried too.
+    #: Seconds between the node's saves after the one at ready.
     save_interval_seconds: int = 300
 
 

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 
 from components.config.reader import Reader, as_str
 
-# Cloud DNS: a managed zone's name is 1-63 of [a-z0-9-], starting with a letter and not ending
-# with a dash; a record name is dot-separated labels of 1-63 of [a-z0-9-] (RFC 1123 host names).
-# Compute Engine's naming rule, as for `access.network`.
+# A managed zone's name follows Compute Engine's rule; a record name is RFC 1123 labels.
 _MANAGED_ZONE_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 

@@ -1,5 +1,5 @@
-"""The `gke` section: how many replicas, which cluster, and what the gke backend demands of
-the chip and the zones."""
+"""The `gke` section: how many replicas, which cluster, and what backend gke demands of the chip
+and the zones."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from components.config.keys import NAMESPACE
 from components.config.reader import Reader, as_int, as_str
 from components.messages import show
 
-#: Two, so that a node being recycled (or a replica starting) never takes the endpoint down: the
-#: PodDisruptionBudget keeps one serving while the other moves (docs/gke.md).
+#: Two, so a node being recycled never takes the endpoint down (docs/gke.md).
 DEFAULT_GKE_REPLICAS = 2
 _CLUSTER_NAME_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
 _CLUSTER_PATH_RE = re.compile(

@@ -1,8 +1,7 @@
 """Every config key of every section, with its meaning: the one table of tpu-vllm's keys.
 
-`tpu-vllm:SECTION.KEY` is valid only if it is listed here; the reader (components/config/
-reader.py) rejects any other with a did-you-mean, so a typo (`maxModelLength`) cannot silently
-fall back to a default. The section modules beside this one parse their section's keys.
+The reader rejects any key not listed here, with a did-you-mean, so a typo (`maxModelLength`)
+cannot silently fall back to a default.
 """
 
 from __future__ import annotations
@@ -10,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 NAMESPACE = "tpu-vllm"
-# Every key of every section, with its meaning; unknown keys are rejected with a suggestion so a
-# typo (`maxModelLength`) cannot silently fall back to a default.
 KEYS: Mapping[str, Mapping[str, str]] = {
     "tpu": {
         "chip": "TPU slice: v5e-1, v5e-4, v5e-8, v6e-1, v6e-4, v6e-8 (or gcloud's v5litepod-N)",

@@ -1,9 +1,7 @@
 """The loader: the stack's Pulumi config in, one validated, immutable `StackConfig` out.
 
 A TPU hour is paid for whether the server boots or not, so every mistake the config package can
-see is raised here, before a single resource is registered: one error that names each bad key,
-the value it had and the fix. Each section is parsed by its own module; this one reads the
-sections, hands them over in dependency order and assembles the result.
+see is raised here, in one error, before a single resource is registered.
 """
 
 from __future__ import annotations
@@ -83,24 +81,20 @@ class StackConfig:
 
     @property
     def replicas(self) -> int:
-        """Serving replicas: `gke.replicas` on GKE, one TPU VM otherwise."""
         return self.gke.replicas if self.backend == "gke" else 1
 
     @property
     def max_run_cost_usd(self) -> float | None:
-        """The most one run can cost: only flex-start stops billing on its own (seed 000 §1.2)."""
+        """The most one run can cost: only flex-start stops billing on its own."""
         if self.tpu.max_run_seconds is None:
             return None
         return round(self.hourly_cost_usd * self.tpu.max_run_seconds / 3600, 2)
 
 
 def stray_key_problems(names: Iterable[str]) -> list[str]:
-    """Config keys of the namespace that no section holds, each with its fix.
-
-    `pulumi config set tpu-vllm:tpu.chip v6e-4` without `--path` stores one key named
-    `tpu.chip` beside the `tpu-vllm:tpu` object; the program reads only the objects, so the
-    value would be ignored and the default used: a TPU of the wrong size, billed. Found by
-    running the real CLI (tests/engine/test_engine_failures.py)."""
+    """Config keys of the namespace that no section holds, each with its fix: `pulumi config
+    set tpu-vllm:tpu.chip v6e-4` without `--path` stores a key named `tpu.chip` that is never
+    read, and the default would be used (tests/engine/test_engine_failures.py)."""
     problems = []
     for name in sorted(names):
         namespace, _, key = name.partition(":")
@@ -123,11 +117,9 @@ def stray_key_problems(names: Iterable[str]) -> list[str]:
 
 
 def load_stack_config() -> StackConfig:
-    """Read the stack's Pulumi config and validate it (raises ConfigError)."""
     cfg = pulumi.Config(NAMESPACE)
     sections: dict[str, Any] = {}
-    # Every key the CLI handed over: PULUMI_CONFIG from the language host, or the SDK's own map
-    # (the Automation API's inline programs, the mocks).
+    # From the language host (PULUMI_CONFIG), or the SDK's own map (inline programs, mocks).
     problems = stray_key_problems({*runtime_config.CONFIG.get(), *runtime_config.get_config_env()})
     for section in KEYS:
         try:
@@ -149,7 +141,7 @@ def load_stack_config() -> StackConfig:
 def parse_stack_config(
     sections: Mapping[str, Any], *, project: str | None, stack: str
 ) -> StackConfig:
-    """Validate raw config sections (as `Config.get_object` returns them) into a StackConfig."""
+    """Validate raw config sections (as `Config.get_object` returns them)."""
     problems: list[str] = []
     warnings: list[str] = []
     if not project or not project.strip():

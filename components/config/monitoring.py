@@ -1,10 +1,7 @@
 """The `monitoring` section: metrics, logs, the dashboard, the uptime check and the alerts.
 
-Defaults follow what costs money or needs someone to read it (docs/operations.md "Watch it
-serve"): metrics, logs and the dashboard are on (Managed Service for Prometheus bills per sample
-ingested: scripts/budget.py estimates it); the uptime check is off (its executions are billed past
-a free allotment, and it opens the serving port to Google's uptime-check addresses); alert
-policies exist only with `notificationChannels`, since an alert nobody receives only costs.
+On by default: what a stack needs to be watched (metrics, logs, dashboard). Off: what bills past a
+free allotment and opens the port (the uptime check), and alerts nobody receives (no channels).
 """
 
 from __future__ import annotations
@@ -16,9 +13,8 @@ from components.config.reader import Reader, as_bool, as_str_list, parse_duratio
 
 DEFAULT_SCRAPE_INTERVAL = "30s"  # GoogleCloudPlatform/prometheus-engine examples/vllm: 30s
 DEFAULT_SCRAPE_SECONDS = 30
-#: The Ops Agent's Prometheus receiver raises a shorter interval to 10 s (ops-agent
-#: confgenerator/prometheus.go `minScrapeInterval`); past 5 min a series goes stale between two
-#: scrapes (Prometheus' 5 min lookback), and every query of the dashboard shows gaps.
+#: The Ops Agent raises a shorter interval to 10 s (confgenerator/prometheus.go); past 5 min a
+#: series goes stale between scrapes (Prometheus' lookback).
 MIN_SCRAPE_SECONDS = 10
 MAX_SCRAPE_SECONDS = 300
 #: `projects/P/notificationChannels/ID` (Monitoring v3 NotificationChannel.name).

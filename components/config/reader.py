@@ -1,8 +1,5 @@
 """Reading one section's raw values: the error type, the per-key reader, the converters.
-
-Every problem is recorded, not raised at the first, so one `ConfigError` names each bad key, the
-value it had and the fix (components/messages.py spells the sentence).
-"""
+Every problem is recorded, not raised, so one `ConfigError` names them all."""
 
 from __future__ import annotations
 
@@ -23,7 +20,6 @@ class ConfigError(pulumi.RunError):
     """Bad stack configuration. A RunError, so Pulumi prints the message without a traceback."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        # Each problem is a sentence ending with a period (components/messages.py).
         self.problems = [sentence(p) for p in problems]
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(

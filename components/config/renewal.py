@@ -1,8 +1,5 @@
 """The `renewal` section: when the next node is requested, and how long a replaced one serves.
-
-The windows and schedules themselves live in components/renewal.py (shared by both backends and
-scripts/renew.py); this module only reads and checks the keys.
-"""
+The windows themselves are in components/renewal.py."""
 
 from __future__ import annotations
 
@@ -16,23 +13,12 @@ from components.config.keys import NAMESPACE
 from components.config.reader import Reader, parse_duration
 from components.messages import show
 
-# `renewal.lead` by default on GKE (the ComputeClass's nodeRecycling.leadTimeSeconds): a capacity
-# wait (30 min, tpu.capacityWait's default) plus a warm start (497 s on v5e-1, seed 000 §1.3; the
-# 31B start on v6e-4 is longer), rounded up to the hour GoogleCloudPlatform/accelerated-platforms'
-# v6e ComputeClass uses (platforms/gke/base/core/custom_compute_class/templates/manifests/tpu/v6e/
-# custom-compute-tpu-v6e-2x2.yaml, leadTimeSeconds: 3600). No renew schedule or DNS drain is in
-# it: GKE itself seeks the node and the Service's address never moves. At most half of a
-# shorter run. The VM backend's default is computed per chip (`_default_lead`).
+# GKE's default: a capacity wait plus a warm start, rounded up to the hour accelerated-platforms'
+# v6e ComputeClass uses (leadTimeSeconds: 3600); no schedule or drain, GKE seeks the node itself.
 DEFAULT_GKE_RENEWAL_LEAD = "1h"
-# `renewal.lead` by default: the next node must serve before the current one ends, so the window
-# holds everything between "less than lead left" and "the next node serves and the old one has
-# drained": the time until a scheduled check notices (renewal.detection_seconds(): one period of
-# the renew schedule, 15 min, plus one more for a run GitHub drops at high load, so 30 min), one
-# zone's capacity wait (`tpu.capacityWait`, 30 min by default), PROVISIONING to ACTIVE plus first
-# boot, host key and secret fetch (RENEWAL_PROVISIONING_SECONDS: not measured in either seed, so
-# an estimate of 5 min), a warm start of the chip's model (catalog.WARM_START_SECONDS: v5e-1
-# 497 s, seed 000; v6e ~17 min, estimated, seed 003 has no times) and the drain (3 min), rounded
-# up to 5 minutes: 1 h 20 min for v5e1, 1 h 25 min for v6e4, about a third of a 4 h run.
+# The VM's default (`_default_lead`) holds all that must happen before the run ends: a scheduled
+# check noticing, a capacity wait, provisioning (an estimate: never measured), a warm start and the
+# drain (docs/configuration.md, `renewal.lead`).
 RENEWAL_PROVISIONING_SECONDS = 300
 RENEWAL_ROUND_SECONDS = 300
 
@@ -59,8 +45,8 @@ def parse_renewal(
     dns: DnsSettings | None,
     warnings: list[str],
 ) -> RenewalSettings | None:
-    """`renewal.lead` and `renewal.drain`: a lead that is not shorter than the run would start
-    the next node as soon as this one started, paying for two all the time, so it is refused."""
+    """`renewal.lead` and `renewal.drain`; a lead not shorter than the run would pay for two
+    nodes all the time, so it is refused."""
     before = len(r.problems)
     drain = renewal.DEFAULT_DRAIN_SECONDS
     raw_drain = r.values.get("drain")
@@ -135,7 +121,7 @@ def parse_renewal(
 
 
 def _default_lead(chip: Chip, capacity_wait_seconds: int, drain_seconds: int) -> int:
-    """`renewal.lead`'s default (see RENEWAL_PROVISIONING_SECONDS), rounded up to 5 minutes."""
+    """`renewal.lead`'s default, rounded up to 5 minutes."""
     total = (
         renewal.detection_seconds()
         + capacity_wait_seconds

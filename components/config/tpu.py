@@ -150,13 +150,13 @@ def parse_zones(
             "zones",
             list(zones),
             f"the TPU API rejects flex-start {chip.accelerator_type} "
-            f"in every zone listed, with `{api_text}` (seed 000, measured). Fix: use "
+            f"in every zone listed, with `{api_text}` (measured). Fix: use "
             "us-west4-a, where it is accepted",
         )
         return ()
     if dropped:
         warnings.append(
             f"{NAMESPACE}:tpu.zones: skipping {', '.join(dropped)}: the TPU API rejects flex-start "
-            f"{chip.accelerator_type} there with `{api_text}` (seed 000)."
+            f"{chip.accelerator_type} there with `{api_text}` (measured)."
         )
     return kept

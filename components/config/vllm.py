@@ -25,10 +25,10 @@ from components.messages import show
 # vLLM's default port: the flag is rendered only when the stack asks for another one.
 VLLM_DEFAULT_PORT = 8000
 DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # seed 000 §1.3 and seed 003 (92% HBM use).
-DEFAULT_READINESS_TIMEOUT = "30m"  # seed 000 §1.4: cold start is 857 s; 30 min is ~2x that.
-# Modalities are written in this order so the rendered flag is stable whatever order the
-# config engine hands the object over in (Pulumi serialises objects with sorted keys).
+# Sources of these defaults: docs/configuration.md, "The catalog".
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+DEFAULT_READINESS_TIMEOUT = "30m"  # about twice a cold start on v5e-1 (857 s)
+# A fixed order, so the rendered flag is stable whatever order the object arrives in.
 MM_MODALITY_ORDER = ("image", "audio", "video")
 # Flags that have a key of their own, so `extraArgs` may not repeat them.
 FLAG_KEYS: Mapping[str, str] = {
@@ -46,10 +46,8 @@ FLAG_KEYS: Mapping[str, str] = {
     "--limit-mm-per-prompt": "vllm.limitMmPerPrompt",
     "--port": "vllm.port",
 }
-# Flags `extraArgs` may carry whose value vLLM declares `ge=1` (vllm/config/scheduler.py,
-# SchedulerConfig: `Field(..., ge=1)`): 0 or below passes the program, then vLLM refuses to boot
-# while the TPU bills. The keyed ones (maxModelLen, maxNumBatchedTokens, tensorParallelSize)
-# are checked where they are read.
+# Flags `extraArgs` may carry whose value vLLM declares `ge=1` (vllm/config/scheduler.py): 0 would
+# pass here, then stop vLLM's boot while the TPU bills.
 POSITIVE_INT_FLAGS: tuple[str, ...] = (
     "--max-num-seqs",
     "--max-num-partial-prefills",
@@ -107,7 +105,6 @@ class VllmSettings:
 
 
 def _is_base_url(text: str) -> bool:
-    """`vllm.registryEndpoint`: http(s), a host (and port), no path, query or fragment."""
     try:
         url = urllib.parse.urlsplit(text)
         url.port  # noqa: B018 - parsing it is the check (ValueError when out of range)
@@ -148,22 +145,20 @@ def parse_vllm(r: Reader, chip: Chip | None) -> VllmSettings | None:
         )
     dtype = r.get("dtype", as_str, "bfloat16", "a dtype such as bfloat16")
     if dtype not in catalog.MODEL_DTYPES:
-        note = "bfloat16 is the only one that runs Gemma 4 on TPU, seed 000 Part 2"
+        note = "bfloat16 is the only one that runs Gemma 4 on TPU, measured on v5e-1"
         r.fail_choice("dtype", dtype, "dtype", sorted(catalog.MODEL_DTYPES), note)
     kv = r.get("kvCacheDtype", as_str, "auto", "a KV-cache dtype such as auto")
     _check_kv_cache_dtype(r, kv)
     max_model_len = r.get("maxModelLen", as_int, None, "a token count, e.g. 32768")
     if max_model_len is not None and max_model_len <= 0:
         r.fail("maxModelLen", max_model_len, "must be positive. Fix: a token count, e.g. 32768")
-    # vLLM's SchedulerConfig declares it `ge=1` (vllm/config/scheduler.py): 0 or below would
-    # only fail at boot, with the TPU already billing.
     batched = r.get("maxNumBatchedTokens", as_int, None, "a token count, e.g. 4096")
     if batched is not None and batched <= 0:
         r.fail(
             "maxNumBatchedTokens",
             batched,
-            "must be positive (vLLM refuses to boot otherwise). Fix: a token count, e.g. 4096 "
-            "(seed 003), or remove the key for vLLM's default",
+            "must be positive (vLLM refuses to boot otherwise). Fix: a token count, e.g. 4096, "
+            "or remove the key for vLLM's default",
         )
     tp = r.get("tensorParallelSize", as_int, chip.chips if chip else 1, "an integer")
     if tp < 1:
@@ -184,7 +179,7 @@ def parse_vllm(r: Reader, chip: Chip | None) -> VllmSettings | None:
         )
     util = r.get("gpuMemoryUtilization", as_float, DEFAULT_GPU_MEMORY_UTILIZATION, "a fraction")
     if not 0 < util <= 1:
-        r.fail("gpuMemoryUtilization", util, "must be in (0, 1]. Fix: e.g. 0.92 (seed 000)")
+        r.fail("gpuMemoryUtilization", util, "must be in (0, 1]. Fix: e.g. 0.92, the default")
     prefix = r.get("enablePrefixCaching", as_bool, False, "true or false")
     tool_parser = r.get("toolCallParser", as_str, None, "a parser name such as gemma4")
     reasoning = r.get("reasoningParser", as_str, None, "a parser name such as gemma4")
@@ -226,10 +221,10 @@ def _check_kv_cache_dtype(r: Reader, kv: str) -> None:
             "kvCacheDtype",
             kv,
             "vLLM's CLI accepts it, then the server dies at boot on TPU "
-            f"(seed 000 Part 2, measured), after you have paid for the wait. Fix: one of {known}",
+            f"(measured on v5e-1), after you have paid for the wait. Fix: one of {known}",
         )
     elif kv in catalog.KV_CACHE_DTYPES_REJECTED_BY_CLI:
-        r.fail("kvCacheDtype", kv, f"rejected by vLLM's CLI (seed 000 Part 2). Fix: one of {known}")
+        r.fail("kvCacheDtype", kv, f"rejected by vLLM's CLI. Fix: one of {known}")
     else:
         r.fail_choice("kvCacheDtype", kv, "KV-cache dtype", sorted(catalog.KV_CACHE_DTYPES))
 
@@ -298,8 +293,7 @@ def _check_extra_args(r: Reader, extra: Sequence[str]) -> None:
 
 
 def _flag_values(extra: Sequence[str], flags: Sequence[str]) -> list[tuple[str, str | None]]:
-    """(flag, value) for each of `flags` in `extra`, as `--flag VALUE` or `--flag=VALUE`; the
-    value is None when the flag ends the list."""
+    """(flag, value) for each of `flags` in `extra`; None when nothing follows the flag."""
     found: list[tuple[str, str | None]] = []
     for index, arg in enumerate(extra):
         flag, equals, value = arg.partition("=")

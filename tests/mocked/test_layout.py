@@ -1,4 +1,4 @@
-"""The components/ layout's rules (components/__init__.py), read from the source with `ast`.
+"""The components/ layout's rules (docs/architecture.md), read from the source with `ast`.
 
 - components/vm/ never imports components.gke, and components/gke/ never components.vm;
 - the shared top (components/*.py) and components/config/ import neither backend package;
@@ -11,7 +11,8 @@
 - no module of components/ (nor `__main__.py`) imports another module's `_private` name;
 - the shared top and config import no library only the VM uses (pulumi_command: SSH commands);
 - no module of components/ is longer than about 500 lines;
-- each package's docstring says its part of the flow, what it may import and what it must not.
+- each package's section of docs/architecture.md says its part of the flow, what it may import
+  and what it must not, naming the same modules these tests enforce.
 Every import counts, a function's lazy one too.
 """
 
@@ -19,10 +20,14 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+from tests.support.docs import read_doc, section
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -343,9 +348,24 @@ def test_no_module_of_components_is_longer_than_500_lines(path: Path) -> None:
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines: split it"
 
 
+def named_modules(text: str, label: str) -> set[str]:
+    """The `components...` modules a doc names in its paragraph that starts with `label`."""
+    match = re.search(rf"^{label}(.*?)(?:\n\n|\Z)", text, re.MULTILINE | re.DOTALL)
+    assert match, f"no paragraph starting {label!r}"
+    return set(re.findall(r"`(components(?:\.\w+)+)`", match.group(1)))
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_each_package_says_its_part_what_it_may_import_and_what_it_must_not(package: str) -> None:
-    doc = importlib.import_module(package).__doc__ or ""
+    doc = section(read_doc("architecture"), package.replace(".", "/") + "/")
     assert "flow" in doc
     assert "May import:" in doc
     assert "Must not import:" in doc
+    part = part_of(package)
+    forbidden = {f"components.{other}" for other in FORBIDDEN[part]}
+    assert named_modules(doc, "Must not import:") == forbidden
+    may = named_modules(doc, "May import:")
+    assert not may & forbidden
+    assert all(importlib.util.find_spec(name) for name in may), may
+    if part == "config":
+        assert may == CONFIG_MAY_IMPORT
