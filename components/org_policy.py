@@ -1,4 +1,4 @@
-"""Alias for states that name this old path: docs/tpu-request.md "Provider code and state"."""
+"""Alias for states that name this old path: docs/architecture.md "Dynamic providers"."""
 
 from components.vm.org_policy import OrgPolicyGateProvider
 

@@ -1,14 +1,9 @@
 """A stack's state written before a module moved still loads its dynamic providers.
 
-Pulumi stores each dynamic resource's provider in its state as the `__provider` property: a
-dill pickle that names the provider class by module path (pulumi/dynamic/dynamic.py
-`serialize_provider`). The provider host unpickles it from the state's properties for `delete`
-and `read` (pulumi/dynamic/__main__.py `get_provider`, called by `Delete` and `Read` with
-`request.properties`), and a resource whose diff finds no change keeps its old `__provider` in
-its outputs. So the pickles in tests/support/fixtures/providers/before_layout.json, taken from a
-v5e1 run before `components/` was split into `vm/` and `gke/`, name `components.queued_resource`,
-`components.org_policy` and `components.host_key`, and must keep resolving: those modules stay
-as aliases of the new ones.
+Why the old module paths stay: docs/architecture.md "Dynamic providers". The pickles in
+tests/support/fixtures/providers/before_layout.json, taken from a v5e1 run before `components/`
+was split into `vm/` and `gke/`, name `components.queued_resource`, `components.org_policy` and
+`components.host_key`, and must keep resolving.
 """
 
 from __future__ import annotations
