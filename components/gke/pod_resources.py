@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from components import catalog
 from components.catalog import Chip
-from components.config import WorkloadSections
-from components.config import ModelSettings
+from components.config import ModelSettings, WorkloadSections
 
 GIB = 1024**3
 #: Host memory is given in GB: read as 10^9 bytes, the smaller reading, so requests fit.
