@@ -2,11 +2,11 @@
 
 A tag names different bytes from one day to the next, so a renewal or a rescheduled replica would
 run whatever it names then (a cold compile cache, mixed builds behind one address). `check`
-resolves the tag only when `vllm.image` or `vllm.imageUpgrade` changed, and in `check` so the
-preview shows the new digest (the engine previews an update's outputs as its inputs:
-pkg/resource/plugin/provider_plugin.go); `read` keeps the state (docs/operations.md, "Upgrade the
-image"). A dynamic provider: keep this module where it is (docs/architecture.md, "Dynamic
-providers")."""
+resolves the tag only when `vllm.image` or `vllm.imageUpgrade` changed, so the preview shows the
+new digest (the engine previews an update's outputs as its inputs: provider_plugin.go); `read`
+keeps the state. docs/operations.md "Upgrade the image"; keep this module where it is
+(docs/architecture.md "Dynamic providers").
+"""
 
 from __future__ import annotations
 
