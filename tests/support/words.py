@@ -1,8 +1,8 @@
 """How much of the code is words: comment and docstring lines against lines of code.
 
 A line that holds a comment or belongs to a docstring counts as words; a line with any other
-token counts as code (a line with code and a trailing comment counts as both). Used by tests/mocked/test_words.py, and by hand to report the figures:
-`python -m tests.support.words components scripts __main__.py`.
+token counts as code (code with a trailing comment counts as both). Used by
+tests/mocked/test_words.py; by hand: `python -m tests.support.words components scripts`.
 """
 
 from __future__ import annotations
