@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.ssh.test_compile_cache_node import COLD, WARM, Lab, free_port
+from tests.support.compile_cache_lab import COLD, WARM, Lab
 from tests.support.fakes.gcs_api import FakeGcsApi
+from tests.support.fakes.loopback import free_port
 from tests.support.fakes.metadata_server import FakeMetadataServer
 from tests.support.fakes.secret_manager import FakeSecretManager
 from tests.support.fakes.ssh_host import SshHost

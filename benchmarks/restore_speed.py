@@ -45,8 +45,8 @@ from components.compile_cache import generation_name
 from tests.support.fakes.gcs_api import FakeGcsApi
 from tests.support.fakes.gcs_store import GcsStore
 from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.xla_cache_tool import TOOL
 
-TOOL = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py"
 BUCKET = "bench"
 PREFIX = f"gs://{BUCKET}/xla-cache/KEY/"
 IMAGE = "docker.io/vllm/vllm-tpu@sha256:" + "5e" * 32

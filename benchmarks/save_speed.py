@@ -44,8 +44,8 @@ from benchmarks.restore_speed import (
 from components.compile_cache import generation_name
 from tests.support.fakes.gcs_api import FakeGcsApi
 from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.xla_cache_tool import TOOL
 
-TOOL = Path(__file__).resolve().parent.parent / "scripts" / "remote" / "xla_cache.py"
 BUCKET = "bench"
 IMAGE = "docker.io/vllm/vllm-tpu@sha256:" + "5e" * 32
 UPLOADED = re.compile(r"uploaded \d+ objects \(([\d.]+) MB\) .* in ([\d.]+)s, ([\d.]+) MB/s")

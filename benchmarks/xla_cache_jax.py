@@ -44,19 +44,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.loopback.test_jax_compile_cache import (
-    CONTAINER_CACHE,
-    JAX_START,
-    Bucket,
-    docker_run_env,
-    start_text,
-)
 from tests.support import seed_facts
 from tests.support.fakes.gcs_api import FakeGcsApi
 from tests.support.fakes.gcs_store import GcsStore
 from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.jax_nodes import CONTAINER_CACHE, JAX_START, Bucket
 from tests.support.jax_start import DEFAULT_LAYERS
 from tests.support.pulumi_program import run_program
+from tests.support.remote_stack import docker_run_env, start_text
 
 BUCKET = "bench-xla-cache"
 #: Seed 000 §1.3: "The JAX compile cache lives there (197 MB measured)" (E2B on a v5e-1).

@@ -22,6 +22,7 @@ pytest_plugins = [
     "tests.support.fakes.ssh_host",
     "tests.support.fakes.fake_pulumi",
     "tests.support.fakes.hf_hub",
+    "tests.support.fakes.openai_server",
     "tests.support.fakes.resource_manager",
 ]
 

@@ -19,13 +19,13 @@ from typing import Any, Self
 import pytest
 
 from components.gke import compute_class, k8s_manifests
-from tests.mocked.test_gke_backend import existing_cluster
-from tests.mocked.test_gke_destroy_order import used_by_the_server_pods
 from tests.support import compute_class_crd
 from tests.support.engine_stack import HF_TOKEN, PASSPHRASE, EngineStack, Lifecycle, events, steps
 from tests.support.kube_stack import CLUSTER_PATH, STACK, GkeFakes, gke_engine_stack
+from tests.support.mock_outputs import existing_cluster
 from tests.support.output_contract import problems
 from tests.support.pulumi_program import run_program
+from tests.support.server_pod_uses import used_by_the_server_pods
 
 pytestmark = pytest.mark.kube
 

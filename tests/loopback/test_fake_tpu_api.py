@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import google.oauth2.credentials
 import pytest
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
@@ -26,54 +25,18 @@ from tests.support.fakes.tpu_api import (
     FakeTpuApi,
     ManualClock,
     StateDurations,
-    fake_tpu,  # noqa: F401 - pytest fixture
 )
+from tests.support.tpu_client import NODE_ID, PARENT, PROJECT, ZONE, api, product_body
 
-PROJECT = "proj"
-ZONE = "us-west4-a"
-PARENT = f"projects/{PROJECT}/locations/{ZONE}"
 QR_ID = "vllm-qr"
-NODE_ID = "vllm-node"
 QR_NAME = f"{PARENT}/queuedResources/{QR_ID}"
 NODE_NAME = f"{PARENT}/nodes/{NODE_ID}"
 SSH_KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIHRlc3Qta2V5LWZyb20tYS1yZWFsLXNzaGQtaG9zdA=="
 FAST = StateDurations(0.05, 0.05, 0.05, 0.05, 0.05, 0.05)
 
 
-def product_body(parent: str = PARENT, node_id: str = NODE_ID) -> dict[str, Any]:
-    """A body of the kind the product sends for a flex-start v5e-1."""
-    return {
-        "provisioningModel": "FLEX_START",
-        "runDuration": {"maxRunDuration": "14400s"},
-        "queueingPolicy": {"validUntilDuration": "3600s"},
-        "tpu": {
-            "nodeSpec": [
-                {
-                    "parent": parent,
-                    "nodeId": node_id,
-                    "node": {
-                        "acceleratorType": "v5litepod-1",
-                        "runtimeVersion": "v2-alpha-tpuv5-lite",
-                        "serviceAccount": {
-                            "email": "tpu-node@proj.iam.gserviceaccount.com",
-                            "scope": ["https://www.googleapis.com/auth/cloud-platform"],
-                        },
-                        "networkConfig": {"enableExternalIps": True},
-                        "metadata": {
-                            "enable-guest-attributes": "TRUE",
-                            "startup-script": "#!/bin/bash\necho hello\n",
-                        },
-                        "labels": {"app": "vllm", "stack": "v5e1"},
-                        "tags": ["vllm-server"],
-                    },
-                }
-            ]
-        },
-    }
-
-
 @pytest.fixture
-def fast_fake(fake_tpu: FakeTpuApi) -> FakeTpuApi:  # noqa: F811 - fixture injection
+def fast_fake(fake_tpu: FakeTpuApi) -> FakeTpuApi:
     """The shared fixture with shorter state durations."""
     fake_tpu.durations = FAST
     return fake_tpu
@@ -84,19 +47,6 @@ def manual() -> Iterator[FakeTpuApi]:
     """A fake on a manual clock: states change only when the test advances time."""
     with FakeTpuApi(clock=ManualClock()) as fake:
         yield fake
-
-
-def api(fake: FakeTpuApi) -> Any:
-    """The discovery client exactly as the product builds it."""
-    return discovery.build(
-        "tpu",
-        "v2alpha1",
-        static_discovery=True,
-        credentials=google.oauth2.credentials.Credentials(  # type: ignore[no-untyped-call]
-            token="test-token"
-        ),
-        client_options={"api_endpoint": fake.base_url},
-    )
 
 
 def create(fake: FakeTpuApi, body: dict[str, Any] | None = None, **kw: str) -> dict[str, Any]:

@@ -31,13 +31,13 @@ from typing import Any
 import pytest
 
 from components.compile_cache import generation_name
-from tests.ssh.test_compile_cache_node import load_tool
 from tests.support.fakes.gcs_api import FakeGcsApi
 from tests.support.fakes.gcs_store import GcsStore
 from tests.support.fakes.metadata_server import FakeMetadataServer
 from tests.support.mock_outputs import pinned_digest
 from tests.support.privileged import skip_or_fail
 from tests.support.pulumi_program import ProgramRun, run_program
+from tests.support.xla_cache_tool import load_tool
 
 STACK = "v6e4-gke"
 NAMESPACE = "tpu-vllm-v6e4-gke"

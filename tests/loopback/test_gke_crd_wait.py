@@ -30,7 +30,6 @@ from components.gke.crd_wait import POD_MONITORING_CRD as PM
 from components.gke.crd_wait import SECRET_PROVIDER_CLASS_CRD as SPC
 from components.gke.crd_wait import ServedCrdsProvider
 from components.gke.kube_api import tls_context
-from tests.mocked.test_gke_backend import existing_cluster
 from tests.support.fakes.kube_api import (
     FakeCrd,
     FakeKubeApi,
@@ -40,6 +39,7 @@ from tests.support.fakes.kube_api import (
     write_auth_plugin,
 )
 from tests.support.fakes.loopback import HOST
+from tests.support.mock_outputs import existing_cluster
 from tests.support.provider_host import provider_blob, run_provider
 from tests.support.pulumi_program import ProgramRun, run_program
 

@@ -12,9 +12,9 @@ from components.vm.host_key import NodeHostKeyProvider, pick_host_key
 from components.vm.org_policy import DISABLE_GUEST_ATTRIBUTES, MANAGED_DISABLE_GUEST_ATTRIBUTES
 from components.vm.queued_resource_spec import Spec
 from components.vm.tpu_api import ApiError, TpuApi
-from tests.loopback.test_queued_resource import props_for
 from tests.support.fakes.resource_manager import FakeResourceManager
 from tests.support.fakes.tpu_api import FakeTpuApi
+from tests.support.queued_resource_props import props_for
 
 HOST_KEY_BLOB = "AAAAC3NzaC1lZDI1NTE5AAAAIJustAHostKeyForTheTestsOnly000000000000"
 

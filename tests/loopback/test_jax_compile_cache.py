@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -33,17 +32,11 @@ from components.jax_cache_env import MIN_COMPILE_TIME_ENV
 from tests.support.fakes.gcs_api import FakeGcsApi
 from tests.support.fakes.gcs_store import GcsStore
 from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.jax_nodes import CONTAINER_CACHE, JAX_START, Bucket
 from tests.support.pulumi_program import ProgramRun, refused, run_program
+from tests.support.remote_stack import docker_run_env, start_text
 
-ROOT = Path(__file__).resolve().parents[2]
-JAX_START = ROOT / "tests" / "support" / "jax_start.py"
-TOOL = ROOT / "scripts" / "remote" / "xla_cache.py"
-FAKE_BIN = ROOT / "tests" / "support" / "fakes" / "bin"
 FUNCTIONS = 12
-#: The image the nodes run, named by digest (the tool's `install` then needs no docker).
-IMAGE = "vllm/vllm-tpu@sha256:" + "ef01" * 16
-#: The in-container cache directory (vLLM's VLLM_XLA_CACHE_PATH default, as root).
-CONTAINER_CACHE = "root/.cache/vllm/xla_cache"
 KEY = "tpu-vllm:cache.minCompileSeconds"
 #: JAX's extra XLA caches (jax/_src/config.py `jax_persistent_cache_enable_xla_caches`).
 XLA_CACHES_ENV = "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"
@@ -51,25 +44,6 @@ XLA_CACHES_ENV = "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"
 #: (jax/_src/cache_key.py clears `xla_gpu_per_fusion_autotune_cache_dir` from 0.11.0 on,
 #: jax-ml/jax ad707df0f9). Read from the installed distribution, without importing JAX here.
 PATH_IN_KEY = tuple(int(p) for p in version("jax").split(".")[:2]) < (0, 11)
-
-
-def start_text(run: ProgramRun) -> str:
-    start = next(c for c in run.of_type("command:remote:Command") if c.name == "vllm-start")
-    return str(start.inputs["create"])
-
-
-def docker_run_env(script: str) -> dict[str, str]:
-    """The `-e NAME=value` flags of the rendered `docker run` (one flag per line), up to the
-    `vllm serve` line: what the container's environment holds."""
-    env: dict[str, str] = {}
-    for line in script[script.index("sudo docker run") :].splitlines():
-        words = shlex.split(line.strip().removesuffix("\\"))
-        if words[:1] == ["vllm"]:
-            break
-        if words[:1] == ["-e"]:
-            name, _, value = words[1].partition("=")
-            env[name] = value
-    return env
 
 
 def server_container(run: ProgramRun) -> dict[str, Any]:
@@ -184,50 +158,6 @@ def test_with_jax_defaults_no_small_compile_is_written(tmp_path: Path) -> None:
 
 
 # --- (b), (c) end to end: the node tool and a bucket between two nodes ----------------------
-
-
-@dataclass
-class Bucket:
-    api: FakeGcsApi
-    metadata: FakeMetadataServer
-    prefix: str
-    #: The local store behind both fakes (`FAKE_GCS_ROOT` of the fake gcloud).
-    root: Path
-    #: `api` (the JSON API) or `gcloud` (`gcloud storage`): TPU_VLLM_CACHE_VIA.
-    via: str = "api"
-
-    def tool(self, command: str, work: Path, *args: str) -> None:
-        """The node tool as cache_restore.sh / cache_save.sh run it."""
-        done = subprocess.run(
-            ["python3", str(TOOL), command, "--work", str(work), *args],
-            env={
-                "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}",
-                "FAKE_GCS_ROOT": str(self.root),
-                "TPU_VLLM_CACHE_VIA": self.via,
-                "STORAGE_API_ENDPOINT": self.api.url,
-                "GCE_METADATA_HOST": self.metadata.host,
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-
-    def restore(self, work: Path, cache_dir: Path) -> dict[str, Any]:
-        self.tool("fetch", work, "--prefix", self.prefix, "--timeout", "60")
-        self.tool(
-            "install", work, "--prefix", self.prefix, "--timeout", "60", "--dir", str(cache_dir),
-            "--image", IMAGE,
-        )  # fmt: skip
-        return dict(json.loads((work / "result.json").read_text()))
-
-    def save(self, work: Path) -> dict[str, Any]:
-        self.tool("save", work)
-        summary = work / "save.json"
-        if not summary.exists():  # the tool found nothing to save
-            return {"ok": False, "uploaded": 0}
-        return dict(json.loads(summary.read_text()))
 
 
 @dataclass

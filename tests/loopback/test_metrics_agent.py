@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from components.vm import metrics_agent
-from tests.mocked.test_compile_cache import config_for
 from tests.support.promql import prometheus_config_error
 from tests.support.pulumi_program import run_program
+from tests.support.stack_config import config_for
 
 # The installer stand-in: fails its first $FAIL_INSTALLS runs printing $INSTALL_ERROR (apt's
 # words for a mirror caught mid-sync by default), then leaves the agent's units behind.

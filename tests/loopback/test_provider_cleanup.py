@@ -12,7 +12,6 @@ injection (`fail_next`), with props built the way the program builds them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -51,13 +50,6 @@ def provider_props(stack: str) -> dict[str, Any]:
     return {**props, "__provider": "opaque"}
 
 
-@pytest.fixture
-def tpu(fake_tpu: FakeTpuApi, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTpuApi]:
-    monkeypatch.setenv("TPU_API_ENDPOINT", fake_tpu.base_url)
-    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake_tpu.token)
-    yield fake_tpu
-
-
 def created(fake: FakeTpuApi) -> list[str]:
     """Paths of the create requests the fake accepted."""
     return [
@@ -69,37 +61,39 @@ def created(fake: FakeTpuApi) -> list[str]:
 
 @pytest.mark.parametrize("stack", ["v5e1", "v6e4"])
 def test_a_403_while_polling_deletes_the_requested_tpu_and_reports_the_403(
-    tpu: FakeTpuApi, stack: str
+    tpu_env: FakeTpuApi, stack: str
 ) -> None:
     props = provider_props(stack)
     qr_id = f"tpu-vllm-{stack}"
     # The create goes out and is accepted; the first poll after it is refused.
-    tpu.fail_next(
+    tpu_env.fail_next(
         1, status=403, methods=POLLS, message="Permission 'tpu.queuedResources.get' denied"
     )
     with pytest.raises(Exception) as raised:
         QueuedResourceProvider().create(props)
-    assert len(created(tpu)) == 1, "the create request never went out"
+    assert len(created(tpu_env)) == 1, "the create request never went out"
     # The error the operator sees is the 403 itself, not a zone failover summary.
     assert "403" in str(raised.value) or "PERMISSION_DENIED" in str(raised.value)
     assert "no zone could provide" not in str(raised.value)
     # Only the first zone was tried: an unexpected error is not a reason to queue elsewhere.
-    assert len(created(tpu)) == 1
+    assert len(created(tpu_env)) == 1
     # ... and nothing is left behind: a delete went out and the queued resource is gone.
-    assert tpu.requests_for("queuedResources.delete"), "no delete was sent"
-    assert tpu.state(qr_id) is None, f"{qr_id} was left {tpu.state(qr_id)} after the failure"
+    assert tpu_env.requests_for("queuedResources.delete"), "no delete was sent"
+    assert tpu_env.state(qr_id) is None, (
+        f"{qr_id} was left {tpu_env.state(qr_id)} after the failure"
+    )
 
 
-def test_a_failed_cleanup_still_raises_the_original_error(tpu: FakeTpuApi) -> None:
+def test_a_failed_cleanup_still_raises_the_original_error(tpu_env: FakeTpuApi) -> None:
     # The poll is refused, and so is every delete: the operator must still see the original
     # error (the cleanup's own failure is reported beside it, not instead of it).
     props = provider_props("v5e1")
-    tpu.fail_next(
+    tpu_env.fail_next(
         1, status=403, methods=POLLS, message="Permission 'tpu.queuedResources.get' denied"
     )
-    tpu.fail_next(50, status=403, methods=["queuedResources.delete"])
+    tpu_env.fail_next(50, status=403, methods=["queuedResources.delete"])
     with pytest.raises(Exception) as raised:
         QueuedResourceProvider().create(props)
     assert "403" in str(raised.value) or "PERMISSION_DENIED" in str(raised.value)
     assert "queuedResources.get" in str(raised.value)
-    assert tpu.requests_for("queuedResources.delete"), "no delete was attempted"
+    assert tpu_env.requests_for("queuedResources.delete"), "no delete was attempted"

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,70 +23,17 @@ import pulumi.dynamic as dyn
 import pytest
 from googleapiclient.errors import HttpError
 
-from components import config as config_module
 from components.vm import queued_resource_delete
 from components.vm.queued_resource import QueuedResourceProvider
 from components.vm.queued_resource_spec import OUTPUT_KEYS, Spec
-from components.vm.tpu import FlexStartTpuArgs, queued_resource_args
 from tests.support.docs import read_doc, section
 from tests.support.fakes.tpu_api import FakeTpuApi, ManualClock, StateDurations
-from tests.support.mock_outputs import SERVED_IMAGE
-from tests.support.pulumi_program import ROOT, run_program, stack_file_config
+from tests.support.pulumi_program import ROOT, run_program
+from tests.support.queued_resource_props import SA_EMAIL, outs_of, props_for
+from tests.support.stack_config import stack_config
 
-FAST = {
-    "poll_seconds": 0.05,
-    "provisioning_timeout_seconds": 10.0,
-    "delete_timeout_seconds": 10.0,
-    "retry_attempts": 4,
-    "retry_base_seconds": 0.01,
-}
-SA_EMAIL = "tpu-vllm-v5e1@test-project.iam.gserviceaccount.com"
 REJECTION = 'FLEX_START provisioning model is not supported for accelerator type "v5litepod-1"'
 UNAVAILABLE_V6E = 'Accelerator type "v6e-4" is not available in zone southamerica-west1-a.'
-
-
-def stack_config(stack: str, **tpu_changes: Any) -> config_module.StackConfig:
-    raw = stack_file_config(stack)
-    sections = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("tpu-vllm:")}
-    sections["tpu"] = {**sections["tpu"], **tpu_changes}
-    return config_module.parse_stack_config(sections, project="test-project", stack=stack)
-
-
-def as_engine(value: Any) -> Any:
-    """What a dynamic provider receives: every number as a float, plus the `__provider` key."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: as_engine(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [as_engine(v) for v in value]
-    return value
-
-
-def props_for(stack: str, **tpu_changes: Any) -> dict[str, Any]:
-    cfg = stack_config(stack, **tpu_changes)
-    props = queued_resource_args(
-        FlexStartTpuArgs.of(cfg, SERVED_IMAGE, {"enable-guest-attributes": "TRUE"}),
-        service_account_email=SA_EMAIL,
-        network_tag=f"tpu-vllm-{stack}",
-        timing=FAST,
-    ).props()
-    return {**as_engine(props), "__provider": "opaque"}
-
-
-@pytest.fixture
-def tpu_env(fake_tpu: FakeTpuApi, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTpuApi]:
-    monkeypatch.setenv("TPU_API_ENDPOINT", fake_tpu.base_url)
-    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake_tpu.token)
-    yield fake_tpu
-
-
-def outs_of(result: Any) -> dict[str, Any]:
-    """A provider result's outputs (the SDK types them as optional)."""
-    assert result.outs is not None
-    return dict(result.outs)
 
 
 def create_bodies(fake: FakeTpuApi) -> list[dict[str, Any]]:

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +27,15 @@ from components.vm.queued_resource_spec import (
     LEAVING_STATES,
     LIVE_STATES,
     STATES,
-    Spec,
 )
-from components.vm.tpu import FlexStartTpuArgs, queued_resource_args
 from scripts import renew
-from tests.loopback.test_queued_resource import SA_EMAIL, stack_config
 from tests.support import discovery
 from tests.support.fakes.fake_pulumi import FakePulumi
-from tests.support.fakes.tpu_api import FakeTpuApi, ManualClock
-from tests.support.mock_outputs import EXPIRES_AT, SERVED_IMAGE
+from tests.support.fakes.tpu_api import FakeTpuApi
+from tests.support.mock_outputs import EXPIRES_AT
 from tests.support.pulumi_program import ROOT, run_program
+from tests.support.queued_resource_states import STACK, ZONE, in_state, request_tpu
 
-STACK = "v5e1"
-ZONE = "us-west4-a"
-QR_NAME = f"projects/test-project/locations/{ZONE}/queuedResources/tpu-vllm-{STACK}"
 UP = ["up", "--refresh", "--yes", "-s", STACK]
 STACK_OUTPUT = ["stack", "output", "--json", "-s", STACK]
 SECRET_SENTINEL = "RENEWSECRETSENTINEL0123456789"
@@ -50,54 +44,6 @@ RENEWED = {
     "endpoint_ip": "http://203.0.113.99:8000",
     "expires_at": "2026-11-30T16:00:00Z",
 }
-
-
-@pytest.fixture
-def tpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTpuApi]:
-    """The TPU API fake on a clock that moves only when a test says so."""
-    fake = FakeTpuApi(clock=ManualClock()).start()
-    monkeypatch.setenv("TPU_API_ENDPOINT", fake.base_url)
-    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake.token)
-    try:
-        yield fake
-    finally:
-        fake.stop()
-
-
-def request_tpu(fake: FakeTpuApi) -> str:
-    """Create the v5e1 stack's queued resource in the fake with the provider's own body."""
-    spec = Spec.from_props(
-        queued_resource_args(
-            FlexStartTpuArgs.of(
-                stack_config(STACK), SERVED_IMAGE, {"enable-guest-attributes": "TRUE"}
-            ),
-            service_account_email=SA_EMAIL,
-            network_tag=f"tpu-vllm-{STACK}",
-        ).props()
-    )
-    queued = fake.discovery_client().projects().locations().queuedResources()
-    parent = f"projects/{spec.project}/locations/{ZONE}"
-    queued.create(parent=parent, queuedResourceId=spec.qr_id, body=spec.body(ZONE)).execute()
-    assert spec.qr_name(ZONE) == QR_NAME
-    return QR_NAME
-
-
-def in_state(fake: FakeTpuApi, state: str) -> str:
-    """A queued resource held in `state` (the fake's states last 0.2 s of its clock each)."""
-    if state == "FAILED":
-        fake.set_zone(ZONE, "fail", f'There is no more capacity in the zone "{ZONE}"')
-    name = request_tpu(fake)
-    if state == "WAITING_FOR_RESOURCES":
-        fake.advance(0.45)
-    elif state == "PROVISIONING":
-        fake.advance(0.65)
-    else:
-        fake.advance(1.0)
-    if state in ("SUSPENDING", "SUSPENDED"):
-        fake.expire(name)  # the run ends: the node is gone (404) from now on
-        fake.advance(0.5 if state == "SUSPENDED" else 0.0)
-    assert fake.state(name) == state
-    return name
 
 
 def stack_outputs(queued_resource: str | None) -> dict[str, Any]:
@@ -126,10 +72,10 @@ def run_renew(capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
 
 
 def renew_in_state(
-    state: str, tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    state: str, manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> tuple[str, str]:
     """Deploy a stack whose queued resource is in `state`, renew it; (its name, stdout)."""
-    name = in_state(tpu, state)
+    name = in_state(manual_tpu, state)
     deployed(fake_pulumi, name)
     status, out, _ = run_renew(capfd)
     assert status == 0
@@ -137,35 +83,37 @@ def renew_in_state(
 
 
 def test_active_means_nothing_to_do(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    name = in_state(tpu, "ACTIVE")
+    name = in_state(manual_tpu, "ACTIVE")
     deployed(fake_pulumi, name)
-    before = len(tpu.requests)
+    before = len(manual_tpu.requests)
     status, out, _ = run_renew(capfd)
     assert status == 0
     assert fake_pulumi.argvs() == [STACK_OUTPUT]  # no `pulumi up`: no TPU time, no change
     # One read of the queued resource, nothing else: no create, no delete.
-    assert [(r.method, r.path.endswith(name)) for r in tpu.requests[before:]] == [("GET", True)]
+    assert [(r.method, r.path.endswith(name)) for r in manual_tpu.requests[before:]] == [
+        ("GET", True)
+    ]
     assert "ACTIVE: the node is serving; nothing to do" in out
-    assert tpu.state(name) == "ACTIVE"
+    assert manual_tpu.state(name) == "ACTIVE"
 
 
 @pytest.mark.parametrize("state", ["PROVISIONING", "WAITING_FOR_RESOURCES"])
 def test_a_tpu_on_its_way_up_is_left_to_finish(
-    state: str, tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    state: str, manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    name, out = renew_in_state(state, tpu, fake_pulumi, capfd)
+    name, out = renew_in_state(state, manual_tpu, fake_pulumi, capfd)
     assert fake_pulumi.argvs() == [STACK_OUTPUT]
     assert f"{state}: the node is on its way up; nothing to do now" in out
-    assert tpu.state(name) == state
+    assert manual_tpu.state(name) == state
 
 
 @pytest.mark.parametrize("state", ["SUSPENDED", "FAILED"])
 def test_an_ended_queued_resource_is_renewed(
-    state: str, tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    state: str, manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    _, out = renew_in_state(state, tpu, fake_pulumi, capfd)
+    _, out = renew_in_state(state, manual_tpu, fake_pulumi, capfd)
     assert fake_pulumi.argvs()[:2] == [STACK_OUTPUT, UP]
     assert all(call["cwd"] == str(ROOT) for call in fake_pulumi.calls())  # where Pulumi.yaml is
     assert f"{state}:" in out
@@ -178,21 +126,21 @@ def test_an_ended_queued_resource_is_renewed(
 
 
 def test_a_run_that_is_ending_is_renewed_once_it_has_ended(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Right after the run ends the node is already gone (404) while the queued resource is
     still SUSPENDING: the script waits (a `pulumi up` now would race the service's own
     suspension), and the next run, once it is SUSPENDED, renews."""
-    name, out = renew_in_state("SUSPENDING", tpu, fake_pulumi, capfd)
+    name, out = renew_in_state("SUSPENDING", manual_tpu, fake_pulumi, capfd)
     node = f"projects/test-project/locations/{ZONE}/nodes/tpu-vllm-{STACK}-node"
-    nodes = tpu.discovery_client().projects().locations().nodes()
+    nodes = manual_tpu.discovery_client().projects().locations().nodes()
     with pytest.raises(HttpError) as gone:
         nodes.get(name=node).execute()
     assert gone.value.resp.status == 404
     assert fake_pulumi.argvs() == [STACK_OUTPUT]
     assert "SUSPENDING: not ended yet; nothing to do now" in out
-    tpu.advance(0.5)
-    assert tpu.state(name) == "SUSPENDED"
+    manual_tpu.advance(0.5)
+    assert manual_tpu.state(name) == "SUSPENDED"
     status, out, _ = run_renew(capfd)
     assert status == 0
     assert fake_pulumi.argvs() == [STACK_OUTPUT, STACK_OUTPUT, UP]
@@ -200,28 +148,28 @@ def test_a_run_that_is_ending_is_renewed_once_it_has_ended(
 
 
 def test_a_queued_resource_that_is_gone_is_renewed(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    name = request_tpu(tpu)
-    tpu.advance(1.0)
-    tpu.discovery_client().projects().locations().queuedResources().delete(
+    name = request_tpu(manual_tpu)
+    manual_tpu.advance(1.0)
+    manual_tpu.discovery_client().projects().locations().queuedResources().delete(
         name=name, force=True
     ).execute()
-    tpu.advance(1.0)
-    assert tpu.state(name) is None
+    manual_tpu.advance(1.0)
+    assert manual_tpu.state(name) is None
     deployed(fake_pulumi, name)
     status, out, _ = run_renew(capfd)
     assert status == 0
     assert fake_pulumi.argvs()[:2] == [STACK_OUTPUT, UP]
     assert "gone" in out
-    gets = [r for r in tpu.requests if r.method == "GET" and r.path.endswith(name)]
+    gets = [r for r in manual_tpu.requests if r.method == "GET" and r.path.endswith(name)]
     assert gets and gets[-1].status == 404
 
 
 @pytest.mark.parametrize("value", [None, ""], ids=["no output", "empty output"])
 def test_a_stack_without_a_queued_resource_is_deployed(
     value: str | None,
-    tpu: FakeTpuApi,
+    manual_tpu: FakeTpuApi,
     fake_pulumi: FakePulumi,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
@@ -230,24 +178,24 @@ def test_a_stack_without_a_queued_resource_is_deployed(
     assert status == 0
     assert fake_pulumi.argvs()[:2] == [STACK_OUTPUT, UP]
     assert "no queued_resource output" in out
-    assert tpu.requests == []  # nothing to ask the API about
+    assert manual_tpu.requests == []  # nothing to ask the API about
 
 
 def test_stack_output_failure_exits_non_zero_with_the_cli_reason(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
     status, _, err = run_renew(capfd)  # the fake knows no stack v5e1
     assert status == renew.EXIT_UNKNOWN_STATE != 0
     assert "error: no stack named 'v5e1' found" in err
     assert f"`pulumi stack output --json -s {STACK}` failed (exit status 255)" in err
     assert fake_pulumi.argvs() == [STACK_OUTPUT]
-    assert tpu.requests == []
+    assert manual_tpu.requests == []
 
 
 def test_a_failed_up_exits_non_zero_with_the_cli_reason(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    deployed(fake_pulumi, in_state(tpu, "SUSPENDED"))
+    deployed(fake_pulumi, in_state(manual_tpu, "SUSPENDED"))
     locked = (
         "the stack is currently locked by 1 lock(s). Either wait for the other process(es) "
         "to end or delete the lock file with `pulumi cancel`."
@@ -261,11 +209,11 @@ def test_a_failed_up_exits_non_zero_with_the_cli_reason(
 
 
 def test_a_tpu_api_refusal_exits_non_zero_and_does_not_renew(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    name = in_state(tpu, "SUSPENDED")
+    name = in_state(manual_tpu, "SUSPENDED")
     deployed(fake_pulumi, name)
-    tpu.fail_next(status=403, methods=["queuedResources.get"], message="Permission denied")
+    manual_tpu.fail_next(status=403, methods=["queuedResources.get"], message="Permission denied")
     status, _, err = run_renew(capfd)
     assert status == renew.EXIT_UNKNOWN_STATE
     assert "PERMISSION_DENIED (403): Permission denied" in err
@@ -282,9 +230,9 @@ def test_no_pulumi_cli_on_path(
 
 
 def test_outputs_are_read_without_secrets(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    deployed(fake_pulumi, in_state(tpu, "ACTIVE"))
+    deployed(fake_pulumi, in_state(manual_tpu, "ACTIVE"))
     run_renew(capfd)  # asserts the sentinel never shows
     assert all("--show-secrets" not in argv for argv in fake_pulumi.argvs())
 
@@ -325,11 +273,11 @@ def test_the_state_names_are_the_tpu_apis_own_and_shared_with_the_provider() -> 
 
 
 def test_the_script_runs_from_a_shell_like_cron_would(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi
 ) -> None:
     """`.venv/bin/python -m scripts.renew STACK` in the project root, as cron's `cd` and the
     workflow run it: imports resolve, exit 0."""
-    deployed(fake_pulumi, in_state(tpu, "SUSPENDED"))
+    deployed(fake_pulumi, in_state(manual_tpu, "SUSPENDED"))
     done = subprocess.run(
         [sys.executable, "-m", "scripts.renew", STACK],
         cwd=ROOT,
@@ -341,7 +289,7 @@ def test_the_script_runs_from_a_shell_like_cron_would(
     )
     assert done.returncode == 0, done.stderr
     assert fake_pulumi.argvs()[:2] == [STACK_OUTPUT, UP]
-    assert fake_pulumi.calls()[1]["env"]["TPU_API_ENDPOINT"] == tpu.base_url
+    assert fake_pulumi.calls()[1]["env"]["TPU_API_ENDPOINT"] == manual_tpu.base_url
     assert "renewed:" in done.stdout
 
 
@@ -374,7 +322,7 @@ def test_a_spot_stack_is_told_it_has_no_run_limit() -> None:
 
 
 def test_a_gke_stack_is_never_renewed(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Backend gke exports `queued_resource: ""` and its cluster; GKE replaces ended nodes."""
     outputs = {
@@ -388,7 +336,7 @@ def test_a_gke_stack_is_never_renewed(
     assert status == 0
     assert fake_pulumi.argvs() == [STACK_OUTPUT]  # no `pulumi up`
     assert "GKE replaces each ended TPU node" in out
-    assert tpu.requests == []
+    assert manual_tpu.requests == []
 
 
 # -- issue 18: renewing inside the window, before the run ends --------------------------------
@@ -406,11 +354,11 @@ def windowed(
 
 
 def test_active_inside_the_renewal_window_is_renewed_before_it_ends(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The fake's run ends 4 h after ACTIVE (maxRunDuration 14400 s); a lead longer than what
     is left puts it inside the window: `pulumi up --refresh` runs while it is still ACTIVE."""
-    name = in_state(tpu, "ACTIVE")
+    name = in_state(manual_tpu, "ACTIVE")
     windowed(fake_pulumi, name, lead_seconds=4 * 3600 + 60)
     status, out, _ = run_renew(capfd)
     assert status == 0
@@ -418,17 +366,17 @@ def test_active_inside_the_renewal_window_is_renewed_before_it_ends(
     assert fake_pulumi.argvs() == [STACK_OUTPUT, UP, STACK_OUTPUT]
     assert "inside the renewal window" in out
     assert "of its run left" in out
-    assert tpu.state(name) == "ACTIVE"  # the script deletes nothing: `pulumi up` does, later
+    assert manual_tpu.state(name) == "ACTIVE"  # the script deletes nothing: `pulumi up` does, later
 
 
 def test_an_up_that_only_stored_changed_settings_is_followed_by_the_renewal(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 22 item 8: inside the window, an up whose diff found `renewal.drain` or
     `tpu.zones` changed since the node's create only stores them (the renewal's delete of the
     node must use them) and renews at the next up. The script runs that next up at once, once:
     the stack still names the same node."""
-    name = in_state(tpu, "ACTIVE")
+    name = in_state(manual_tpu, "ACTIVE")
     outputs = {**stack_outputs(name), "renewal_lead_seconds": 4 * 3600 + 60}
     fake_pulumi.add_stack(STACK, outputs, secrets=("api_key",), after_up=outputs)
     status, out, _ = run_renew(capfd)
@@ -438,9 +386,9 @@ def test_an_up_that_only_stored_changed_settings_is_followed_by_the_renewal(
 
 
 def test_active_with_more_than_the_lead_left_is_left_alone(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    name = in_state(tpu, "ACTIVE")
+    name = in_state(manual_tpu, "ACTIVE")
     windowed(fake_pulumi, name, lead_seconds=3600)  # 4 h left, renew from 1 h before the end
     status, out, _ = run_renew(capfd)
     assert status == 0
@@ -450,26 +398,26 @@ def test_active_with_more_than_the_lead_left_is_left_alone(
 
 
 def test_the_end_time_comes_from_the_api_before_the_stale_output(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The outputs' `expires_at` says the run ends in 10 minutes (stale: written for another
     node); the queued resource's own `runDuration.terminationTime` (4 h away) decides."""
-    name = in_state(tpu, "ACTIVE")
+    name = in_state(manual_tpu, "ACTIVE")
     soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 600))
     windowed(fake_pulumi, name, lead_seconds=3600, expires_at=soon)
     run_renew(capfd)
     assert fake_pulumi.argvs() == [STACK_OUTPUT]
-    left = renewal.seconds_left(tpu.queued_resource(name)["runDuration"]["terminationTime"])
+    left = renewal.seconds_left(manual_tpu.queued_resource(name)["runDuration"]["terminationTime"])
     assert left is not None and left > 3600
 
 
 def test_the_outputs_end_time_is_used_when_the_api_gives_none(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Without `runDuration.terminationTime` (the provider then read the node's
     `schedulingConfig.terminationTimestamp` into `expires_at`), the output decides."""
-    tpu.qr_reports_termination_time = False
-    name = in_state(tpu, "ACTIVE")
+    manual_tpu.qr_reports_termination_time = False
+    name = in_state(manual_tpu, "ACTIVE")
     soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 600))
     windowed(fake_pulumi, name, lead_seconds=3600, expires_at=soon)
     run_renew(capfd)
@@ -477,11 +425,11 @@ def test_the_outputs_end_time_is_used_when_the_api_gives_none(
 
 
 def test_a_stack_without_the_lead_output_is_renewed_only_once_ended(
-    tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
+    manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Deployed before renewal windows existed: no `renewal_lead_seconds`, so ACTIVE is left
     alone however little is left, and the log says how to get the window."""
-    deployed(fake_pulumi, in_state(tpu, "ACTIVE"))
+    deployed(fake_pulumi, in_state(manual_tpu, "ACTIVE"))
     status, out, _ = run_renew(capfd)
     assert status == 0
     assert fake_pulumi.argvs() == [STACK_OUTPUT]

@@ -28,19 +28,12 @@ from components.vm.queued_resource_spec import RENEWAL_SUFFIX, REQUEST_LABEL, Sp
 from components.vm.tpu import FlexStartTpuArgs, queued_resource_args
 from components.vm.tpu_api import TpuApi
 from scripts import budget
-from tests.loopback.test_queued_resource import (  # noqa: F401 - tpu_env is a fixture
-    FAST,
-    SA_EMAIL,
-    as_engine,
-    outs_of,
-    props_for,
-    stack_config,
-    tpu_env,
-)
 from tests.support.docs import read_doc
 from tests.support.fakes.tpu_api import FakeTpuApi
 from tests.support.mock_outputs import MANAGED_ZONE, SERVED_IMAGE, cloud_outputs
 from tests.support.pulumi_program import ROOT, refused, run_program
+from tests.support.queued_resource_props import FAST, SA_EMAIL, as_engine, outs_of, props_for
+from tests.support.stack_config import stack_config
 
 WORKFLOW = ROOT / ".github" / "workflows" / "renew.yml"
 RUN = 4 * 3600  # both stacks' maxRunDuration
@@ -298,7 +291,7 @@ def test_an_ended_tpu_or_a_spec_change_is_still_replaced_deleting_first() -> Non
 # -- item 1: both exist at once, under their own ids -------------------------------------------
 
 
-def test_the_successor_is_created_beside_the_tpu_it_renews(tpu_env: FakeTpuApi) -> None:  # noqa: F811
+def test_the_successor_is_created_beside_the_tpu_it_renews(tpu_env: FakeTpuApi) -> None:
     provider = QueuedResourceProvider()
     first = provider.create(props(INSIDE))
     assert first.id == BASE
@@ -324,7 +317,7 @@ def test_the_successor_is_created_beside_the_tpu_it_renews(tpu_env: FakeTpuApi) 
 
 
 def test_a_predecessor_that_ended_since_the_diff_is_stepped_around(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
 ) -> None:
     """The diff saw it ACTIVE inside its window; by the create its run had ended (SUSPENDED,
     still holding its ids until Pulumi deletes it at the end of the update)."""
@@ -336,7 +329,7 @@ def test_a_predecessor_that_ended_since_the_diff_is_stepped_around(
 
 
 def test_a_refresh_inside_the_window_says_what_up_will_do(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     provider = QueuedResourceProvider()
@@ -348,7 +341,7 @@ def test_a_refresh_inside_the_window_says_what_up_will_do(
     assert "requests the next TPU beside it (create before delete)" in err
 
 
-def test_ids_held_by_a_tpu_outside_its_window_stop_the_create(tpu_env: FakeTpuApi) -> None:  # noqa: F811
+def test_ids_held_by_a_tpu_outside_its_window_stop_the_create(tpu_env: FakeTpuApi) -> None:
     """Not a renewal: an ACTIVE TPU with hours left under the stack's ids is something an
     interrupted run left behind. It is neither stepped around nor deleted."""
     QueuedResourceProvider().create(props(OUTSIDE))
@@ -359,7 +352,7 @@ def test_ids_held_by_a_tpu_outside_its_window_stop_the_create(tpu_env: FakeTpuAp
 
 
 def test_a_node_id_held_elsewhere_stops_the_create_naming_the_node(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
 ) -> None:
     """ALREADY_EXISTS although no queued resource has the id: the node id is the one taken
     (the fake, like the API, keeps node ids unique per zone). Named, never retried forever."""
@@ -378,7 +371,7 @@ def two_zones(lead: float | None, drain: float = 0.4) -> dict[str, Any]:
 
 
 def test_a_successor_with_no_room_beside_its_predecessor_goes_to_the_next_zone_and_drains(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Zone A has no capacity for the successor, zone B has: the successor takes the stack's
@@ -401,7 +394,7 @@ def test_a_successor_with_no_room_beside_its_predecessor_goes_to_the_next_zone_a
 
 
 def test_a_zone_added_since_the_create_is_searched_for_the_successor_by_the_delete(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
 ) -> None:
     """Issue 22 item 8: created with one zone, the stack adds a second; its renewal finds no
     room beside the old node and lands in the new zone. The old node's delete gets the stored
@@ -426,7 +419,7 @@ def test_a_zone_added_since_the_create_is_searched_for_the_successor_by_the_dele
 
 
 def test_a_failed_first_send_then_409_does_not_adopt_the_tpu_being_renewed(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Inside the window the successor's create is answered 503 (not carried out); the
@@ -462,7 +455,7 @@ def _qr(created: float, labels: dict[str, str] | None) -> dict[str, Any]:
 
 
 def test_what_a_retried_create_adopts_is_told_by_its_label_else_by_its_create_time(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
 ) -> None:
     attempt = _ZoneAttempt(TpuApi(), Spec.from_props(props(INSIDE)), ZONE)
     attempt.sent_at = time.time()
@@ -496,7 +489,7 @@ def props_of_stack(stack: str, lead: float | None, drain: float = 0.4) -> dict[s
 
 
 def test_a_stack_named_like_the_renewal_ids_is_never_taken_for_a_successor(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
 ) -> None:
     """Stack v5e1-b's own queued resource is `tpu-vllm-v5e1-b`, stack v5e1's renewal id. Its
     node's labels name stack v5e1-b, so v5e1's destroy does not drain for it."""
@@ -511,7 +504,7 @@ def test_a_stack_named_like_the_renewal_ids_is_never_taken_for_a_successor(
 
 
 def test_a_renewal_steps_past_another_stacks_tpu_under_its_renewal_ids(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Stack v5e1 renews inside its window; beside its node, the renewal ids hold stack
@@ -531,7 +524,7 @@ def test_a_renewal_steps_past_another_stacks_tpu_under_its_renewal_ids(
 
 
 def test_a_stack_named_like_the_renewal_ids_does_not_renew_another_stacks_tpu(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
 ) -> None:
     """Stack v5e1-b's first create meets stack v5e1's successor (inside its window) under its
     own ids. It is not v5e1-b's predecessor: the create stops, naming the clash, and the other
@@ -569,7 +562,7 @@ def deleting_at(fake: FakeTpuApi, name: str) -> list[float]:
 
 
 def test_a_replaced_tpu_serves_on_for_the_drain_then_is_deleted(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     provider = QueuedResourceProvider()
@@ -587,7 +580,7 @@ def test_a_replaced_tpu_serves_on_for_the_drain_then_is_deleted(
 
 
 def test_without_a_successor_the_delete_does_not_wait(
-    tpu_env: FakeTpuApi,  # noqa: F811
+    tpu_env: FakeTpuApi,
 ) -> None:
     """`pulumi destroy`, or a delete-before-replace: nothing else serves, nothing to drain."""
     provider = QueuedResourceProvider()
@@ -598,7 +591,7 @@ def test_without_a_successor_the_delete_does_not_wait(
     assert tpu_env.state(BASE) is None
 
 
-def test_the_drain_ends_when_the_run_does(tpu_env: FakeTpuApi) -> None:  # noqa: F811
+def test_the_drain_ends_when_the_run_does(tpu_env: FakeTpuApi) -> None:
     provider = QueuedResourceProvider()
     old = outs_of(provider.create(props(INSIDE, drain=30.0)))
     provider.create(props(INSIDE, drain=30.0))

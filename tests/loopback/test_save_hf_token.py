@@ -6,8 +6,6 @@ from temporary files passed with ``--stack-file``; the project's own Pulumi.<sta
 are never touched.
 """
 
-# ruff: noqa: F811 - test functions take the imported `fake_secret_manager` fixture by name
-
 from __future__ import annotations
 
 import base64
@@ -29,7 +27,6 @@ from tests.support.fakes.secret_manager import (
     DEFAULT_TOKEN,
     FakeSecretManager,
     crc32c,
-    fake_secret_manager,  # noqa: F401 - pytest fixture
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,8 +5,6 @@ stderr. The ``pulumi stack output`` path runs a fake ``pulumi`` executable writt
 temporary directory that is the only entry on PATH besides nothing: the real CLI is never used.
 """
 
-# ruff: noqa: F811 - test functions take the imported `fake_openai` fixture by name
-
 from __future__ import annotations
 
 import json
@@ -26,7 +24,6 @@ from tests.support.fakes.openai_server import (
     DEFAULT_REPLY,
     MALFORMED_VARIANTS,
     FakeOpenAI,
-    fake_openai,  # noqa: F401 - pytest fixture
 )
 
 ROOT = Path(__file__).resolve().parents[2]

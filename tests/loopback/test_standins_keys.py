@@ -32,8 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from pulumi.provider.experimental.provider import CheckRequest
 from pulumi.runtime import rpc
 
-from tests.mocked.test_gke_backend import existing_cluster
-from tests.support.mock_outputs import MANAGED_ZONE
+from tests.support.mock_outputs import MANAGED_ZONE, existing_cluster
 from tests.support.pulumi_program import ROOT, run_program
 from tests.support.standins import gcp_provider, random_provider, schema_trim, tls_provider
 from tests.support.standins.client import Plugin, urn

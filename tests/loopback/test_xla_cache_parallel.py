@@ -10,98 +10,17 @@ bound.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from components.compile_cache import generation_name
-from tests.ssh.test_compile_cache_node import load_tool
-from tests.support.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
-from tests.support.fakes.gcs_store import GcsStore
-from tests.support.fakes.metadata_server import FakeMetadataServer
-
-TOOL = Path(__file__).resolve().parents[2] / "scripts" / "remote" / "xla_cache.py"
-
-BUCKET = "b"
-PREFIX = f"gs://{BUCKET}/xla-cache/KEY/"
-IMAGE = "docker.io/vllm/vllm-tpu@sha256:" + "ab12" * 16
-MTIME = 1_700_000_000
-#: Mixed sizes, as a JAX cache has them: many small entries, a few over the tool's 1 MiB block.
-SIZES = [700 + 37_000 * i for i in range(22)] + [2_500_000, 1_300_000]
-
-
-@dataclass
-class Bucket:
-    api: FakeGcsApi
-    store: GcsStore
-    entries: dict[str, bytes]
-
-    @property
-    def generation(self) -> str:
-        return generation_name(IMAGE)
-
-    def key(self, name: str) -> str:
-        return f"xla-cache/KEY/{self.generation}/{name}"
-
-    def object_gets(self) -> list[str]:
-        """The cache entries the tool downloaded (not LATEST, not the manifest)."""
-        return [
-            r["path"]
-            for r in self.api.requests
-            if r["method"] == "GET" and r["path"].endswith("-cache?alt=media")
-        ]
-
-
-@pytest.fixture
-def bucket(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_metadata: FakeMetadataServer
-) -> Iterator[Bucket]:
-    """A saved generation (entries, MANIFEST.json, LATEST), as a node's save leaves it."""
-    root = tmp_path / "gcs"
-    store = GcsStore(str(root))
-    store.create_bucket(BUCKET)
-    entries = {f"jit_step_{i:02d}-{i:064x}-cache": os.urandom(size) for i, size in enumerate(SIZES)}
-    generation = generation_name(IMAGE)
-    manifest = {}
-    for name, data in entries.items():
-        store.put(BUCKET, f"xla-cache/KEY/{generation}/{name}", data, mtime=MTIME)
-        manifest[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    store.put(
-        BUCKET,
-        f"xla-cache/KEY/{generation}/MANIFEST.json",
-        json.dumps({"files": manifest}).encode(),
-    )
-    store.put(BUCKET, "xla-cache/KEY/LATEST", generation.encode())
-    api = FakeGcsApi(root, token=fake_metadata.access_token).start()
-    monkeypatch.setenv("TPU_VLLM_CACHE_VIA", "api")
-    monkeypatch.setenv("STORAGE_API_ENDPOINT", api.url)
-    monkeypatch.setenv("GCE_METADATA_HOST", fake_metadata.host)
-    monkeypatch.delenv("TPU_VLLM_CACHE_WORKERS", raising=False)
-    for name, value in QUICK_RETRIES.items():
-        monkeypatch.setenv(name, value)
-    try:
-        yield Bucket(api, store, entries)
-    finally:
-        api.stop()
-
-
-def restore(tmp_path: Path, timeout: float = 60, tool: Any = None) -> dict[str, Any]:
-    """`fetch` then `install` on a fresh node (a new process each: a fresh module)."""
-    work, cache = tmp_path / "work", tmp_path / "xla_cache"
-    common = ["--work", str(work), "--prefix", PREFIX, "--timeout", str(timeout)]
-    assert (tool or load_tool()).main(["fetch", *common]) == 0
-    install = [*common, "--dir", str(cache), "--in-pod", "--image", IMAGE]
-    assert load_tool().main(["install", *install]) == 0
-    return dict(json.loads((work / "result.json").read_text()))
+from tests.support.xla_cache_restore import BUCKET, MTIME, PREFIX, SIZES, Bucket, restore
+from tests.support.xla_cache_tool import TOOL, load_tool
 
 
 def test_downloads_overlap_within_the_pool_bound(

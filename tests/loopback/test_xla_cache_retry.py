@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from tests.loopback.test_xla_cache_parallel import Bucket, bucket, restore  # noqa: F401 - a fixture
-from tests.loopback.test_xla_cache_save import GENERATION, KEY, Cloud, Node, cloud, entries  # noqa: F401
-from tests.ssh.test_compile_cache_node import load_tool
 from tests.support.fakes.gcs_api import QUICK_RETRIES, FakeGcsApi
 from tests.support.fakes.gcs_store import GcsStore
 from tests.support.fakes.metadata_server import FakeMetadataServer
+from tests.support.xla_cache_restore import Bucket, restore
+from tests.support.xla_cache_save import GENERATION, KEY, Cloud, Node, entries
+from tests.support.xla_cache_tool import load_tool
 
 STAMP = "2026-01-02T03:04:05.000000Z"
 
@@ -59,7 +59,7 @@ def posts_of(fake: FakeGcsApi, name: str) -> list[dict[str, Any]]:
 
 
 def test_a_restore_whose_gets_meet_503s_and_a_reset_still_restores_warm(
-    bucket: Bucket,  # noqa: F811
+    bucket: Bucket,
     tmp_path: Path,
 ) -> None:
     """The listing meets a 503, one entry's download two 503s, another's a reset connection:
@@ -79,7 +79,7 @@ def test_a_restore_whose_gets_meet_503s_and_a_reset_still_restores_warm(
 
 
 def test_a_manifest_write_that_meets_429_is_tried_again_a_second_later_and_lands(
-    cloud: Cloud,  # noqa: F811
+    cloud: Cloud,
     tmp_path: Path,
 ) -> None:
     """Cloud Storage answers 429 to a name written faster than about once a second. The save's

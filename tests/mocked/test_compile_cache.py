@@ -18,19 +18,14 @@ from components.compile_cache import (
 )
 from components.config import ConfigError, parse_stack_config
 from components.remote_scripts import XLA_CACHE_MODULES
-from scripts.program_runner import stack_file_config, with_changes
+from scripts.program_runner import stack_file_config
 from tests.support.pulumi_program import TEST_PROJECT, run_program
 from tests.support.remote_stack import READY, START, commands
+from tests.support.stack_config import config_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "gcp:storage/bucket:Bucket"
 MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
-
-
-def config_for(stack: str, changes: dict[str, Any] | None = None) -> Any:
-    raw = with_changes(stack_file_config(stack), changes or {})
-    sections = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("tpu-vllm:")}
-    return parse_stack_config(sections, project=TEST_PROJECT, stack=stack)
 
 
 @pytest.mark.parametrize("stack", ["v5e1", "v6e4"])

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from components.vm.queued_resource_spec import Spec
 from tests.support.pulumi_program import run_program
+from tests.support.queued_resource_props import props_for
 
 FIREWALL = "gcp:compute/firewall:Firewall"
 NODE_TAG = "tpu-vllm-v5e1"
@@ -186,9 +188,6 @@ def test_a_bad_network_name_is_refused_before_anything_is_created() -> None:
 
 
 def test_the_queued_resource_asks_for_the_node_on_that_network() -> None:
-    from components.vm.queued_resource_spec import Spec
-    from tests.loopback.test_queued_resource import props_for
-
     spec = Spec.from_props({**props_for("v5e1"), "network": "tpu-net"})
     node = spec.body("us-west4-a")["tpu"]["nodeSpec"][0]["node"]
     assert node["networkConfig"] == {"network": "tpu-net", "enableExternalIps": True}

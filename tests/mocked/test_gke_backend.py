@@ -19,7 +19,12 @@ from pulumi.runtime import mocks
 from components import catalog
 from components.config import ConfigError
 from tests.support.gke_manifests import V5E1_ON_GKE
-from tests.support.mock_outputs import API_KEY_SENTINEL, CLUSTER_ENDPOINT, LB_ADDRESS
+from tests.support.mock_outputs import (
+    API_KEY_SENTINEL,
+    CLUSTER_ENDPOINT,
+    LB_ADDRESS,
+    existing_cluster,
+)
 from tests.support.pulumi_program import (
     ROOT,
     InvokeFailure,
@@ -470,25 +475,6 @@ def test_vm_stacks_report_one_replica_and_no_cluster() -> None:
 
 
 # --- an existing cluster ------------------------------------------------------------------
-
-
-def existing_cluster(**fields: Any) -> Any:
-    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
-        if args.token == "gcp:container/getCluster:getCluster":
-            return {
-                "name": args.args["name"],
-                "location": args.args["location"],
-                "project": args.args["project"],
-                "endpoint": "192.0.2.55",
-                "masterAuths": [{"clusterCaCertificate": "Q0E="}],
-                "masterVersion": "1.34.1-gke.1829001",
-                "workloadIdentityConfigs": [{"workloadPool": "test-project.svc.id.goog"}],
-                "secretManagerConfigs": [{"enabled": True, "rotationConfigs": []}],
-                **fields,
-            }
-        return dict(args.args)
-
-    return call
 
 
 def test_existing_cluster_gets_no_node_pool_only_the_stacks_compute_class() -> None:

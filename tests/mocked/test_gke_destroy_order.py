@@ -17,13 +17,11 @@ from typing import Any
 import pytest
 
 from components.gke import pod_owner
-from tests.mocked.test_gke_backend import existing_cluster
-from tests.support.mock_outputs import k8s_name
-from tests.support.pulumi_program import ProgramRun, Registered, run_program
+from tests.support.mock_outputs import existing_cluster, k8s_name
+from tests.support.pulumi_program import ProgramRun, run_program
+from tests.support.server_pod_uses import DEPLOYMENT, kind, used_by_the_server_pods
 
 STACK = "v6e4-gke"
-DEPLOYMENT = "kubernetes:apps/v1:Deployment"
-CLASS_LABEL = "cloud.google.com/compute-class"
 VARIANTS: dict[str, dict[str, Any]] = {
     "created-cluster": {},
     "cache-off": {"changes": {"tpu-vllm:cache.enabled": False}},
@@ -37,10 +35,6 @@ def run(request: pytest.FixtureRequest) -> ProgramRun:
     return run_program(STACK, variant.get("changes"), call=variant.get("call"))
 
 
-def kind(resource: Registered) -> str:
-    return resource.type.rsplit(":", 1)[-1] if resource.type.startswith("kubernetes:") else ""
-
-
 def deployment_owners(run: ProgramRun) -> set[str]:
     """The resources the Deployment names as blocking owners, by kind and name."""
     deployment = run.one(DEPLOYMENT)
@@ -51,41 +45,6 @@ def deployment_owners(run: ProgramRun) -> set[str]:
         for r in run.resources
         if (kind(r), k8s_name(r.name, r.inputs.get("metadata") or {})) in blocking
     }
-
-
-def used_by_the_server_pods(run: ProgramRun) -> set[str]:
-    """What the server pods need while they run, read from the manifests: their class, KSA,
-    ConfigMaps, SecretProviderClasses, the Role they read their status with, and the Google
-    grants that give their Workload Identity its access."""
-    [pod] = [run.one(DEPLOYMENT).inputs["spec"]["template"]["spec"]]
-    ns = run.one(DEPLOYMENT).inputs["metadata"]["namespace"]
-    ksa = pod["serviceAccountName"]
-    maps = {v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v}
-    spcs = {
-        v["csi"]["volumeAttributes"]["secretProviderClass"] for v in pod["volumes"] if "csi" in v
-    }
-    [account] = [r for r in run.resources if kind(r) == "ServiceAccount"]
-    gsa = account.inputs["metadata"]["annotations"]["iam.gke.io/gcp-service-account"]
-    pod_roles = {
-        r.inputs["metadata"]["name"]
-        for r in run.resources
-        if kind(r) == "Role" and any("pods" in rule["resources"] for rule in r.inputs["rules"])
-    }
-    used: set[str] = set()
-    for r in run.resources:
-        name = (r.inputs.get("metadata") or {}).get("name")
-        member = str(r.inputs.get("member", ""))
-        if (
-            (kind(r) == "ComputeClass" and name == pod["nodeSelector"][CLASS_LABEL])
-            or (kind(r) == "ServiceAccount" and name == ksa)
-            or (kind(r) == "ConfigMap" and name in maps)
-            or (kind(r) == "SecretProviderClass" and name in spcs)
-            or (kind(r) in ("Role", "RoleBinding") and name in pod_roles)
-            or member.endswith(f"[{ns}/{ksa}]")  # the Workload Identity binding
-            or (r.type.startswith("gcp:") and member == f"serviceAccount:{gsa}")  # the grants
-        ):
-            used.add(r.name)
-    return used
 
 
 def test_what_the_pods_use_is_found_in_every_variant(run: ProgramRun) -> None:

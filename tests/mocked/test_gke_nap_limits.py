@@ -17,10 +17,12 @@ import pytest
 
 from components import catalog
 from components.config import ConfigError
-from tests.mocked.test_gke_backend import COMPUTE_CLASS, STACK, existing_cluster
 from tests.support.gke_manifests import V5E1_ON_GKE
+from tests.support.mock_outputs import existing_cluster
 from tests.support.pulumi_program import run_program
 
+STACK = "v6e4-gke"
+COMPUTE_CLASS = "kubernetes:cloud.google.com/v1:ComputeClass"
 SHARED = {"tpu-vllm:gke.cluster": "shared"}
 V6E4 = catalog.GKE_MACHINE_SHAPES["ct6e-standard-4t"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pulumi.runtime import mocks
 
-from tests.mocked.test_gke_backend import existing_cluster
+from tests.support.mock_outputs import existing_cluster
 from tests.support.pulumi_program import ProgramRun, run_program
 
 STACK = "v6e4-gke"

@@ -28,8 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.docs import read_doc, section
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.python_imports import ROOT, imported_from, imports_of, module_name, parse
 
 COMPONENTS = ROOT / "components"
 MAX_LINES = 500
@@ -51,52 +50,8 @@ CONFIG_MAY_IMPORT = {
 PACKAGES = ("components", "components.vm", "components.gke", "components.config")
 
 
-def module_name(path: Path, root: Path = ROOT) -> str:
-    parts = path.relative_to(root).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def modules() -> Iterator[Path]:
     yield from sorted(COMPONENTS.rglob("*.py"))
-
-
-def parse(path: Path) -> ast.Module:
-    """`ast.parse` of a file, once more on CPython 3.11.7's spurious "AST constructor recursion
-    depth mismatch" SystemError, which another thread's compile at the same moment can cause
-    (the AST validator's depth counter is shared; CPython gh-106905). Seen once in a full run."""
-    text = path.read_text()
-    try:
-        return ast.parse(text)
-    except SystemError as error:
-        if "recursion depth mismatch" not in str(error):
-            raise
-        return ast.parse(text)
-
-
-def imports_of(path: Path, root: Path = ROOT) -> set[str]:
-    """Every module `path` imports, as absolute names; `from A import b` counts as both `A`
-    and `A.b` (b may be a submodule), relative imports resolved against the package."""
-    name = module_name(path, root)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(parse(path)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = imported_from(node, package)
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
-
-
-def imported_from(node: ast.ImportFrom, package: str) -> str:
-    """The absolute module a `from ... import` names, relative levels resolved in `package`."""
-    base = node.module or ""
-    if node.level:
-        anchor = package.split(".")
-        anchor = anchor[: len(anchor) - node.level + 1]
-        base = ".".join([*anchor, base] if base else anchor)
-    return base
 
 
 def part_of(name: str) -> str:

@@ -22,9 +22,8 @@ from components.config import MAX_SCRAPE_SECONDS, MIN_SCRAPE_SECONDS, ConfigErro
 from components.naming import resource_id
 from components.vm.queued_resource_spec import SLOTS, Spec, node_ids
 from scripts.program_runner import UPTIME_CHECK_IPS
-from tests.mocked.test_gke_backend import existing_cluster
 from tests.support.discovery import violations
-from tests.support.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID
+from tests.support.mock_outputs import DASHBOARD_ID, LB_ADDRESS, UPTIME_CHECK_ID, existing_cluster
 from tests.support.promql import parse_errors, prometheus_2_44_names
 from tests.support.pulumi_program import ROOT, ProgramRun, run_program, stack_file_config
 

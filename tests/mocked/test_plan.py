@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +14,7 @@ from pulumi.runtime import mocks
 from components.config import ConfigError
 from scripts.plan import PLACEHOLDER_PROJECT, after_apply, plan
 from scripts.program_runner import run_program
+from tests.support.plan_script import run_plan_script
 from tests.support.pulumi_program import ROOT
 
 
@@ -27,19 +25,6 @@ def plan_error(stack: str, changes: dict[str, Any]) -> str:
 
 
 SENTINEL = "PLANSECRETSENTINEL0123456789abcdefghijklmnop"
-
-
-def run_plan_script(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "PULUMI_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "scripts.plan", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_plan_is_byte_identical_across_runs_in_fresh_processes() -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.mocked.test_plan import run_plan_script
+from tests.support.plan_script import run_plan_script
 from tests.support.pulumi_program import ROOT
 
 

@@ -19,11 +19,11 @@ import pytest
 from components import log_links
 from components.vm import node_scripts
 from components.vm.vllm import CONTAINER
-from tests.mocked.test_compile_cache import config_for
 from tests.support.fakes.metadata_server import FakeMetadataServer
 from tests.support.fakes.secret_manager import FakeSecretManager
 from tests.support.fakes.ssh_host import SshHost, SshHostFactory
 from tests.support.remote_stack import FETCH, Readiness, commands, node_with_secrets, on_host, start
+from tests.support.stack_config import config_for
 
 REFUSED = "rpc error: code = PermissionDenied desc = The caller does not have permission"
 

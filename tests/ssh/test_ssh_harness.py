@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.support.fakes import fake_docker
+from tests.support.fakes.loopback import free_port
 
 if TYPE_CHECKING:  # imported for real by pytest_plugins, so pytest can assert-rewrite it
     from tests.support.fakes.ssh_host import SshHost, SshHostFactory
@@ -30,13 +30,6 @@ pytest_plugins = ("tests.support.fakes.ssh_host",)
 IMAGE = "vllm/vllm-tpu:nightly"
 MODEL = "google/gemma-4-E2B-it"
 API_KEY = "test-api-key-3f1c"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _docker_run(name: str, port: int, *, extra: str = "") -> str:
@@ -125,7 +118,7 @@ def test_per_test_env_is_set_by_sshd_and_sudo_resets_the_rest(
 
 def test_run_follow_inspect_and_http_of_a_ready_container(vm: SshHost) -> None:
     vm.docker.set_scenario("v5e1_ready.log", speed=4000)
-    port = _free_port()
+    port = free_port()
     started = vm.run(_docker_run("vllm-test", port))
     assert started.returncode == 0, started.stderr
     cid = started.stdout.decode().strip()
@@ -176,7 +169,7 @@ def test_run_follow_inspect_and_http_of_a_ready_container(vm: SshHost) -> None:
 
 def test_port_is_refused_until_startup_completes(vm: SshHost) -> None:
     vm.docker.set_scenario("hang.log", speed=1000)
-    port = _free_port()
+    port = free_port()
     assert vm.run(_docker_run("vllm-hang", port)).returncode == 0
     vm.docker.wait_for("vllm-hang", lambda i: "Precompile backbone" in vm.docker.logs("vllm-hang"))
     with pytest.raises(ConnectionRefusedError):
@@ -187,7 +180,7 @@ def test_port_is_refused_until_startup_completes(vm: SshHost) -> None:
 
 def test_crash_fixture_exits_1_and_logs_follow_returns(vm: SshHost) -> None:
     vm.docker.set_scenario("crash_kv_dtype.log", speed=400)
-    port = _free_port()
+    port = free_port()
     run = _docker_run("vllm-crash", port, extra="")
     run = run.replace("--max-model-len 32768", "--kv-cache-dtype int8_per_token_head")
     assert vm.run(run).returncode == 0
@@ -203,10 +196,10 @@ def test_crash_fixture_exits_1_and_logs_follow_returns(vm: SshHost) -> None:
 
 def test_rm_f_kills_the_container_and_mimics_docker_errors(vm: SshHost) -> None:
     vm.docker.set_scenario("hang.log", speed=1.0)
-    assert vm.run(_docker_run("vllm-rm", _free_port())).returncode == 0
+    assert vm.run(_docker_run("vllm-rm", free_port())).returncode == 0
     pid = vm.docker.wait_status("vllm-rm", "running")["State"]["Pid"]
     assert fake_docker.pid_alive(pid)
-    conflict = vm.run(_docker_run("vllm-rm", _free_port()))
+    conflict = vm.run(_docker_run("vllm-rm", free_port()))
     assert conflict.returncode == 125
     assert b'Conflict. The container name "/vllm-rm" is already in use' in conflict.stderr
     busy = vm.run("sudo docker rm vllm-rm")
@@ -232,7 +225,7 @@ def test_rm_f_kills_the_container_and_mimics_docker_errors(vm: SshHost) -> None:
 def test_invocations_record_argv_env_and_cwd(vm: SshHost) -> None:
     vm.docker.set_scenario("hang.log", speed=1.0)
     sentinel = "hf_SENTINEL_0123456789"
-    run = _docker_run("vllm-rec", _free_port(), extra=f"-e HF_TOKEN={sentinel}")
+    run = _docker_run("vllm-rec", free_port(), extra=f"-e HF_TOKEN={sentinel}")
     done = vm.run(f"export SHELL_ONLY={sentinel}-shell; {run}")
     assert done.returncode == 0, done.stderr
     sudo_call, docker_call = vm.docker.invocations(tool=None)[-2:]
@@ -254,7 +247,7 @@ def test_invocations_record_argv_env_and_cwd(vm: SshHost) -> None:
 
 def test_container_outlives_the_ssh_session_that_started_it(vm: SshHost) -> None:
     vm.docker.set_scenario("v5e1_ready.log", speed=1500)
-    port = _free_port()
+    port = free_port()
     started = time.monotonic()
     done = vm.run(_docker_run("vllm-bg", port))
     assert done.returncode == 0
@@ -267,7 +260,7 @@ def test_container_outlives_the_ssh_session_that_started_it(vm: SshHost) -> None
 
 def test_restart_knob_bumps_restart_count_and_ends_logs_follow(vm: SshHost) -> None:
     vm.docker.set_scenario("v5e1_ready.log", speed=4000)
-    port = _free_port()
+    port = free_port()
     assert vm.run(_docker_run("vllm-rs", port)).returncode == 0
     vm.docker.wait_ready("vllm-rs")
     before = vm.docker.inspect("vllm-rs")
@@ -292,7 +285,7 @@ def test_silent_exit_and_next_scenario_for_a_second_run(vm: SshHost) -> None:
             {"log": "v5e1_ready.log", "speed": 4000},
         ]
     )
-    port = _free_port()
+    port = free_port()
     assert vm.run(_docker_run("vllm-2x", port)).returncode == 0
     exited = vm.docker.wait_status("vllm-2x", "exited")
     assert exited["State"]["ExitCode"] == 137
@@ -378,7 +371,7 @@ def test_a_tool_call_comes_back_parsed_only_with_auto_tool_choice(vm: SshHost, f
     """vLLM parses a tool call into `tool_calls` when started with `--enable-auto-tool-choice`
     and a `--tool-call-parser`; without them `tool_choice: auto` is a 400 (serving_chat.py)."""
     vm.docker.set_scenario("v5e1_ready.log", speed=4000)
-    port = _free_port()
+    port = free_port()
     started = vm.run(_docker_run("vllm-tools", port) + f" {flags}")
     assert started.returncode == 0, started.stderr
     vm.docker.wait_ready("vllm-tools")

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from scripts import status
-from tests.loopback.test_renew import in_state, tpu  # noqa: F401 - the fixture
 from tests.support.fakes.fake_docker import metrics_page
 from tests.support.fakes.fake_pulumi import FakePulumi
-from tests.support.fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 - the fixture
+from tests.support.fakes.openai_server import FakeOpenAI
 from tests.support.fakes.ssh_host import SshHost
 from tests.support.fakes.tpu_api import FakeTpuApi
+from tests.support.queued_resource_states import in_state
 
 STACK = "v5e1"
 SECRET = "STATUSAPIKEYSENTINEL0123456789"
@@ -57,13 +57,13 @@ def run(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 
 
 def test_a_serving_stack_in_one_screen(
-    tpu: FakeTpuApi,  # noqa: F811
+    manual_tpu: FakeTpuApi,
     fake_pulumi: FakePulumi,
-    fake_openai: FakeOpenAI,  # noqa: F811
+    fake_openai: FakeOpenAI,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.api_key = SECRET
-    name = in_state(tpu, "ACTIVE")
+    name = in_state(manual_tpu, "ACTIVE")
     fake_pulumi.add_stack(
         STACK, outputs(fake_openai.url, name), secrets=("api_key", "ssh_private_key")
     )
@@ -88,14 +88,14 @@ def test_a_serving_stack_in_one_screen(
 
 
 def test_the_average_since_start_says_so(
-    tpu: FakeTpuApi,  # noqa: F811
+    manual_tpu: FakeTpuApi,
     fake_pulumi: FakePulumi,
-    fake_openai: FakeOpenAI,  # noqa: F811
+    fake_openai: FakeOpenAI,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.api_key = SECRET
     fake_pulumi.add_stack(
-        STACK, outputs(fake_openai.url, in_state(tpu, "ACTIVE")), secrets=("api_key",)
+        STACK, outputs(fake_openai.url, in_state(manual_tpu, "ACTIVE")), secrets=("api_key",)
     )
     code, out = run(capfd, "--window", "0", "--timeout", "2")
     assert code == 0 and "average since the server started" in out
@@ -129,7 +129,7 @@ def silent_port() -> Iterator[int]:
 
 
 def test_a_node_that_does_not_answer_gets_a_line_in_bounded_time(
-    tpu: FakeTpuApi,  # noqa: F811
+    manual_tpu: FakeTpuApi,
     fake_pulumi: FakePulumi,
     silent_port: int,
     capfd: pytest.CaptureFixture[str],
@@ -137,7 +137,7 @@ def test_a_node_that_does_not_answer_gets_a_line_in_bounded_time(
     base = f"http://127.0.0.1:{silent_port}"
     fake_pulumi.add_stack(
         STACK,
-        outputs(base, in_state(tpu, "ACTIVE"), external_ip="127.0.0.1", ssh_host_key=""),
+        outputs(base, in_state(manual_tpu, "ACTIVE"), external_ip="127.0.0.1", ssh_host_key=""),
         secrets=("api_key", "ssh_private_key"),
     )
     began = time.monotonic()
@@ -151,7 +151,7 @@ def test_a_node_that_does_not_answer_gets_a_line_in_bounded_time(
 
 
 def test_an_ended_run_and_a_gone_request(
-    tpu: FakeTpuApi,  # noqa: F811
+    manual_tpu: FakeTpuApi,
     fake_pulumi: FakePulumi,
     silent_port: int,
     capfd: pytest.CaptureFixture[str],
@@ -172,7 +172,7 @@ def test_no_outputs_is_exit_2(fake_pulumi: FakePulumi, capfd: pytest.CaptureFixt
 
 def test_the_startup_phase_comes_from_the_containers_log_over_ssh(
     ssh_host: SshHost,
-    tpu: FakeTpuApi,  # noqa: F811
+    manual_tpu: FakeTpuApi,
     fake_pulumi: FakePulumi,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
@@ -189,7 +189,7 @@ def test_the_startup_phase_comes_from_the_containers_log_over_ssh(
         STACK,
         outputs(
             "",
-            in_state(tpu, "ACTIVE"),
+            in_state(manual_tpu, "ACTIVE"),
             external_ip="127.0.0.1",
             ssh_private_key=key,
             ssh_host_key=ssh_host.host_public_key,

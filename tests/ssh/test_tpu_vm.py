@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests.loopback.test_fake_tpu_api import PARENT, api, product_body
 from tests.support import privileged
 from tests.support.fakes import tpu_vm
 from tests.support.fakes.metadata_server import FakeMetadataServer
 from tests.support.fakes.tpu_api import FakeTpuApi, StateDurations
 from tests.support.fakes.tpu_vm import TpuVmFleet, guest_accounts
+from tests.support.tpu_client import PARENT, api, product_body
 
 SERVING_PORT = 8000
 FAST = StateDurations(0.05, 0.05, 0.05, 0.05, 0.05, 0.05)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pulumi.runtime import mocks
@@ -145,3 +146,26 @@ def cloud_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
             "zone_errors": [],
         }
     return {}
+
+
+def existing_cluster(**fields: Any) -> Callable[[mocks.MockCallArgs], dict[str, Any]]:
+    """The mocks' answer to `gke.cluster`'s lookup: an existing cluster fit for the stack
+    (Workload Identity and the Secret Manager add-on on), `fields` replacing or adding what
+    `getCluster` returns; every other invoke gets its arguments back."""
+
+    def call(args: mocks.MockCallArgs) -> dict[str, Any]:
+        if args.token == "gcp:container/getCluster:getCluster":
+            return {
+                "name": args.args["name"],
+                "location": args.args["location"],
+                "project": args.args["project"],
+                "endpoint": "192.0.2.55",
+                "masterAuths": [{"clusterCaCertificate": "Q0E="}],
+                "masterVersion": "1.34.1-gke.1829001",
+                "workloadIdentityConfigs": [{"workloadPool": "test-project.svc.id.goog"}],
+                "secretManagerConfigs": [{"enabled": True, "rotationConfigs": []}],
+                **fields,
+            }
+        return dict(args.args)
+
+    return call

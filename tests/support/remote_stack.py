@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,7 +23,7 @@ from tests.support.fakes.metadata_server import FakeMetadataServer
 from tests.support.fakes.secret_manager import FakeSecretManager
 from tests.support.fakes.ssh_host import SshHost
 from tests.support.mock_outputs import cloud_outputs
-from tests.support.pulumi_program import TEST_PROJECT, run_program
+from tests.support.pulumi_program import TEST_PROJECT, ProgramRun, run_program
 
 IMAGE = "vllm/vllm-tpu:nightly"
 START = "vllm-start"
@@ -49,6 +50,26 @@ def commands(
 
     run = run_program(stack, changes, outputs_for=outputs)
     return {r.name: str(r.inputs["create"]) for r in run.of_type("command:remote:Command")}
+
+
+def start_text(run: ProgramRun) -> str:
+    """The `vllm-start` command's text in a mocked run of a VM stack."""
+    start = next(c for c in run.of_type("command:remote:Command") if c.name == "vllm-start")
+    return str(start.inputs["create"])
+
+
+def docker_run_env(script: str) -> dict[str, str]:
+    """The `-e NAME=value` flags of the rendered `docker run` (one flag per line), up to the
+    `vllm serve` line: what the container's environment holds."""
+    env: dict[str, str] = {}
+    for line in script[script.index("sudo docker run") :].splitlines():
+        words = shlex.split(line.strip().removesuffix("\\"))
+        if words[:1] == ["vllm"]:
+            break
+        if words[:1] == ["-e"]:
+            name, _, value = words[1].partition("=")
+            env[name] = value
+    return env
 
 
 def node_with_secrets(

@@ -31,7 +31,6 @@ import pulumi.dynamic as dyn
 
 from components.vm.host_key import NodeHostKeyProvider
 from components.vm.queued_resource import QueuedResourceProvider
-from tests.loopback.test_queued_resource import props_for
 from tests.support import engine_order
 from tests.support.fakes.cloud_dns import CachingResolver, FakeManagedZone
 from tests.support.fakes.metadata_server import FakeMetadataServer
@@ -40,6 +39,7 @@ from tests.support.fakes.ssh_host import SshHost, SshHostFactory
 from tests.support.fakes.tpu_api import FakeTpuApi
 from tests.support.mock_outputs import MANAGED_ZONE, ZONE_DNS_NAME
 from tests.support.pulumi_program import TEST_PROJECT, run_program
+from tests.support.queued_resource_props import props_for
 from tests.support.remote_stack import FETCH, IMAGE, READY, START, commands, on_host
 
 STACK = "v5e1"

@@ -30,8 +30,7 @@ from typing import Any
 from pulumi.runtime import mocks
 
 from scripts.program_runner import GET_MANAGED_ZONE, Registration, managed_zone_lookup
-from tests.mocked.test_gke_backend import existing_cluster
-from tests.support.mock_outputs import MANAGED_ZONE, MANAGED_ZONES
+from tests.support.mock_outputs import MANAGED_ZONE, MANAGED_ZONES, existing_cluster
 from tests.support.pulumi_program import ROOT, run_program
 
 FIXTURES = ROOT / "tests" / "support" / "fixtures" / "urns"
@@ -39,8 +38,8 @@ ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 
 
 def existing_cluster_and_zones(args: mocks.MockCallArgs) -> dict[str, Any]:
-    """An existing GKE cluster fit for the stack (what `gke.cluster` looks up, answered as
-    tests/mocked/test_gke_backend.py does), and the test project's Cloud DNS zones."""
+    """An existing GKE cluster fit for the stack (what `gke.cluster` looks up,
+    `mock_outputs.existing_cluster`), and the test project's Cloud DNS zones."""
     if args.token == GET_MANAGED_ZONE:
         return managed_zone_lookup(MANAGED_ZONES)(args)
     answer: dict[str, Any] = existing_cluster()(args)

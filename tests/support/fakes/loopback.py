@@ -8,12 +8,21 @@ so no fake can leave a listening socket behind or bind anything but loopback.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port nothing listens on now, on loopback: for a server a test starts that cannot be
+    handed a socket (sshd, a fake VM's vLLM)."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
 
 
 def send_json(

@@ -1872,13 +1872,33 @@ def _check_node_spec(
 
 
 # --------------------------------------------------------------------------------------------
-# pytest fixture and manual entry point
+# pytest fixtures and manual entry point
 
 
 @pytest.fixture
 def fake_tpu() -> Iterator[FakeTpuApi]:
     """A started FakeTpuApi on a random loopback port, stopped after the test."""
     fake = FakeTpuApi().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def tpu_env(fake_tpu: FakeTpuApi, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTpuApi]:
+    """`fake_tpu`, with the clients pointed at it (`TPU_API_ENDPOINT` and its token)."""
+    monkeypatch.setenv("TPU_API_ENDPOINT", fake_tpu.base_url)
+    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake_tpu.token)
+    yield fake_tpu
+
+
+@pytest.fixture
+def manual_tpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTpuApi]:
+    """A fake on a clock that moves only when a test says so, with the clients pointed at it."""
+    fake = FakeTpuApi(clock=ManualClock()).start()
+    monkeypatch.setenv("TPU_API_ENDPOINT", fake.base_url)
+    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", fake.token)
     try:
         yield fake
     finally:
