@@ -25,7 +25,11 @@ checked = preflight(config) if config.backend == "gke" else None
 # Registered first, and everything waits for it: a failed image lookup creates nothing.
 pin = ImagePin(
     "vllm-image",
-    ImagePinArgs(config.vllm.image, config.vllm.image_upgrade, config.vllm.registry_endpoint),
+    ImagePinArgs(
+        reference=config.vllm.image,
+        upgrade=config.vllm.image_upgrade,
+        endpoint=config.vllm.registry_endpoint,
+    ),
 )
 hold_everything_for(pin)
 

@@ -104,7 +104,7 @@ def cache_result(raw: Any) -> dict[str, Any]:
     return result
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CompileCacheArgs:
     """What the cache reads: where it lives, and who may write it."""
 

@@ -68,7 +68,7 @@ def record_name(dns: DnsSettings, zone_dns_name: str) -> str:
     return f"{dns.name}.{zone_dns_name}"
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class EndpointNameArgs:
     """What the record reads: the project, the `dns` section, its zone and the address."""
 

@@ -100,7 +100,7 @@ def _outs(props: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k != "__provider"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImagePinArgs:
     """The image reference to pin, when to look again (`vllm.imageUpgrade`), and the registry."""
 

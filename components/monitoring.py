@@ -52,7 +52,7 @@ def dashboard_url(project: str, dashboard_id: str) -> str:
     )
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class StackMonitoringArgs:
     """What the dashboard, the uptime check and the alerts read: the project, the stack's name,
     the `monitoring` section and the server's port, and what the backend knows."""

@@ -35,7 +35,7 @@ def require_hf_token_secret(config: StackConfig) -> None:
         ) from None
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class NodeSecretsArgs:
     """What the secrets read: the project, the stack's name and the `access` section."""
 
@@ -46,7 +46,12 @@ class NodeSecretsArgs:
 
     @classmethod
     def of(cls, config: StackConfig, service_account_email: pulumi.Input[str]) -> NodeSecretsArgs:
-        return cls(config.project, config.stack, config.access, service_account_email)
+        return cls(
+            project=config.project,
+            stack=config.stack,
+            access=config.access,
+            service_account_email=service_account_email,
+        )
 
 
 class NodeSecrets(pulumi.ComponentResource):

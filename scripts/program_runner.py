@@ -267,6 +267,34 @@ def run_file(
     managed_zones: Mapping[str, str] | None = None,
 ) -> ProgramRun:
     """Errors are returned in `.error`."""
+
+    def run_program() -> None:
+        runpy.run_path(str(program), run_name="__main__")
+
+    return run_function(
+        run_program,
+        stack,
+        config,
+        project_name=project_name,
+        preview=preview,
+        outputs_for=outputs_for,
+        call=call,
+        managed_zones=managed_zones,
+    )
+
+
+def run_function(
+    program: Callable[[], None],
+    stack: str,
+    config: Mapping[str, Any],
+    *,
+    project_name: str = "tpu-vllm",
+    preview: bool = False,
+    outputs_for: NewResource | None = None,
+    call: Call | None = None,
+    managed_zones: Mapping[str, str] | None = None,
+) -> ProgramRun:
+    """`run_file` for a program written as a function: a component built alone, in a test."""
     return contextvars.Context().run(
         _run,
         program,
@@ -291,7 +319,7 @@ def _forget_failed_program() -> None:
 
 
 def _run(
-    program_file: Path,
+    program: Callable[[], None],
     stack: str,
     config: dict[str, Any],
     *,
@@ -313,9 +341,6 @@ def _run(
     pulumi.runtime.set_all_config(cli_config(config))
     dependencies = _record_dependencies()
     registrations = _record_registrations()
-
-    def program() -> None:
-        runpy.run_path(str(program_file), run_name="__main__")
 
     try:
         _sync_await(run_pulumi_func(program))

@@ -61,22 +61,28 @@ class StackConfig:
     def server_settings(self) -> ServerSettings:
         """The sections the VM's server is rendered from (components/config/sections.py)."""
         return ServerSettings(
-            self.project, self.stack, self.tpu, self.model, self.vllm, self.cache, self.monitoring
+            project=self.project,
+            stack=self.stack,
+            tpu=self.tpu,
+            model=self.model,
+            vllm=self.vllm,
+            cache=self.cache,
+            monitoring=self.monitoring,
         )
 
     def workload_settings(self) -> WorkloadSettings:
         """The sections the GKE workload is rendered from."""
         return WorkloadSettings(
-            self.project,
-            self.stack,
-            self.tpu,
-            self.model,
-            self.vllm,
-            self.cache,
-            self.monitoring,
-            self.access,
-            self.renewal,
-            self.replicas,
+            project=self.project,
+            stack=self.stack,
+            tpu=self.tpu,
+            model=self.model,
+            vllm=self.vllm,
+            cache=self.cache,
+            monitoring=self.monitoring,
+            access=self.access,
+            renewal=self.renewal,
+            replicas=self.replicas,
         )
 
     @property

@@ -50,7 +50,7 @@ class WorkloadSections(ServerSections, Protocol):
     def replicas(self) -> int: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerSettings:
     project: str
     stack: str
@@ -65,7 +65,7 @@ class ServerSettings:
         return dataclasses.replace(self, vllm=dataclasses.replace(self.vllm, image=image))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkloadSettings(ServerSettings):
     access: AccessSettings
     renewal: RenewalSettings

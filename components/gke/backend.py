@@ -35,7 +35,9 @@ def build_gke(
     name = (
         EndpointName(
             "endpoint-name",
-            EndpointNameArgs(config.project, config.dns, managed_zone, cluster.address),
+            EndpointNameArgs(
+                project=config.project, dns=config.dns, zone=managed_zone, address=cluster.address
+            ),
         )
         if managed_zone is not None and config.dns is not None
         else None

@@ -234,7 +234,7 @@ def lookup_channel_versions(config: StackConfig) -> Any:
         ) from None
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class GkeTpuClusterArgs:
     """The sections the cluster reads, and what `preflight` learned of the cloud before it."""
 
@@ -250,14 +250,14 @@ class GkeTpuClusterArgs:
     @classmethod
     def of(cls, config: StackConfig, checked: ClusterCheck) -> GkeTpuClusterArgs:
         return cls(
-            config.project,
-            config.stack,
-            config.gke,
-            config.access,
-            config.model,
-            config.tpu,
-            config.monitoring,
-            checked,
+            project=config.project,
+            stack=config.stack,
+            gke=config.gke,
+            access=config.access,
+            model=config.model,
+            tpu=config.tpu,
+            monitoring=config.monitoring,
+            checked=checked,
         )
 
 

@@ -229,7 +229,7 @@ class ServedCrdsProvider(ClusterCheckProvider):
         return f"{props.get('cluster')}/crds"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServedCrdsArgs:
     """The cluster, the (name, version) CRDs it must serve, and the ComputeClass to dry-run."""
 

@@ -35,7 +35,7 @@ from components.outputs import endpoint_urls
 AWAIT_MARGIN_SECONDS = 300
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class GkeWorkloadArgs:
     #: What the Kubernetes objects are rendered from (`StackConfig.workload_settings()`).
     settings: WorkloadSettings

@@ -147,7 +147,7 @@ def pod_of(what: str, template: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodAdmissionArgs:
     """The pods to dry-run in the namespace before anything changes."""
 

@@ -154,7 +154,7 @@ class ReadinessWatchProvider(ClusterCheckProvider):
         return f"{props['namespace']}/{props['job']}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReadinessWatchArgs:
     """The readiness Job to watch, at which revision, and for how long."""
 

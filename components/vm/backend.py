@@ -77,7 +77,9 @@ def build_vm(
     name = (
         EndpointName(
             "endpoint-name",
-            EndpointNameArgs(config.project, config.dns, managed_zone, serving_address),
+            EndpointNameArgs(
+                project=config.project, dns=config.dns, zone=managed_zone, address=serving_address
+            ),
         )
         if managed_zone is not None and config.dns is not None
         else None

@@ -121,7 +121,7 @@ class NodeHostKeyProvider(dyn.ResourceProvider):
         return dyn.DiffResult(changes=bool(replaces), replaces=replaces)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeHostKeyArgs:
     """The node whose published host key is awaited, and how long to wait."""
 

@@ -271,7 +271,7 @@ class OrgPolicyGateProvider(dyn.ResourceProvider):
         return dyn.UpdateResult(outs={k: v for k, v in news.items() if k != "__provider"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OrgPolicyGateArgs:
     """The project whose org policies are read, and whether an unverified host key is allowed."""
 

@@ -191,7 +191,7 @@ def _window_text(termination_time: str | None, lead: Any, drain: Any) -> str:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QueuedResourceArgs:
     """One node's request; `props()` is what the provider receives (the `Spec` fields)."""
 

@@ -57,7 +57,7 @@ def queued_resource_args(
     )
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class FlexStartTpuArgs:
     """The sections the node reads: the request (`tpu`), who may reach it (`access`), when its
     successor starts (`renewal`), its telemetry (`monitoring`) and the port it serves on."""
@@ -83,15 +83,15 @@ class FlexStartTpuArgs:
         metadata: Mapping[str, pulumi.Input[str]] | None = None,
     ) -> FlexStartTpuArgs:
         return cls(
-            config.project,
-            config.stack,
-            config.tpu,
-            config.access,
-            config.renewal,
-            config.monitoring,
-            config.vllm.port,
-            image,
-            dict(metadata or {}),
+            project=config.project,
+            stack=config.stack,
+            tpu=config.tpu,
+            access=config.access,
+            renewal=config.renewal,
+            monitoring=config.monitoring,
+            port=config.vllm.port,
+            image=image,
+            metadata=dict(metadata or {}),
         )
 
 
@@ -115,7 +115,10 @@ class FlexStartTpu(pulumi.ComponentResource):
         # Before any TPU is requested: stop if an org policy would make the node unusable.
         self.org_policy_gate = OrgPolicyGate(
             f"{name}-org-policy",
-            OrgPolicyGateArgs(args.project, args.access.allow_unverified_host_key),
+            OrgPolicyGateArgs(
+                project=args.project,
+                allow_unverified_host_key=args.access.allow_unverified_host_key,
+            ),
             pulumi.ResourceOptions(parent=self),
         )
         self.service_account = self._create_service_account(name, args)

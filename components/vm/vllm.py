@@ -52,7 +52,7 @@ def _warn_if_agent_failed(stdout: str | None, urn: str) -> None:
         )
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class VllmServerArgs:
     #: What the node's scripts are rendered from (`StackConfig.server_settings()`).
     settings: ServerSettings

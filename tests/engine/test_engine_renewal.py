@@ -231,7 +231,7 @@ def assert_create_before_delete(order: dict[tuple[str, str, str], tuple[int, int
 
 
 def test_a_successor_that_cannot_answer_does_not_take_the_name(life: Lifecycle) -> None:
-    """Issue 28 item 9: the next renewal lands on a build that starts but answers with empty
+    """The next renewal lands on a build that starts but answers with empty
     content. Its readiness check fails, so `pulumi up` fails: the record stays on the node that
     serves, that node is not deleted, no client request fails, and renew.py exits non-zero with
     the reason. The engine holds the old node for deletion; it deletes such resources only after

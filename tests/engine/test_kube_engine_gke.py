@@ -378,7 +378,7 @@ class RolloutWatch(Watch):
 def test_a_namespace_set_to_restricted_stops_up_before_the_deployment_changes(
     life: Lifecycle,
 ) -> None:
-    """Issue 31 item 3 through the engine: someone sets the stack's namespace to enforce Pod
+    """Through the engine: someone sets the stack's namespace to enforce Pod
     Security "restricted", which the root TPU server cannot meet. The next `up` with new pods
     stops at the admission check (components/gke/pod_admission.py) with the reason and the fix,
     and the Deployment that serves is left as it was; relabelled, `up` goes through."""

@@ -1,6 +1,6 @@
 """The real control plane starts on 127.0.0.1, plays GKE-shaped TPU nodes, and stops cleanly.
 
-It is the ground the GKE stack's real-server tests stand on (issue 30): if the scheduler cannot
+It is the ground the GKE stack's real-server tests stand on: if the scheduler cannot
 place a pod that tolerates the TPU taints on a kwok TPU node, or a Job's pod never completes, no
 later step can say anything. Skips (fails under TPU_VLLM_REQUIRE_KUBE=1, as .ci/run sets) when
 scripts/kube/build.sh has not run.

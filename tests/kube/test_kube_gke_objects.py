@@ -291,7 +291,7 @@ def set_taints(plane: kube_cluster.ControlPlane, node: str, change: Any) -> None
 def test_the_readiness_job_runs_where_every_node_is_tainted(
     plane: kube_cluster.ControlPlane, created: dict[str, dict[str, Any]]
 ) -> None:
-    """An existing cluster whose every pool is tainted (issue 31 item 1): here the system node
+    """An existing cluster whose every pool is tainted: here the system node
     is tainted for another team, so the stack's own TPU nodes, with their `google.com/tpu` and
     class taints, are the only place left. The Job tolerates both and runs there."""
     [job] = [v for k, v in created.items() if k.startswith("Job/")]

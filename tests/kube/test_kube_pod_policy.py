@@ -1,5 +1,5 @@
 """The pods against a real API server's admission and scheduler: Pod Security, QoS, and the
-readiness Job's scheduling as `pulumi up` reports it (issue 31 items 1-3).
+readiness Job's scheduling as `pulumi up` reports it.
 
 The server is the Kubernetes layer's control plane (tests/support/kube_cluster.py: kube-apiserver
 with its default admission plugins, PodSecurity among them, the scheduler, the controllers, kwok
@@ -96,7 +96,7 @@ def test_the_stacks_namespace_admits_both_pods_as_burstable(
     plane: Plane, objects: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The namespace the stack makes says `enforce: baseline`; both pods pass it, and the API
-    server gives them the QoS class their requests make (BestEffort before item 2)."""
+    server gives them the QoS class their requests make (BestEffort before they had requests)."""
     namespace = objects["Namespace"]["metadata"]["name"]
     assert objects["Namespace"]["metadata"]["labels"][ENFORCE] == "baseline"
     found = pod_admission.check_admission(props(plane, namespace, pods(objects)))
@@ -107,7 +107,7 @@ def test_the_stacks_namespace_admits_both_pods_as_burstable(
 def test_a_restricted_namespace_is_refused_at_preflight_with_the_reason_and_the_fix(
     plane: Plane, objects: dict[str, dict[str, Any]]
 ) -> None:
-    """Item 3: relabelled "restricted", the namespace refuses the server's pods. The server's
+    """Relabelled "restricted", the namespace refuses the server's pods. The server's
     message names only what a root TPU server cannot give (its user), not what the stack could
     have set (privilege escalation, seccomp, which it now sets); the readiness pod passes."""
     namespace = objects["Namespace"]["metadata"]["name"]
@@ -163,7 +163,7 @@ def taint(plane: Plane, on: bool) -> None:
 def test_a_stuck_readiness_pod_says_why_at_once_then_where_it_landed(
     plane: Plane, objects: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Item 1: the only node is tainted for another team, so the Job's pod cannot be placed.
+    """The only node is tainted for another team, so the Job's pod cannot be placed.
     The watch reports the scheduler's own message within seconds, not at the deadline; once
     the taint goes, it says where the pod landed and is done."""
     taint(plane, on=True)

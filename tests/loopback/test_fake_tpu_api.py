@@ -493,7 +493,7 @@ def test_host_key_absent_or_guest_attributes_disabled(manual: FakeTpuApi) -> Non
     assert attributes == {}
 
 
-# -- behaviour the provider must survive (issue 9, items 7-11) --------------------------------
+# -- behaviour the provider must survive ------------------------------------------------------
 
 
 def create_with_request_id(fake: FakeTpuApi, request_id: str, **kw: str) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def test_without_a_key_file_variable_the_job_fails_at_once_naming_it(
     program: ProgramRun, server: FakeOpenAI, tmp_path: Path
 ) -> None:
     """The secrets live in components/gke/k8s_manifests.py's SECRETS_DIR, not the VM path's
-    /run/secrets (issue 16): a Job without API_KEY_FILE must not fall back to a guessed path
+    /run/secrets: a Job without API_KEY_FILE must not fall back to a guessed path
     and spend its deadline on 401s, but stop at once and say which variable is missing."""
     script = tmp_path / "wait_ready.sh"
     script.write_text(program.named("vllm-scripts").inputs["data"]["wait_ready.sh"])
@@ -242,7 +242,7 @@ def test_a_refusal_that_ends_within_the_grace_is_waited_out(
 def test_an_update_is_ready_only_once_every_old_pod_is_replaced(
     program: ProgramRun, server: FakeOpenAI, tmp_path: Path
 ) -> None:
-    """Issue 28 item 3: during a rolling update the old pods keep serving through the Service
+    """During a rolling update the old pods keep serving through the Service
     (here the fake vLLM, an old pod, answers the whole time), one new pod at a time replaces
     them, each Ready only after its startup probe asked the model. The Job must ask nothing
     until the Deployment shows its generation rolled out (`kubectl rollout status`'s checks,
@@ -389,7 +389,7 @@ BAD_ANSWERS = {
 def test_a_server_that_cannot_answer_fails_the_job_with_its_answer(
     program: ProgramRun, server: FakeOpenAI, api: FakeDeploymentApi, tmp_path: Path, case: str
 ) -> None:
-    """Issue 28 item 8: the Job asks what the VM asks; an empty, garbled or missing answer fails
+    """The Job asks what the VM asks; an empty, garbled or missing answer fails
     `pulumi up` with the status and the body's start, and never shows the key."""
     knob, value, said = BAD_ANSWERS[case]
     before = getattr(server, knob)

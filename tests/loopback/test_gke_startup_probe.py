@@ -1,6 +1,6 @@
 """The GKE server container's startup probe, run as the kubelet runs it, against the fake vLLM.
 
-Issue 28 item 3: a pod is Ready only after its model has answered, so a rolling update removes
+A pod is Ready only after its model has answered, so a rolling update removes
 an old replica only once a new one answered, and a build that starts but cannot answer never
 takes traffic. The kubelet runs an exec probe's command in the container and calls it passed on
 exit status 0 (Kubernetes docs "Configure Liveness, Readiness and Startup Probes"; kubelet
@@ -179,7 +179,7 @@ def test_a_refused_key_fails_naming_the_key_but_not_showing_it(
 
 WORDS = "the model did not answer 'Say hi in five words.'"
 CALL = "the model did not call get_weather"
-#: (knob, value, what the probe says): the fake's failure shapes (issue 28 item 10).
+#: (knob, value, what the probe says): the fake's failure shapes.
 BAD = {
     "empty-content": ("empty_content", True, f"{WORDS}: HTTP 200 with empty content"),
     "garbage": ("reply", "<pad><pad><pad>", f"{WORDS}: HTTP 200 with content that is no answer"),

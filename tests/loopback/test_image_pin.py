@@ -1,4 +1,4 @@
-"""The image pin (issue 28, items 1, 2, 5, 6): `vllm.image` resolved once to a digest and kept.
+"""The image pin: `vllm.image` resolved once to a digest and kept.
 
 Three layers: the reference grammar (distribution/reference's, components/image_ref.py); the
 lookup against a real registry (the distribution project's, tests/support/registry.py) behind a

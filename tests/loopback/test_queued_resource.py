@@ -280,7 +280,7 @@ def test_diff_replaces_on_spec_change_but_not_on_timing_or_kept_zone() -> None:
 def test_a_timing_or_zone_list_change_is_an_update_in_place_with_no_tpu_call(
     tpu_env: FakeTpuApi,
 ) -> None:
-    """Issue 22 item 8: the engine hands `delete` the stored outputs, and a no-change diff keeps
+    """The engine hands `delete` the stored outputs, and a no-change diff keeps
     them, so zones and timing changed since the create must be stored by an update, or the
     node's delete never sees them. The update replaces nothing and calls no TPU API; only an
     unchanged config is no change (the provider host never declares preview support, so any
@@ -310,7 +310,7 @@ def test_a_timing_or_zone_list_change_is_an_update_in_place_with_no_tpu_call(
 
 
 def test_the_diff_sets_only_what_the_provider_host_sends() -> None:
-    """Issue 22 item 10: the Python dynamic provider host (pulumi/dynamic/__main__.py, `Diff`)
+    """The Python dynamic provider host (pulumi/dynamic/__main__.py, `Diff`)
     sends the engine `changes`, `replaces` and `deleteBeforeReplace` and drops `stables`, so a
     diff that sets `stables` claims what never reaches the engine. Checked against the host
     that is installed, then on every kind of diff this provider returns."""
@@ -331,7 +331,7 @@ def test_the_diff_sets_only_what_the_provider_host_sends() -> None:
 
 
 def test_provider_progress_takes_the_path_pulumi_log_takes_in_the_provider_host() -> None:
-    """Issue 22 item 10: the provider host configures the SDK with no engine address
+    """The provider host configures the SDK with no engine address
     (pulumi/dynamic/__main__.py `get_provider`), and then `pulumi.log.info` prints to stderr
     (pulumi/log.py), which the engine shows in the CLI: it does not go nowhere. `report`
     prints to stderr too; `pulumi.log.debug` is the one that prints nothing."""
@@ -436,7 +436,7 @@ def test_create_without_a_service_account_lets_the_node_use_the_default(
     assert node["serviceAccount"] == {"scope": ["https://www.googleapis.com/auth/cloud-platform"]}
 
 
-# -- issue 9, items 7-13: what the real API does that the first fake did not ------------------
+# -- what the real API does that the first fake did not ---------------------------------------
 
 
 def creates_in(fake: FakeTpuApi, zone: str) -> list[Any]:
@@ -522,7 +522,7 @@ def test_every_create_carries_a_request_id_stable_per_zone_attempt(tpu_env: Fake
 
 
 def test_the_request_id_is_called_this_projects_addition_not_gclouds() -> None:
-    """Issue 22 item 10: gcloud sends no `requestId` for a queued-resource create
+    """gcloud sends no `requestId` for a queued-resource create
     (googlecloudsdk `surface/compute/tpus/queued_resources/create.yaml` maps only
     `queuedResourceId`, and no request hook of `command_lib/compute/tpus/queued_resources/
     util.py` sets one): the docs must not credit gcloud with it."""
@@ -810,7 +810,7 @@ def test_expires_at_falls_back_to_the_nodes_termination_timestamp(tpu_env: FakeT
 def test_retries_come_from_the_library(
     tpu_env: FakeTpuApi, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    """Item 12: 429/5xx are retried by googleapiclient's `execute(num_retries=N)`. With its
+    """429/5xx are retried by googleapiclient's `execute(num_retries=N)`. With its
     retry decision switched off, a 503 is final; a hand-written loop would hide that."""
     tpu_env.fail_next(1, status=503, methods=["queuedResources.create"])
     assert outs_of(QueuedResourceProvider().create(props_for("v5e1")))["state"] == "ACTIVE"
@@ -911,7 +911,7 @@ def test_a_404_delete_of_a_resource_just_created_is_sent_again(
     just_created: bool, deletes: int
 ) -> None:
     """The cleanup of this run's own create: its DELETE may itself answer 404 only because the
-    new resource is not visible yet (the audit of issue 31 item 7). Within the grace it is sent
+    new resource is not visible yet. Within the grace it is sent
     again, and the second, accepted, deletes it; any other delete takes a 404 as gone."""
     api = ScriptedTpuApi(["GONE"], refuse_deletes=1, after_delete=["DELETING", "GONE"], refusal=404)
     delete_and_wait(api, just_created=just_created)
@@ -921,7 +921,7 @@ def test_a_404_delete_of_a_resource_just_created_is_sent_again(
 def test_another_clients_failed_delete_is_followed_by_ours_not_waited_out() -> None:
     """Our delete is refused because another client's is under way (the node reads DELETING);
     that one fails and the node goes back to ACTIVE. Ours is sent again at once instead of
-    polling the node, ACTIVE, until the 30-minute bound says "still ACTIVE" (issue 29 item 9)."""
+    polling the node, ACTIVE, until the 30-minute bound says "still ACTIVE"."""
     api = ScriptedTpuApi(
         ["DELETING", "DELETING", "ACTIVE", "ACTIVE"],
         refuse_deletes=1,
@@ -934,7 +934,7 @@ def test_another_clients_failed_delete_is_followed_by_ours_not_waited_out() -> N
 def test_a_delete_that_meets_another_clients_delete_returns_only_once_it_is_gone() -> None:
     """Our delete is refused because another client's is under way (the node reads DELETING).
     `pulumi destroy` must not report success while the TPU still exists and bills: the delete
-    returns only after a read says the queued resource is gone (issue 31 item 6)."""
+    returns only after a read says the queued resource is gone."""
     api = ScriptedTpuApi(["DELETING"] * 5 + ["GONE"], refuse_deletes=1, after_delete=[])
     delete_and_wait(api)
     assert api.reads[-1] == "GONE" and api.reads.count("DELETING") == 5, api.reads
@@ -945,7 +945,7 @@ def test_a_refused_delete_whose_read_back_is_404_is_sent_again_not_taken_as_gone
     """A cleanup right after a create: the DELETE is refused (the queued resource is still
     PROVISIONING), and the read after it answers 404 only because a new resource is not yet
     visible to reads. The refusal proves it exists: the delete is sent again, and returns only
-    once it was accepted and the resource is gone (issue 31 item 7)."""
+    once it was accepted and the resource is gone."""
     api = ScriptedTpuApi(["GONE"], refuse_deletes=1, after_delete=["DELETING", "GONE"])
     delete_and_wait(api)
     assert api.deletes == 2, api.reads
@@ -955,7 +955,7 @@ def test_a_refused_delete_whose_read_back_is_404_is_sent_again_not_taken_as_gone
 def test_a_404_during_our_own_unfinished_delete_waits_for_its_operation() -> None:
     """Our DELETE is accepted, but reads cannot see the resource yet (404) while the
     Operation runs; it then fails. Its end decides, not the read: the failure is a refusal,
-    and the delete is sent again (issue 31 item 7, after the audit)."""
+    and the delete is sent again."""
     failed = {"done": True, "error": {"code": 9, "message": "still provisioning"}}
     api = ScriptedTpuApi(
         ["GONE"],

@@ -81,7 +81,7 @@ def _run(
     return result, argv
 
 
-#: "At most about 60 lines" (issue 32, item 4): the brief plan and the closing steps together.
+#: "At most about 60 lines": the brief plan and the closing steps together.
 OFFLINE_MAX_LINES = 60
 
 
@@ -133,7 +133,7 @@ def test_by_default_the_full_plan_goes_to_a_git_ignored_file_in_the_project(
     assert ignored.returncode == 0, f"{plan_file} is not git-ignored"
 
 
-#: The closing steps, in their order (issue 32, item 5): the project, who may connect, the
+#: The closing steps, in their order: the project, who may connect, the
 #: Hugging Face token, Google credentials, the Pulumi CLI; then the quickstart again.
 NEXT_STEPS = (
     "  1. gcp:project, one line under `config:`:\n       gcp:project: YOUR_PROJECT\n",
@@ -354,7 +354,7 @@ def test_gke_stack_with_the_auth_plugin_runs_up(tmp_path: Path) -> None:
 def test_the_quickstart_says_in_words_that_the_model_is_gated_and_who_accepts_its_licence(
     stack: str,
 ) -> None:
-    """Issue 22 item 10: the Gemma models are gated. Without the licence accepted on the
+    """The Gemma models are gated. Without the licence accepted on the
     model's page by the account whose token is stored, vLLM cannot download the weights on a
     billing TPU; a link anchor alone does not tell the reader that. The Quickstart must say
     it, with the page of each stack's `model.id` written out."""

@@ -339,13 +339,13 @@ def test_a_gke_stack_is_never_renewed(
     assert manual_tpu.requests == []
 
 
-# -- issue 18: renewing inside the window, before the run ends --------------------------------
+# -- renewing inside the window, before the run ends ------------------------------------------
 
 
 def windowed(
     fake: FakePulumi, queued_resource: str, lead_seconds: float, expires_at: str | None = None
 ) -> FakePulumi:
-    """A deployed stack whose outputs carry `renewal_lead_seconds` (issue 18's output)."""
+    """A deployed stack whose outputs carry `renewal_lead_seconds`."""
     outputs = {**stack_outputs(queued_resource), "renewal_lead_seconds": lead_seconds}
     if expires_at is not None:
         outputs["expires_at"] = expires_at
@@ -372,7 +372,7 @@ def test_active_inside_the_renewal_window_is_renewed_before_it_ends(
 def test_an_up_that_only_stored_changed_settings_is_followed_by_the_renewal(
     manual_tpu: FakeTpuApi, fake_pulumi: FakePulumi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 22 item 8: inside the window, an up whose diff found `renewal.drain` or
+    """Inside the window, an up whose diff found `renewal.drain` or
     `tpu.zones` changed since the node's create only stores them (the renewal's delete of the
     node must use them) and renews at the next up. The script runs that next up at once, once:
     the stack still names the same node."""

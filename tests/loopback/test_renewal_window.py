@@ -1,4 +1,4 @@
-"""Issue 18, VM backend: the renewal window, its config, the provider's create-before-replace
+"""VM backend: the renewal window, its config, the provider's create-before-replace
 inside it, the drain before a replaced node is deleted, and what the program orders after it.
 
 The provider runs against the loopback TPU v2alpha1 fake (tests/support/fakes/tpu_api.py) with props
@@ -52,7 +52,7 @@ def props(lead: float | None, drain: float = 0.4, stack: str = "v5e1") -> dict[s
     return {**props_for(stack), "renewal_lead_seconds": lead, "drain_seconds": drain}
 
 
-# -- item 1: the config key -------------------------------------------------------------------
+# -- the config key ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("stack", "lead"), [("v5e1", 4800), ("v6e4", 5100)])
@@ -149,7 +149,7 @@ def test_spot_has_no_window() -> None:
     assert any("renewal.lead is set" in w and "ignored" in w for w in run.warnings)
 
 
-# -- item 3: the schedule is shorter than the lead --------------------------------------------
+# -- the schedule is shorter than the lead ----------------------------------------------------
 
 
 def _field(text: str, low: int, high: int) -> list[int]:
@@ -200,7 +200,7 @@ def test_the_renew_schedule_runs_more_often_than_the_lead(stack: str) -> None:
     assert period * (1 + renewal.DROPPED_RUNS_ALLOWED) <= renewal.detection_seconds()
 
 
-# -- item 1: the provider's diff -------------------------------------------------------------
+# -- the provider's diff ---------------------------------------------------------------------
 
 
 def active(lead: float | None, termination_in: float) -> dict[str, Any]:
@@ -262,7 +262,7 @@ def test_inside_the_window_a_changed_drain_or_zone_list_is_stored_before_the_ren
 
 
 def test_a_plain_up_without_refresh_renews_an_ended_run_when_a_lead_is_set() -> None:
-    """Issue 22 item 10: without `--refresh` the diff gets the state as stored (ACTIVE), but it
+    """Without `--refresh` the diff gets the state as stored (ACTIVE), but it
     compares the stored end with now: a run past its end is inside the window and is renewed
     create-first (the create then steps around the SUSPENDED predecessor: see
     test_a_predecessor_that_ended_since_the_diff_is_stepped_around). Without a lead, nothing
@@ -288,7 +288,7 @@ def test_an_ended_tpu_or_a_spec_change_is_still_replaced_deleting_first() -> Non
     assert diff.replaces == ["runtime_version"] and diff.delete_before_replace
 
 
-# -- item 1: both exist at once, under their own ids -------------------------------------------
+# -- both exist at once, under their own ids ---------------------------------------------------
 
 
 def test_the_successor_is_created_beside_the_tpu_it_renews(tpu_env: FakeTpuApi) -> None:
@@ -396,7 +396,7 @@ def test_a_successor_with_no_room_beside_its_predecessor_goes_to_the_next_zone_a
 def test_a_zone_added_since_the_create_is_searched_for_the_successor_by_the_delete(
     tpu_env: FakeTpuApi,
 ) -> None:
-    """Issue 22 item 8: created with one zone, the stack adds a second; its renewal finds no
+    """Created with one zone, the stack adds a second; its renewal finds no
     room beside the old node and lands in the new zone. The old node's delete gets the stored
     outputs only: once the diff stored the new zone list in place, it finds the successor there
     and drains; with the zones of the create it would delete at once."""
@@ -542,7 +542,7 @@ def test_a_stack_named_like_the_renewal_ids_does_not_renew_another_stacks_tpu(
     assert not tpu_env.requests_for("DELETE")
 
 
-# -- item 2: the drain --------------------------------------------------------------------------
+# -- the drain ----------------------------------------------------------------------------------
 
 
 def deleting_at(fake: FakeTpuApi, name: str) -> list[float]:
@@ -602,7 +602,7 @@ def test_the_drain_ends_when_the_run_does(tpu_env: FakeTpuApi) -> None:
     assert tpu_env.state(BASE) is None
 
 
-# -- item 2: the name moves only to a node that serves ------------------------------------------
+# -- the name moves only to a node that serves --------------------------------------------------
 
 
 def test_the_record_waits_for_the_servers_readiness() -> None:
@@ -621,7 +621,7 @@ def test_the_end_of_up_says_when_the_window_opens() -> None:
     assert "If no capacity is found before the end" in notice
 
 
-# -- item 8: the output contract keeps its meaning across a renewal ---------------------------
+# -- the output contract keeps its meaning across a renewal -----------------------------------
 
 
 def test_after_a_renewal_the_outputs_name_the_new_node_and_keep_their_meaning() -> None:
@@ -647,7 +647,7 @@ def test_after_a_renewal_the_outputs_name_the_new_node_and_keep_their_meaning() 
         assert after.outputs[same] == before.outputs[same]
 
 
-# -- item 4: the overlap is billed twice ---------------------------------------------------------
+# -- the overlap is billed twice -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("stack", ["v5e1", "v6e4"])

@@ -60,7 +60,7 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# --- item 11: saves at once ------------------------------------------------------------------
+# --- saves at once ---------------------------------------------------------------------------
 
 
 def test_two_saves_at_once_keep_each_others_entries(cloud: Cloud, tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_two_first_starts_of_the_same_programs_leave_a_manifest_true_to_its_obje
     assert "reason" not in result
 
 
-# --- item 12: a corrupt entry is put back -------------------------------------------------------
+# --- a corrupt entry is put back ----------------------------------------------------------------
 
 
 def test_an_entry_dropped_as_corrupt_is_uploaded_again_by_the_next_save_that_has_it(
@@ -174,7 +174,7 @@ def test_an_old_entry_no_manifest_records_is_replaced_and_a_young_one_left_alone
     assert objects[young] == b"in flight" * 300
 
 
-# --- item 12: the upload pool ------------------------------------------------------------------
+# --- the upload pool ---------------------------------------------------------------------------
 
 
 def test_uploads_overlap_within_the_pool_bound_and_report_their_rate(
@@ -221,7 +221,7 @@ def test_a_failing_upload_fails_the_save_and_leaves_latest_where_it_was(
     assert not cloud.store.exists(BUCKET, f"{KEY}{GENERATION}/MANIFEST.json")
 
 
-# --- item 12: saves after the one at ready -----------------------------------------------------
+# --- saves after the one at ready --------------------------------------------------------------
 
 
 def wait_for(check: Any, timeout: float, what: str) -> None:

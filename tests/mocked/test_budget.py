@@ -20,7 +20,7 @@ def test_operations_tables_match_the_stack_files_catalog_and_timeouts() -> None:
 
 
 def test_readme_first_screen_names_the_cost_per_hour_run_and_day() -> None:
-    """Issue 32: before any scrolling (the first 40 lines), the hourly, per-run and per-day
+    """Before any scrolling (the first 40 lines), the hourly, per-run and per-day
     cost of every stack, as the program's own figures give them."""
     first = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
     assert budget.summary_table(budget.all_stacks()) in first, (

@@ -12,6 +12,7 @@ import importlib
 import inspect
 import pkgutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,24 @@ import pulumi.dynamic as dyn
 import pytest
 
 import components
-from components.config import StackConfig
+from components import catalog
+from components.compile_cache import CompileCache, CompileCacheArgs
+from components.config import (
+    AccessSettings,
+    DnsSettings,
+    MonitoringSettings,
+    RenewalSettings,
+    StackConfig,
+    TpuSettings,
+)
+from components.dns import EndpointName, EndpointNameArgs, ManagedZone
 from components.gke.k8s_workload import GkeWorkloadArgs
-from scripts.program_runner import run_file
+from components.monitoring import StackMonitoring, StackMonitoringArgs
+from components.secrets import NodeSecrets, NodeSecretsArgs
+from components.vllm_metrics import queries_for
+from components.vm.queued_resource_spec import node_ids
+from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs
+from scripts.program_runner import ProgramRun, run_function
 
 #: Resources that take no inputs at all: (name, opts).
 NO_INPUTS = {"SshIdentity"}
@@ -68,7 +84,8 @@ def test_the_program_defines_the_resources_it_is_known_to() -> None:
 
 @pytest.mark.parametrize("resource", our_resources(), ids=lambda r: r.__qualname__)
 def test_every_resource_is_built_as_name_args_opts(resource: type) -> None:
-    """One constructor style: `Resource(name, Args(...), opts)`, Args a dataclass."""
+    """One constructor style: `Resource(name, Args(...), opts)`, Args a dataclass whose fields
+    are given by keyword, so two inputs of one type cannot be swapped unnoticed."""
     params = list(inspect.signature(init_of(resource)).parameters.values())[1:]
     kinds = {p.kind for p in params}
     assert inspect.Parameter.KEYWORD_ONLY not in kinds, params
@@ -77,7 +94,10 @@ def test_every_resource_is_built_as_name_args_opts(resource: type) -> None:
         assert names == ["name", "opts"]
         return
     assert names == ["name", "args", "opts"], names
-    assert dataclasses.is_dataclass(args_type(resource))
+    args = args_type(resource)
+    assert dataclasses.is_dataclass(args)
+    positional = [f.name for f in dataclasses.fields(args) if not f.kw_only]
+    assert not positional, f"{args.__name__} takes {positional} by position: use kw_only=True"
 
 
 @pytest.mark.parametrize(
@@ -105,20 +125,36 @@ def test_the_gke_workload_takes_the_clusters_path_as_an_input() -> None:
     assert "cluster_path(" not in source
 
 
-def test_node_secrets_alone(tmp_path: Path) -> None:
-    program = tmp_path / "__main__.py"
-    program.write_text(
-        "import pulumi\n"
-        "from components.config import AccessSettings\n"
-        "from components.secrets import NodeSecrets, NodeSecretsArgs\n"
-        "access = AccessSettings(('10.0.0.0/8',), False, (), 'hf-token', False)\n"
-        "secrets = NodeSecrets('secrets', NodeSecretsArgs('my-project', 'v5e1', access,\n"
-        "    'sa@my-project.iam.gserviceaccount.com'))\n"
-        "pulumi.export('api_key_secret', secrets.api_key_secret)\n"
-    )
-    run = run_file(program, "v5e1", {})
+ACCESS = AccessSettings(
+    allowed_cidrs=("10.0.0.0/8",),
+    allow_public=False,
+    ssh_cidrs=("10.1.0.0/16",),
+    hf_token_secret="hf-token",
+    allow_unverified_host_key=False,
+)
+IMAGE = "r/vllm@sha256:" + "a" * 64
+
+
+def alone(program: Callable[[], None]) -> ProgramRun:
+    run = run_function(program, "v5e1", {})
     assert run.error is None, run.error
-    by_name = {r.name: r for r in run.resources}
+    return run
+
+
+def test_node_secrets_alone() -> None:
+    def program() -> None:
+        secrets = NodeSecrets(
+            "secrets",
+            NodeSecretsArgs(
+                project="my-project",
+                stack="v5e1",
+                access=ACCESS,
+                service_account_email="sa@my-project.iam.gserviceaccount.com",
+            ),
+        )
+        pulumi.export("api_key_secret", secrets.api_key_secret)
+
+    by_name = {r.name: r for r in alone(program).resources}
     hf = by_name["secrets-hf-token-access"].inputs
     assert hf["secretId"] == "hf-token" and hf["project"] == "my-project"
     assert hf["member"] == "serviceAccount:sa@my-project.iam.gserviceaccount.com"
@@ -127,17 +163,23 @@ def test_node_secrets_alone(tmp_path: Path) -> None:
     assert key["labels"]["stack"] == "v5e1"
 
 
-def test_compile_cache_alone(tmp_path: Path) -> None:
-    program = tmp_path / "__main__.py"
-    program.write_text(
-        "import pulumi\n"
-        "from components.compile_cache import CompileCache, CompileCacheArgs\n"
-        "cache = CompileCache('cache', CompileCacheArgs('my-project', 'v5e1', 'my-bucket',\n"
-        "    'gs://my-bucket/xla-cache/KEY/', True, 'US-WEST4', 'sa@x'))\n"
-        "pulumi.export('prefix', cache.prefix)\n"
-    )
-    run = run_file(program, "v5e1", {})
-    assert run.error is None, run.error
+def test_compile_cache_alone() -> None:
+    def program() -> None:
+        cache = CompileCache(
+            "cache",
+            CompileCacheArgs(
+                project="my-project",
+                stack="v5e1",
+                bucket_name="my-bucket",
+                prefix="gs://my-bucket/xla-cache/KEY/",
+                create_bucket=True,
+                region="US-WEST4",
+                service_account_email="sa@x",
+            ),
+        )
+        pulumi.export("prefix", cache.prefix)
+
+    run = alone(program)
     by_name = {r.name: r for r in run.resources}
     bucket = by_name["cache-bucket"].inputs
     assert (bucket["name"], bucket["location"], bucket["project"]) == (
@@ -149,31 +191,95 @@ def test_compile_cache_alone(tmp_path: Path) -> None:
     assert run.outputs["prefix"] == "gs://my-bucket/xla-cache/KEY/"
 
 
-def test_flex_start_tpu_alone(tmp_path: Path) -> None:
+def test_flex_start_tpu_alone() -> None:
     """The node from its sections alone: no model, no vLLM flags, no GKE, no DNS."""
-    program = tmp_path / "__main__.py"
-    program.write_text(
-        "import pulumi\n"
-        "from components.config import AccessSettings, MonitoringSettings, RenewalSettings\n"
-        "from components import catalog\n"
-        "from components.config import TpuSettings\n"
-        "from components.vm.tpu import FlexStartTpu, FlexStartTpuArgs\n"
-        "tpu = TpuSettings(catalog.CHIPS['v5e-1'], ('us-west4-a',), 'flex-start', 14400,\n"
-        "    'v2-alpha-tpuv5-lite', 3600)\n"
-        "access = AccessSettings(('10.0.0.0/8',), False, ('10.1.0.0/16',), 'hf-token', False)\n"
-        "node = FlexStartTpu('tpu', FlexStartTpuArgs('my-project', 'v5e1', tpu, access,\n"
-        "    RenewalSettings(), MonitoringSettings(), 8000, 'r/vllm@sha256:' + 'a' * 64))\n"
-        "pulumi.export('zone', node.zone)\n"
-    )
-    run = run_file(program, "v5e1", {})
-    assert run.error is None, run.error
-    by_name = {r.name: r for r in run.resources}
+
+    def program() -> None:
+        tpu = TpuSettings(
+            chip=catalog.CHIPS["v5e-1"],
+            zones=("us-west4-a",),
+            provisioning="flex-start",
+            max_run_seconds=14400,
+            runtime_version="v2-alpha-tpuv5-lite",
+            capacity_wait_seconds=3600,
+        )
+        node = FlexStartTpu(
+            "tpu",
+            FlexStartTpuArgs(
+                project="my-project",
+                stack="v5e1",
+                tpu=tpu,
+                access=ACCESS,
+                renewal=RenewalSettings(),
+                monitoring=MonitoringSettings(),
+                port=8000,
+                image=IMAGE,
+            ),
+        )
+        pulumi.export("zone", node.zone)
+
+    by_name = {r.name: r for r in alone(program).resources}
     qr = by_name["tpu-qr"].inputs
     assert (qr["project"], qr["zones"], qr["accelerator_type"]) == (
         "my-project",
         ["us-west4-a"],
         "v5litepod-1",
     )
-    assert qr["image"] == "r/vllm@sha256:" + "a" * 64
+    assert qr["image"] == IMAGE
     assert by_name["tpu-serving"].inputs["sourceRanges"] == ["10.0.0.0/8"]
     assert by_name["tpu-ssh"].inputs["sourceRanges"] == ["10.1.0.0/16"]
+
+
+def test_endpoint_name_alone() -> None:
+    """The record from the `dns` section, its zone and an address another component gives."""
+
+    def program() -> None:
+        name = EndpointName(
+            "endpoint-name",
+            EndpointNameArgs(
+                project="my-project",
+                dns=DnsSettings(managed_zone="models", name="v5e1"),
+                zone=ManagedZone(
+                    name="models", dns_name="models.example.com.", visibility="public"
+                ),
+                address="203.0.113.7",
+            ),
+        )
+        pulumi.export("hostname", name.hostname)
+
+    run = alone(program)
+    [record] = [r for r in run.resources if r.type == "gcp:dns/recordSet:RecordSet"]
+    assert record.inputs["name"] == "v5e1.models.example.com."
+    assert record.inputs["managedZone"] == "models"
+    assert record.inputs["rrdatas"] == ["203.0.113.7"]
+    assert run.outputs["hostname"] == "v5e1.models.example.com"
+
+
+def test_stack_monitoring_alone() -> None:
+    """The dashboard and the uptime check from the `monitoring` section and a host."""
+
+    def program() -> None:
+        watch = StackMonitoring(
+            "monitoring",
+            StackMonitoringArgs(
+                project="my-project",
+                stack="v5e1",
+                monitoring=MonitoringSettings(uptime_check=True),
+                port=8000,
+                backend="vm",
+                queries=queries_for("v5e1"),
+                host="203.0.113.7",
+                tpu_nodes=node_ids("v5e1"),
+            ),
+        )
+        pulumi.export("dashboard_url", watch.dashboard_url)
+
+    run = alone(program)
+    types = {r.type for r in run.resources}
+    assert "gcp:monitoring/dashboard:Dashboard" in types
+    [check] = [
+        r for r in run.resources if r.type == "gcp:monitoring/uptimeCheckConfig:UptimeCheckConfig"
+    ]
+    assert check.inputs["monitoredResource"]["labels"]["host"] == "203.0.113.7"
+    assert check.inputs["httpCheck"]["port"] == 8000
+    assert "my-project" in run.outputs["dashboard_url"]

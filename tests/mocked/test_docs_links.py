@@ -18,10 +18,10 @@ import pytest
 from components.config import KEYS
 from tests.support.docs import DOCS, ROOT, doc_pages, headings, read_doc, section
 
-#: The README's budget (issue 19): a platform engineer reads it top to bottom.
+#: The README's budget: a platform engineer reads it top to bottom.
 README_MAX_LINES = 300
 
-#: One page per topic, each linkable in a review (issue 19).
+#: One page per topic, each linkable in a review.
 TOPIC_PAGES = (
     "configuration",
     "outputs",
@@ -193,8 +193,8 @@ def _citing_files() -> Iterator[Path]:
 
 def test_every_cited_test_file_exists() -> None:
     """A docstring or note that names a test file sends its reader to where a claim is
-    checked; one that names a file the suite no longer has (issue 29 item 13:
-    tests/test_monitoring_bodies.py, tests/test_vllm_metrics.py) sends them nowhere."""
+    checked; one that names a file the suite no longer has (as tests/test_monitoring_bodies.py and
+    tests/test_vllm_metrics.py once did) sends them nowhere."""
     missing = {
         f"{path.relative_to(ROOT)}: {cited}"
         for path in _citing_files()

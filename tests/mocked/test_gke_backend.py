@@ -178,7 +178,7 @@ def test_spot_and_on_demand_variants(provisioning: str, spot: bool | None) -> No
 def test_deployment_rolls_one_replica_at_a_time_and_skips_the_all_replicas_await(
     run: ProgramRun,
 ) -> None:
-    """Issue 28 item 3: a new template (an image upgrade) adds one pod on a spare node and
+    """A new template (an image upgrade) adds one pod on a spare node and
     removes an old one only once a new one is Ready (maxUnavailable 0), never all at once."""
     deployment = run.one(DEPLOYMENT).inputs
     assert deployment["spec"]["replicas"] == 2
@@ -198,7 +198,7 @@ def test_pods_ask_for_the_whole_slice_on_a_matching_tpu_node(run: ProgramRun) ->
     assert container["resources"]["requests"]["google.com/tpu"] == tp
     assert tp == "4"
     pod = server_pod(run)
-    # The class alone (item 3 of issue 22): the class's rule names the slice.
+    # The class alone: the class's rule names the slice.
     assert pod["nodeSelector"] == {"cloud.google.com/compute-class": NS}
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
@@ -209,7 +209,7 @@ def test_pods_select_the_stacks_own_compute_class_and_tolerate_its_taint(run: Pr
     """GKE docs "About custom ComputeClasses": a pod requests a class with the node selector
     `cloud.google.com/compute-class: NAME`; the class's nodes carry the taint
     `cloud.google.com/compute-class=NAME:NoSchedule`. The class is this stack's, not a shared
-    one: another stack in the same cluster gets its own (issue 16: pods land on their own
+    one: another stack in the same cluster gets its own (pods land on their own
     stack's TPU nodes)."""
     pod = server_pod(run)
     name = node_class(run)["metadata"]["name"]

@@ -1,4 +1,4 @@
-"""What the GKE pages and messages tell a user, against the sources they rest on (issue 22, 7).
+"""What the GKE pages and messages tell a user, against the sources they rest on.
 
 - The APIs to enable: the pods' KSA names the stack's service account
   (`iam.gke.io/gcp-service-account`), and with that annotation the Secret Manager provider trades

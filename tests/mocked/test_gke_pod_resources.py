@@ -63,7 +63,7 @@ def test_gke_reservations_match_googles_worked_example() -> None:
 def test_the_server_asks_for_cpu_and_memory_sized_from_node_and_weights(
     request: pytest.FixtureRequest, fixture: str, want: tuple[str, str, str, str]
 ) -> None:
-    """Not BestEffort (issue 31 item 2): requests make the pod Burstable, the limit is the
+    """Not BestEffort: requests make the pod Burstable, the limit is the
     node's budget, no CPU limit, and `/dev/shm` is a memory emptyDir with a sizeLimit."""
     cpu, memory, limit, shm = want
     run: ProgramRun = request.getfixturevalue(fixture)

@@ -1,4 +1,4 @@
-"""Observability as the stack declares it (issue 24): config, metric names, the bodies of the
+"""Observability as the stack declares it: config, metric names, the bodies of the
 dashboard, uptime check and alerts, and the resources each backend registers.
 
 The bodies are checked against the Monitoring API's discovery documents that ship with
@@ -382,7 +382,7 @@ def test_gke_uptime_check_adds_the_checkers_to_the_load_balancer_ranges() -> Non
 @pytest.mark.parametrize("stack", ["v5e1", "v6e4-gke"])
 @pytest.mark.parametrize("uptime", [False, True], ids=["no-uptime-check", "uptime-check"])
 def test_alert_policies_wait_for_the_servers_readiness(stack: str, uptime: bool) -> None:
-    """Issue 29 item 3: a policy made before the first server answers fires its "down"
+    """A policy made before the first server answers fires its "down"
     condition during a cold start and pages the channels. Like the uptime check, every policy
     is created only after the readiness check (`vllm-ready`: the VM's remote Command, GKE's
     Job)."""
@@ -395,7 +395,7 @@ def test_alert_policies_wait_for_the_servers_readiness(stack: str, uptime: bool)
         assert "vllm-ready" in run.dependencies["monitoring-uptime-check"]
 
 
-# -- windows and the scrape interval (issue 29 item 6) ---------------------------------------------
+# -- windows and the scrape interval ---------------------------------------------------------------
 
 #: `name{matchers}[window]`: every range selector the bodies write names its metric and matchers.
 RANGE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{[^}]*\}\[(\d+)([smh])\]")
@@ -447,7 +447,7 @@ def test_every_window_spans_four_scrapes_at_the_interval_bounds(stack: str, inte
     assert parse_errors(queries) == {}
 
 
-# -- the VM's TPU tiles (issue 29 item 7) ---------------------------------------------------
+# -- the VM's TPU tiles ---------------------------------------------------------------------
 
 
 def test_vm_tpu_tiles_show_only_this_stacks_nodes_current_and_successor() -> None:
@@ -476,7 +476,7 @@ def test_vm_tpu_tiles_show_only_this_stacks_nodes_current_and_successor() -> Non
     assert parse_errors([q for qs in tpu.values() for q in qs]) == {}
 
 
-# -- labels and job names (issue 29 item 11) ---------------------------------------------
+# -- labels and job names ----------------------------------------------------------------
 
 #: Cloud Monitoring label keys and values: lowercase letters, digits, `_` and `-`, up to 63.
 MONITORING_LABEL = re.compile(r"[a-z0-9_-]{0,63}")

@@ -1,4 +1,4 @@
-"""One truth (issue 32 item 7): each fact the documentation states lives in one place, the
+"""One truth: each fact the documentation states lives in one place, the
 other mentions agree with it or link to it, and, where the code decides the fact, the one place
 agrees with the code.
 
@@ -122,7 +122,7 @@ def test_the_go_minimum_is_the_newest_go_line_of_the_go_mod_files() -> None:
 
 
 def test_every_go_version_in_the_repository_is_the_one_minimum() -> None:
-    """Issue 32: "1.26", "1.26.7 or later" and ">= 1.26.6" all appeared. Every Go version a
+    """Tracked files once said "1.26", "1.26.7 or later" and ">= 1.26.6". Every Go version a
     tracked file states, outside go.mod files (tested above) and data, is the minimum that
     docs/testing.md states, written in full."""
     minimum = go_minimum()
@@ -137,8 +137,8 @@ def test_every_go_version_in_the_repository_is_the_one_minimum() -> None:
 
 
 def test_the_go_version_check_finds_each_form() -> None:
-    """The check itself can fail: each form issue 32 found is read as a version, a citation on
-    its list is not, and a version-like number that is not Go's is not."""
+    """The check itself can fail: each form the repository once had is read as a version, a
+    citation on its list is not, and a version-like number that is not Go's is not."""
     text = "\n".join(
         [
             "install Go 1.26 (https://go.dev/doc/install)",
@@ -242,7 +242,7 @@ def test_no_page_says_a_renewal_changes_the_api_key() -> None:
     for page in doc_pages():
         found = key_changes_on_renewal(page.read_text())
         assert not found, f"{page.name}: {found}"
-    # The check can fail: docs/operations.md's words before issue 32.
+    # The check can fail: docs/operations.md's earlier words.
     assert key_changes_on_renewal(
         "A 401 names the likely cause (the key changed, e.g. after a renewal)"
     )
@@ -282,7 +282,7 @@ def test_every_mention_of_the_seed_facts_names_a_file_that_is_there() -> None:
 
 
 def test_the_testing_page_says_when_the_engine_tests_run_and_skip() -> None:
-    """Issue 32: docs/testing.md said the renewal was measured through the real engine here, and
+    """docs/testing.md once said the renewal was measured through the real engine here, and
     also that those tests skip. They run in every CI run, with the suite's stand-ins for the two
     tools the Go module proxy refuses; each skip reason it quotes is the code's own."""
     home = _flat(section(read_doc("testing"), "CI, and when a layer skips"))

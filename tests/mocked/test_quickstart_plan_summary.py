@@ -1,5 +1,5 @@
 """`scripts/plan.py --summary`: the plan in brief that `scripts/quickstart.sh` prints without the
-Pulumi CLI (issue 32, item 4), while `--out FILE` keeps the full plan for its other callers
+Pulumi CLI, while `--out FILE` keeps the full plan for its other callers
 (.github/workflows/preview.yml diffs the full plans of two commits)."""
 
 from __future__ import annotations

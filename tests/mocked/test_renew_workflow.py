@@ -214,7 +214,7 @@ def test_the_concurrency_group_keeps_the_running_renewal_and_the_docs_say_pendin
 
 
 def test_docs_gap_table_says_when_a_renewed_node_is_warm() -> None:
-    """The compile cache is carried across nodes (issue 11): docs/renewal.md must not say a
+    """The compile cache is carried across nodes: docs/renewal.md must not say a
     fresh node always starts cold, and must say how to tell which row of the gap table applied."""
     gap = section(read_doc("renewal"), "The gap a client sees")
     assert "starts cold today" not in gap

@@ -1,4 +1,4 @@
-"""Issue 32, item 6: `scripts/test.sh` ends with the skipped tests grouped by reason, so a layer
+"""`scripts/test.sh` ends with the skipped tests grouped by reason, so a layer
 that skipped (the engine, the Kubernetes control plane) is never silent.
 
 The summary is tests/conftest.py's `pytest_terminal_summary`. To see it print, a pytest of its

@@ -1,5 +1,5 @@
 """`scripts/status.py --help` says what its argument is and what each exit status means, as the
-other scripts' help does (issue 32 item 8). The statuses are read from the script's own code,
+other scripts' help does. The statuses are read from the script's own code,
 so a new one that the help leaves out fails here."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The VM's container log to Cloud Logging, over real SSH with the fake docker (issue 24).
+"""The VM's container log to Cloud Logging, over real SSH with the fake docker.
 
 The start command runs `docker run --log-driver gcplogs ...` (components/vm/node_scripts.py
 `log_flags`); the fake docker treats the flags as dockerd does (moby daemon/logger: options

@@ -1,4 +1,4 @@
-"""Issue 18 item 5: a stack inside its renewal window is renewed with no gap, over real SSH.
+"""A stack inside its renewal window is renewed with no gap, over real SSH.
 
 The whole renewal runs on loopback (tests/support/renewal_harness.py): the provider against the TPU
 API fake, the program's own remote commands on two fake VMs over real SSH, the DNS record in a fake
@@ -156,7 +156,7 @@ def test_a_stack_renewed_into_its_next_zone_has_no_moment_without_a_server(
     assert_drained_with_no_gap(renewal, done)
 
 
-#: Issue 22 item 8: what changes in the stack's config between its first deployment (one zone,
+#: What changes in the stack's config between its first deployment (one zone,
 #: no drain) and the renewal, and whether the successor then lands in the zone added.
 CHANGES: dict[str, tuple[dict[str, Any], bool]] = {
     "drain lengthened": ({"drain_seconds": DRAIN}, False),

@@ -2,7 +2,7 @@
 
 This is the project's own picture, not GKE's manifest. GKE installs the CRD itself. Its API
 module, `github.com/googlecloudplatform/compute-class-api`, is the one source the Go module proxy
-refuses (issue 30, every form tried), so the CRD cannot come from a module like the other CRDs
+refuses (every form tried), so the CRD cannot come from a module like the other CRDs
 (tests/support/kube_crds.py). It was written here, each part read from these sources (never copied
 in):
 - [REF] GKE's reference page: https://docs.cloud.google.com/kubernetes-engine/docs/reference/

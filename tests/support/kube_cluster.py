@@ -1,4 +1,4 @@
-"""A real Kubernetes control plane on 127.0.0.1, for the GKE stack's tests (issue 30).
+"""A real Kubernetes control plane on 127.0.0.1, for the GKE stack's tests.
 
 It runs the binaries `scripts/kube/build.sh` makes from the Go module proxy: etcd, kube-apiserver
 (RBAC, its own CA and certificates, service-account tokens), kube-controller-manager (the
