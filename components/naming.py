@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import re
 
-from components.config import StackConfig
-
 PROGRAM = "tpu-vllm"
 
 
@@ -32,11 +30,6 @@ def distinct_id(stack: str) -> str:
 def label_value(text: str) -> str:
     """`text` as a Cloud Monitoring label key or value."""
     return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
-
-
-def labels(config: StackConfig) -> dict[str, str]:
-    """Labels that say who made a TPU and for which stack, for billing reports and cleanup."""
-    return stack_labels(config.stack)
 
 
 def stack_labels(stack: str) -> dict[str, str]:

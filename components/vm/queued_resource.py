@@ -1,23 +1,23 @@
 """The flex-start queued resource, as a Pulumi dynamic provider over the TPU v2alpha1 API.
 
-No Pulumi or Terraform provider can ask for flex-start (pulumi-gcp's `V2QueuedResource` lacks
-the provisioning model and run duration). This one sends the v2alpha1 body itself, waits for
-ACTIVE, fails over between zones, replaces an expired TPU on refresh, and renews one near its
-end create-first. Its module path is pickled into every state, so it holds no clients and no
-config. Why and how: docs/tpu-request.md, "Provider code and state"; docs/renewal.md.
+No Pulumi provider can ask for flex-start: pulumi-gcp 10.2's `V2QueuedResource` lacks the
+provisioning model, the run duration and the node's metadata. This one sends the v2alpha1 body
+itself, waits for ACTIVE, fails over between zones, replaces an expired TPU on refresh, and
+renews one near its end create-first. Its module path is pickled into every state, so it holds
+no clients and no config. Why and how: docs/tpu-request.md, "Provider code and state";
+docs/renewal.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi.dynamic as dyn
 
 from components import renewal
-from components.config import RenewalSettings, TpuSettings
 from components.engine_values import whole_numbers
 from components.naming import resource_id, stack_labels
 from components.vm.queued_resource_create import try_zone
@@ -35,6 +35,9 @@ from components.vm.queued_resource_spec import (
     node_ids,
 )
 from components.vm.tpu_api import ApiError, TpuApi, report
+
+if TYPE_CHECKING:  # the provider host imports this module: it takes no config package along
+    from components.config import RenewalSettings, TpuSettings
 
 
 class QueuedResourceProvider(dyn.ResourceProvider):

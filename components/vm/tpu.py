@@ -24,8 +24,9 @@ from components.vm.queued_resource import QueuedResource, QueuedResourceArgs
 SSH_PORT = 22
 # A deny from everywhere at 2 beats any allow at 2 or more (lowest number first, deny wins a tie:
 # https://cloud.google.com/firewall/docs/firewalls, "Priority"); the ranges' allow at 1 comes
-# first. Not 0: the Terraform provider has sent an explicit 0 as the default 1000
-# (hashicorp/terraform-provider-google#3696). docs/secrets-and-access.md, "Who can reach the node".
+# first. Not 0: the Terraform provider under pulumi-gcp once sent an explicit 0 as the default
+# 1000 (hashicorp/terraform-provider-google#3696, fixed by magic-modules#1817); 1 avoids it.
+# docs/secrets-and-access.md, "Who can reach the node".
 ALLOW_PRIORITY = 1
 DENY_PRIORITY = 2
 EVERYWHERE = "0.0.0.0/0"
