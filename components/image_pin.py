@@ -20,7 +20,6 @@ import pulumi.dynamic as dyn
 from components import image_ref, registry
 
 KEY = "tpu-vllm:vllm.image"
-UPGRADE_KEY = "tpu-vllm:vllm.imageUpgrade"
 ENDPOINT_KEY = "tpu-vllm:vllm.registryEndpoint"
 
 

@@ -46,12 +46,6 @@ def closest(value: Any, choices: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def did_you_mean(value: Any, choices: Iterable[str]) -> str:
-    """``did you mean `X`? `` for a near miss, else an empty string."""
-    match = closest(value, choices)
-    return f"did you mean `{match}`? " if match else ""
-
-
 def operator_line(prog: str, message: str) -> str:
     """A script's stderr line: ``prog: message``; errors and warnings made sentences."""
     if message.startswith(("error: ", "warning: ")):

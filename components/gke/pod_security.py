@@ -8,8 +8,6 @@ namespace".
 
 from __future__ import annotations
 
-from typing import Any
-
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 LEVEL = "baseline"
 #: Any numeric user: the script needs no home and writes only to its own /tmp.
@@ -32,8 +30,3 @@ READINESS_CONTAINER = {
 
 def namespace_labels() -> dict[str, str]:
     return {ENFORCE_LABEL: LEVEL}
-
-
-def with_server_context(container: dict[str, Any]) -> dict[str, Any]:
-    """The server's security context, for it or a cache container."""
-    return {**container, "securityContext": dict(SERVER_CONTAINER)}
