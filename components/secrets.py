@@ -63,11 +63,18 @@ class NodeSecrets(pulumi.ComponentResource):
     api_key_version: pulumi.Output[str]
     #: Who may read both secrets: the fetch (VM) or the pods (GKE) wait for them.
     grants: list[gcp.secretmanager.SecretIamMember]
+    #: Where the readers find them: the project, and each secret's id in it.
+    project: str
+    hf_token_secret_id: str
+    api_key_secret_id: str
 
     def __init__(
         self, name: str, args: NodeSecretsArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tpu-vllm:index:NodeSecrets", name, None, opts)
+        self.project = args.project
+        self.hf_token_secret_id = args.access.hf_token_secret
+        self.api_key_secret_id = resource_id(args.stack, "-api-key")
         child = pulumi.ResourceOptions(parent=self)
         member = pulumi.Output.from_input(args.service_account_email).apply(
             lambda email: f"serviceAccount:{email}"
@@ -75,7 +82,7 @@ class NodeSecrets(pulumi.ComponentResource):
         hf_access = gcp.secretmanager.SecretIamMember(
             f"{name}-hf-token-access",
             project=args.project,
-            secret_id=args.access.hf_token_secret,
+            secret_id=self.hf_token_secret_id,
             role=ACCESSOR_ROLE,
             member=member,
             opts=child,
@@ -85,7 +92,7 @@ class NodeSecrets(pulumi.ComponentResource):
         key_secret = gcp.secretmanager.Secret(
             f"{name}-api-key-secret",
             project=args.project,
-            secret_id=resource_id(args.stack, "-api-key"),
+            secret_id=self.api_key_secret_id,
             labels=stack_labels(args.stack),
             replication=gcp.secretmanager.SecretReplicationArgs(
                 auto=gcp.secretmanager.SecretReplicationAutoArgs()

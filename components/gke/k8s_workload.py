@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import remote_scripts
+from components.compile_cache import CompileCache
 from components.config import WorkloadSettings
 from components.gke import (
     cache_manifests,
@@ -28,8 +29,8 @@ from components.gke import (
     readiness_watch,
 )
 from components.gke import k8s_manifests as m
-from components.naming import resource_id
 from components.outputs import endpoint_urls
+from components.secrets import NodeSecrets
 
 #: Beyond the Job's own deadline, for the Job to be scheduled and its image pulled.
 AWAIT_MARGIN_SECONDS = 300
@@ -48,13 +49,12 @@ class GkeWorkloadArgs:
     #: The reserved address: its IP names the endpoint, its NAME goes on the Service.
     address: pulumi.Input[str]
     address_name: pulumi.Input[str]
-    #: `projects/P/secrets/S/versions/N` of the API key the pods mount.
-    api_key_version: pulumi.Input[str]
-    #: Resources the pods need first: secret grants, the Workload Identity binding, node pools.
+    #: The stack's secrets: where the pods find them, and the API key's version they mount.
+    secrets: NodeSecrets
+    #: What else the pods need first: the Workload Identity binding, the node pools.
     after: Sequence[pulumi.Resource] = field(default_factory=list)
-    #: The compile cache's prefix (`gs://BUCKET/xla-cache/KEY/`); "" when it is off.
-    cache_prefix: str = ""
-    cache_restore_timeout_seconds: int = 300
+    #: The compile cache's bucket and prefix; None when `cache.enabled` is off.
+    cache: CompileCache | None = None
     #: The stable DNS name (`dns.*`) pointing at `address`, else None: the endpoint names the IP.
     hostname: pulumi.Input[str] | None = None
     #: Whether managed collection can scrape the pods (a PodMonitoring is created then).
@@ -114,26 +114,22 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         extras = None
         files = m.script_files()
-        if args.cache_prefix:
+        if args.cache is not None:
             extras = cache_manifests.compile_cache_extras(
-                config, args.image, args.cache_prefix, args.cache_restore_timeout_seconds
+                config, args.image, args.cache.prefix, config.cache.restore_timeout_seconds
             )
             files.update(cache_manifests.cache_script_files())
         scripts = m.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
             f"{name}-scripts", metadata=scripts["metadata"], data=scripts["data"], opts=in_ns
         )
-        key_version = pulumi.Output.from_input(args.api_key_version).apply(
-            remote_scripts.version_of
-        )
+        key_version = args.secrets.api_key_version.apply(remote_scripts.version_of)
+        secrets = args.secrets
         api_key = m.MountedSecret(
-            remote_scripts.API_KEY_FILE,
-            config.project,
-            resource_id(config.stack, "-api-key"),
-            key_version,
+            remote_scripts.API_KEY_FILE, secrets.project, secrets.api_key_secret_id, key_version
         )
         hf_token = m.MountedSecret(
-            remote_scripts.HF_TOKEN_FILE, config.project, config.access.hf_token_secret, "latest"
+            remote_scripts.HF_TOKEN_FILE, secrets.project, secrets.hf_token_secret_id, "latest"
         )
         self.server_secrets = self._secret_provider_class(
             f"{name}-server-secrets",
@@ -153,7 +149,9 @@ class GkeWorkload(pulumi.ComponentResource):
             self.scripts,
             self.server_secrets,
             self.compute_class,
+            *args.secrets.grants,
             *args.after,
+            *([args.cache.writer] if args.cache is not None else []),
         ]
         owner = pod_owner.pods_owner(config)
         self.pods_owner = k8s.core.v1.ConfigMap(
@@ -180,7 +178,7 @@ class GkeWorkload(pulumi.ComponentResource):
             ],
         )
         revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
-        restore = args.cache_restore_timeout_seconds if args.cache_prefix else 0
+        restore = config.cache.restore_timeout_seconds if args.cache is not None else 0
         job = readiness_manifests.readiness_job(
             config, revision, m.scripts_config_map_name(m.scripts_digest(files)), restore
         )

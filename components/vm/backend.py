@@ -49,7 +49,7 @@ def build_vm(
         "secrets",
         NodeSecretsArgs.of(config, tpu.service_account_email),
     )
-    fetch = fetch_secrets(secrets, config, connection)
+    fetch = fetch_secrets(secrets, connection)
     cache = (
         CompileCache(
             "compile-cache",

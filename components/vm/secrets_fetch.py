@@ -11,8 +11,6 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_command as command
 
-from components.config import StackConfig
-from components.naming import resource_id
 from components.remote_scripts import API_KEY_FILE, HEADER, HF_TOKEN_FILE, version_of
 from components.secrets import NodeSecrets
 from components.vm.node_command import node_command
@@ -42,17 +40,17 @@ def fetch_secrets_script(files: Sequence[SecretFile]) -> str:
 
 
 def fetch_secrets(
-    secrets: NodeSecrets, config: StackConfig, connection: command.remote.ConnectionArgs
+    secrets: NodeSecrets, connection: command.remote.ConnectionArgs
 ) -> command.remote.Command:
-    hf_secret = SecretFile(HF_TOKEN_FILE, config.project, config.access.hf_token_secret)
+    hf_secret = SecretFile(HF_TOKEN_FILE, secrets.project, secrets.hf_token_secret_id)
     script = secrets.api_key_version.apply(
         lambda version: fetch_secrets_script(
             [
                 hf_secret,
                 SecretFile(
                     API_KEY_FILE,
-                    config.project,
-                    resource_id(config.stack, "-api-key"),
+                    secrets.project,
+                    secrets.api_key_secret_id,
                     # The version number puts a rotated key into the script's text, so Pulumi
                     # re-runs the fetch (and restarts the server) when it changes.
                     version_of(version),
