@@ -18,7 +18,6 @@ from components.outputs import BackendOutputs, endpoint_urls, text_or_empty
 from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.vllm_metrics import queries_for
-from components.vm.host_key import NodeHostKey, NodeHostKeyArgs
 from components.vm.queued_resource_spec import node_ids
 from components.vm.secrets_fetch import fetch_secrets
 from components.vm.ssh import SshIdentity, ssh_command
@@ -35,16 +34,7 @@ def build_vm(
     ssh = SshIdentity("ssh")
     metadata = ssh.metadata(publish_host_key=not config.access.allow_unverified_host_key)
     tpu = FlexStartTpu("tpu", FlexStartTpuArgs.of(config, image, metadata))
-    host_key = NodeHostKey(
-        "node-host-key",
-        NodeHostKeyArgs(
-            node_name=tpu.node,
-            node_create_time=tpu.created_at,
-            allow_unverified=config.access.allow_unverified_host_key,
-        ),
-        pulumi.ResourceOptions(parent=tpu),
-    )
-    connection = ssh.connection(tpu.external_ip, host_key.host_key)
+    connection = ssh.connection(tpu.external_ip, tpu.host_key)
     secrets = NodeSecrets(
         "secrets",
         NodeSecretsArgs.of(config, tpu.service_account_email),
@@ -128,7 +118,7 @@ def build_vm(
         renew_command=renew_command(config.stack),
         ssh_command=ssh_command(config.stack, tpu.external_ip),
         ssh_private_key=ssh.private_key_openssh,
-        ssh_host_key=host_key.host_key,
+        ssh_host_key=tpu.host_key,
         hbm=server.hbm,
         startup_seconds=server.startup_seconds,
         first_answer_seconds=server.first_answer_seconds,

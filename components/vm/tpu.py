@@ -18,6 +18,7 @@ from components.config import (
 )
 from components.monitoring import uptime_source_ranges
 from components.naming import resource_id
+from components.vm.host_key import NodeHostKey, NodeHostKeyArgs
 from components.vm.org_policy import OrgPolicyGate, OrgPolicyGateArgs
 from components.vm.queued_resource import QueuedResource, QueuedResourceArgs
 
@@ -105,7 +106,7 @@ class FlexStartTpu(pulumi.ComponentResource):
     external_ip: pulumi.Output[str | None]
     internal_ip: pulumi.Output[str | None]
     expires_at: pulumi.Output[str | None]
-    created_at: pulumi.Output[str | None]
+    host_key: pulumi.Output[str | None]
     service_account_email: pulumi.Output[str]
 
     def __init__(
@@ -124,23 +125,32 @@ class FlexStartTpu(pulumi.ComponentResource):
         )
         self.service_account = self._create_service_account(name, args)
         self.service_account_email = self.service_account.email
-        self.queued_resource_resource = QueuedResource(
+        qr = QueuedResource(
             f"{name}-qr",
             queued_resource_args(
                 args, service_account_email=self.service_account.email, network_tag=self.network_tag
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[self.org_policy_gate]),
         )
+        # The node's published SSH host key, which every command's connection pins. Not named
+        # `{name}-...`: existing stacks' URNs have it as `node-host-key`.
+        self.host_key = NodeHostKey(
+            "node-host-key",
+            NodeHostKeyArgs(
+                node_name=qr.node_name,
+                node_create_time=qr.create_time,
+                allow_unverified=args.access.allow_unverified_host_key,
+            ),
+            pulumi.ResourceOptions(parent=self),
+        ).host_key
         self._create_firewalls(name, args)
         self.telemetry_grants = self._grant_telemetry(name, args)
-        qr = self.queued_resource_resource
         self.zone = qr.zone
         self.queued_resource = qr.qr_name
         self.node = qr.node_name
         self.external_ip = qr.external_ip
         self.internal_ip = qr.internal_ip
         self.expires_at = qr.termination_time
-        self.created_at = qr.create_time
         self.register_outputs(
             {
                 "zone": self.zone,
