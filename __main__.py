@@ -9,7 +9,7 @@ from components.compile_cache import compile_cache_output
 from components.config import load_stack_config
 from components.dns import require_managed_zone
 from components.gke.backend import build_gke
-from components.gke.cluster import preflight
+from components.gke.preflight import preflight
 from components.image_pin import ImagePin, ImagePinArgs, hold_everything_for
 from components.outputs import object_or_empty, text_or_empty
 from components.secrets import require_hf_token_secret

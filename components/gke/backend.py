@@ -14,8 +14,9 @@ from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, EndpointNameArgs, ManagedZone
 from components.gke import k8s_manifests
-from components.gke.cluster import ClusterCheck, GkeTpuCluster, GkeTpuClusterArgs
+from components.gke.cluster import GkeTpuCluster, GkeTpuClusterArgs
 from components.gke.k8s_workload import GkeWorkload, GkeWorkloadArgs
+from components.gke.preflight import Preflight
 from components.monitoring import StackMonitoring, StackMonitoringArgs, uptime_source_ranges
 from components.outputs import BackendOutputs
 from components.renewal import gke_recycle_notice
@@ -27,9 +28,9 @@ def build_gke(
     config: StackConfig,
     managed_zone: ManagedZone | None,
     image: pulumi.Input[str],
-    checked: ClusterCheck,
+    checked: Preflight,
 ) -> BackendOutputs:
-    """`image` is the pinned `NAME@sha256:...`; `checked` is `cluster.preflight`'s answer."""
+    """`image` is the pinned `NAME@sha256:...`; `checked` is `preflight.preflight`'s answer."""
     cluster = GkeTpuCluster("gke", GkeTpuClusterArgs.of(config, checked))
     # The reserved address never changes, so the record is written once and stays right.
     name = (

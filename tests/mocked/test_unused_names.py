@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -40,10 +39,10 @@ def unused(sources: dict[str, str], under: str) -> list[str]:
 
 
 def project_sources() -> dict[str, str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
-    return {path: (ROOT / path).read_text() for path in listed if (ROOT / path).exists()}
+    paths = [ROOT / "__main__.py"]
+    for folder in ("components", "scripts", "tests", "benchmarks"):
+        paths += (ROOT / folder).rglob("*.py")
+    return {str(p.relative_to(ROOT)): p.read_text() for p in paths}
 
 
 def test_every_public_name_of_components_is_used() -> None:
