@@ -17,7 +17,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components import monitoring_bodies as bodies
-from components.config import MonitoringSettings
+from components.config import Backend, MonitoringSettings
 from components.vllm_metrics import Queries
 
 
@@ -61,7 +61,7 @@ class StackMonitoringArgs:
     stack: str
     monitoring: MonitoringSettings
     port: int
-    backend: str
+    backend: Backend
     queries: Queries
     #: What the uptime check asks: the endpoint's host (IP or DNS name).
     host: pulumi.Input[str]

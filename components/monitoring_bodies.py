@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components import vllm_metrics as vm
+from components import vllm_metrics
+from components.config import Backend
 from components.naming import label_value
 from components.vllm_metrics import Queries
 
@@ -34,7 +35,7 @@ UPTIME_TIMEOUT = "10s"
 @dataclass(frozen=True)
 class Watch:
     stack: str
-    backend: str  # "vm" | "gke"
+    backend: Backend
     queries: Queries
     #: The stack's GKE namespace (TPU metrics per container); None on the VM backend.
     namespace: str | None = None
@@ -59,7 +60,10 @@ def _chart(title: str, series: Sequence[tuple[str, str]], unit: str = "") -> dic
 def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
     if watch.backend == "gke":
         where = f'monitored_resource="k8s_container",namespace_name="{watch.namespace}"'
-        duty, hbm = f"{vm.GKE_DUTY_CYCLE}{{{where}}}", f"{vm.GKE_HBM_USED}{{{where}}}"
+        duty, hbm = (
+            f"{vllm_metrics.GKE_DUTY_CYCLE}{{{where}}}",
+            f"{vllm_metrics.GKE_HBM_USED}{{{where}}}",
+        )
         scope = "this stack's pods"
     else:
         # Cloud TPU's metrics are on the `tpu_worker` resource; its `node_id` label picks this
@@ -67,8 +71,8 @@ def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
         if not watch.tpu_nodes or not all(re.fullmatch(r"[a-z0-9-]+", n) for n in watch.tpu_nodes):
             raise ValueError(f"TPU node ids [a-z0-9-]+ are needed, got {watch.tpu_nodes!r}")
         where = f'monitored_resource="tpu_worker",node_id=~"{"|".join(watch.tpu_nodes)}"'
-        duty = f"{vm.TPU_VM_DUTY_CYCLE}{{{where}}}"
-        hbm = f"{vm.TPU_VM_HBM_USED}{{{where}}}"
+        duty = f"{vllm_metrics.TPU_VM_DUTY_CYCLE}{{{where}}}"
+        hbm = f"{vllm_metrics.TPU_VM_HBM_USED}{{{where}}}"
         scope = "this stack's TPU VM"
     return [
         _chart(f"TPU duty cycle ({scope})", [("max", f"max({duty})")], "%"),
@@ -79,7 +83,8 @@ def _tpu_charts(watch: Watch) -> list[dict[str, Any]]:
 def uptime_selector(check_id: str) -> str:
     """`check_passed` of this check, on `uptime_url` (the metric is written for several
     resource types, so the query names one)."""
-    return f'{vm.UPTIME_CHECK_PASSED}{{monitored_resource="uptime_url",check_id="{check_id}"}}'
+    where = f'monitored_resource="uptime_url",check_id="{check_id}"'
+    return f"{vllm_metrics.UPTIME_CHECK_PASSED}{{{where}}}"
 
 
 def uptime_passed_query(check_id: str) -> str:
@@ -106,7 +111,7 @@ def _text(watch: Watch) -> dict[str, Any]:
     )
     content = (
         f"**tpu-vllm `{watch.stack}`** ({watch.backend}): vLLM `/metrics`, "
-        f'`job="{vm.job_name(watch.stack)}"`. {uptime} Log: output `logs_command`.'
+        f'`job="{vllm_metrics.job_name(watch.stack)}"`. {uptime} Log: output `logs_command`.'
     )
     return {"title": "About this dashboard", "text": {"content": content, "format": "MARKDOWN"}}
 
@@ -122,17 +127,18 @@ def dashboard_widgets(watch: Watch) -> list[dict[str, Any]]:
         _text(watch),
         _uptime_chart(watch),
         _chart("Requests running and waiting",
-               [("running", q.gauge_sum(vm.RUNNING)), ("waiting", q.gauge_sum(vm.WAITING))]),
+               [("running", q.gauge_sum(vllm_metrics.RUNNING)),
+                ("waiting", q.gauge_sum(vllm_metrics.WAITING))]),
         _chart("Tokens per second",
-               [("prompt", q.rate_sum(vm.PROMPT_TOKENS)),
-                ("generation", q.rate_sum(vm.GENERATION_TOKENS))]),
-        _chart("Time to first token", quantiles(vm.TTFT), "s"),
-        _chart("Inter-token latency", quantiles(vm.INTER_TOKEN_LATENCY), "s"),
-        _chart("End-to-end request latency", quantiles(vm.E2E_LATENCY), "s"),
+               [("prompt", q.rate_sum(vllm_metrics.PROMPT_TOKENS)),
+                ("generation", q.rate_sum(vllm_metrics.GENERATION_TOKENS))]),
+        _chart("Time to first token", quantiles(vllm_metrics.TTFT), "s"),
+        _chart("Inter-token latency", quantiles(vllm_metrics.INTER_TOKEN_LATENCY), "s"),
+        _chart("End-to-end request latency", quantiles(vllm_metrics.E2E_LATENCY), "s"),
         _chart("KV-cache usage", [("max", f"100 * {q.kv_cache_max()}")], "%"),
-        _chart("Preemptions per second", [("preemptions", q.rate_sum(vm.PREEMPTIONS))]),
+        _chart("Preemptions per second", [("preemptions", q.rate_sum(vllm_metrics.PREEMPTIONS))]),
         _chart("Request outcomes per second",
-               [("", q.rate_sum(vm.REQUEST_SUCCESS, by="finished_reason"))]),
+               [("", q.rate_sum(vllm_metrics.REQUEST_SUCCESS, by="finished_reason"))]),
         *_tpu_charts(watch),
     ]  # fmt: skip
 
@@ -241,7 +247,7 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
         down = f"max(max_over_time({passed}[5m])) < 1"
         down_doc = "No uptime-check location got a 2xx from `/health` for 5 minutes."
     else:
-        down = f"absent_over_time({q.series(vm.RUNNING)}[{q.alert_window}])"
+        down = f"absent_over_time({q.series(vllm_metrics.RUNNING)}[{q.alert_window}])"
         down_doc = f"No vLLM server of the stack reported metrics for {_spoken(q.alert_window)}."
     fix = "See `logs_command` and `.venv/bin/python -m scripts.status STACK`.".replace(
         "STACK", watch.stack
@@ -261,8 +267,8 @@ def alert_policies(watch: Watch, channels: Sequence[str]) -> dict[str, dict[str,
         "waiting-growing": _Alert(
             "waiting requests growing",
             # delta() of the gauge rather than a subquery: plain range selectors only.
-            f"{q.gauge_sum(vm.WAITING)} > 0 "
-            f"and sum(delta({q.series(vm.WAITING)}[{q.alert_window}])) > 0",
+            f"{q.gauge_sum(vllm_metrics.WAITING)} > 0 "
+            f"and sum(delta({q.series(vllm_metrics.WAITING)}[{q.alert_window}])) > 0",
             WAITING_ALERT_DURATION,
             f"Requests waiting and their number rising over {_spoken(q.alert_window)}: the "
             f"servers cannot keep up. {fix}",

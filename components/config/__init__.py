@@ -5,6 +5,7 @@ the flow and its imports: docs/architecture.md, "components/config/".
 """
 
 from components.config.access import AccessSettings
+from components.config.backend import Backend
 from components.config.dns import DnsSettings
 from components.config.gke import GkeSettings
 from components.config.keys import KEYS, NAMESPACE
@@ -37,6 +38,7 @@ __all__ = [
     "RENEWAL_PROVISIONING_SECONDS",
     "VLLM_DEFAULT_PORT",
     "AccessSettings",
+    "Backend",
     "ConfigError",
     "DnsSettings",
     "GkeSettings",

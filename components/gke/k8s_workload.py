@@ -22,13 +22,13 @@ from components.gke import (
     cache_manifests,
     compute_class,
     crd_wait,
+    k8s_manifests,
     monitoring_manifests,
     pod_admission,
     pod_owner,
     readiness_manifests,
     readiness_watch,
 )
-from components.gke import k8s_manifests as m
 from components.outputs import endpoint_urls
 from components.secrets import NodeSecrets
 
@@ -81,7 +81,7 @@ class GkeWorkload(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         base = pulumi.ResourceOptions(parent=self, provider=self.provider)
-        node_class = compute_class.compute_class(config, m.labels(config))
+        node_class = compute_class.compute_class(config, k8s_manifests.labels(config))
         # The CRDs of the class and of the secret mounts may come long after a new cluster
         # (components/gke/crd_wait.py): both kinds wait until the cluster serves them. Every
         # object waits too, the namespace first: a served ComputeClass schema that would prune
@@ -92,7 +92,7 @@ class GkeWorkload(pulumi.ComponentResource):
         after_crds = pulumi.ResourceOptions.merge(
             base, pulumi.ResourceOptions(depends_on=[self.crds])
         )
-        ns_manifest = m.namespace(config)
+        ns_manifest = k8s_manifests.namespace(config)
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata=ns_manifest["metadata"], opts=after_crds
         )
@@ -108,37 +108,39 @@ class GkeWorkload(pulumi.ComponentResource):
             spec=node_class["spec"],
             opts=after_crds,
         )
-        ksa = m.service_account(config, args.service_account_email)
+        ksa = k8s_manifests.service_account(config, args.service_account_email)
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa", metadata=ksa["metadata"], opts=in_ns
         )
         extras = None
-        files = m.script_files()
+        files = k8s_manifests.script_files()
         if args.cache is not None:
             extras = cache_manifests.compile_cache_extras(
                 config, args.image, args.cache.prefix, config.cache.restore_timeout_seconds
             )
             files.update(cache_manifests.cache_script_files())
-        scripts = m.scripts_config_map(config, files)
+        scripts = k8s_manifests.scripts_config_map(config, files)
         self.scripts = k8s.core.v1.ConfigMap(
             f"{name}-scripts", metadata=scripts["metadata"], data=scripts["data"], opts=in_ns
         )
         key_version = args.secrets.api_key_version.apply(remote_scripts.version_of)
         secrets = args.secrets
-        api_key = m.MountedSecret(
+        api_key = k8s_manifests.MountedSecret(
             remote_scripts.API_KEY_FILE, secrets.project, secrets.api_key_secret_id, key_version
         )
-        hf_token = m.MountedSecret(
+        hf_token = k8s_manifests.MountedSecret(
             remote_scripts.HF_TOKEN_FILE, secrets.project, secrets.hf_token_secret_id, "latest"
         )
         self.server_secrets = self._secret_provider_class(
             f"{name}-server-secrets",
-            m.secret_provider_class(config, m.SERVER_SECRETS, [hf_token, api_key]),
+            k8s_manifests.secret_provider_class(
+                config, k8s_manifests.SERVER_SECRETS, [hf_token, api_key]
+            ),
             pulumi.ResourceOptions.merge(in_ns, after_crds),
         )
         self.probe_secrets = self._secret_provider_class(
             f"{name}-probe-secrets",
-            m.secret_provider_class(config, m.PROBE_SECRETS, [api_key]),
+            k8s_manifests.secret_provider_class(config, k8s_manifests.PROBE_SECRETS, [api_key]),
             pulumi.ResourceOptions.merge(in_ns, after_crds),
         )
         # What the pods use, which `pulumi destroy` must delete only once they are gone: the
@@ -165,11 +167,11 @@ class GkeWorkload(pulumi.ComponentResource):
                 ),
             ),
         )
-        deployment = m.deployment(
+        deployment = k8s_manifests.deployment(
             config,
             image=args.image,
             api_key_version=key_version,
-            files_digest=m.scripts_digest(files),
+            files_digest=k8s_manifests.scripts_digest(files),
             extras=extras,
             owner_references=[
                 pod_owner.owner_reference(
@@ -177,10 +179,15 @@ class GkeWorkload(pulumi.ComponentResource):
                 )
             ],
         )
-        revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(m.digest)
+        revision = pulumi.Output.from_input(deployment["spec"]["template"]).apply(
+            k8s_manifests.digest
+        )
         restore = config.cache.restore_timeout_seconds if args.cache is not None else 0
         job = readiness_manifests.readiness_job(
-            config, revision, m.scripts_config_map_name(m.scripts_digest(files)), restore
+            config,
+            revision,
+            k8s_manifests.scripts_config_map_name(k8s_manifests.scripts_digest(files)),
+            restore,
         )
         # Would the cluster admit these pods? Asked before either changes, so a namespace that
         # enforces more than the pods meet stops the run with nothing changed.
@@ -188,7 +195,7 @@ class GkeWorkload(pulumi.ComponentResource):
             f"{name}-pod-admission",
             pod_admission.PodAdmissionArgs(
                 kubeconfig=args.kubeconfig,
-                namespace=m.namespace_name(config.stack),
+                namespace=k8s_manifests.namespace_name(config.stack),
                 pods=[
                     pod_admission.pod_of("server", deployment["spec"]["template"]),
                     pod_admission.pod_of("readiness", job["spec"]["template"]),
@@ -207,7 +214,7 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         # Not awaited (`pulumi.com/skipAwait`, see `k8s_manifests.service`): GKE programs the
         # load balancer while the first TPU node is found and the server starts.
-        service = m.service(config, args.address_name)
+        service = k8s_manifests.service(config, args.address_name)
         service["spec"]["loadBalancerSourceRanges"] += args.extra_source_ranges
         self.service = k8s.core.v1.Service(
             f"{name}-service",
@@ -223,7 +230,7 @@ class GkeWorkload(pulumi.ComponentResource):
                 ),
             ),
         )
-        budget = m.pod_disruption_budget(config)
+        budget = k8s_manifests.pod_disruption_budget(config)
         k8s.policy.v1.PodDisruptionBudget(
             f"{name}-disruption-budget",
             metadata=budget["metadata"],
@@ -267,7 +274,7 @@ class GkeWorkload(pulumi.ComponentResource):
             f"{name}-ready-watch",
             readiness_watch.ReadinessWatchArgs(
                 kubeconfig=args.kubeconfig,
-                namespace=m.namespace_name(config.stack),
+                namespace=k8s_manifests.namespace_name(config.stack),
                 job=readiness_manifests.READINESS_JOB,
                 revision=revision,
                 timeout_seconds=readiness_manifests.job_seconds(config, restore)
@@ -313,7 +320,10 @@ class GkeWorkload(pulumi.ComponentResource):
                 cluster=cluster,
                 crds=[
                     (crd_wait.COMPUTE_CLASS_CRD, compute_class.API_VERSION.rsplit("/", 1)[1]),
-                    (crd_wait.SECRET_PROVIDER_CLASS_CRD, m.SPC_API_VERSION.rsplit("/", 1)[1]),
+                    (
+                        crd_wait.SECRET_PROVIDER_CLASS_CRD,
+                        k8s_manifests.SPC_API_VERSION.rsplit("/", 1)[1],
+                    ),
                     *monitored,
                 ],
                 compute_class_spec=spec,

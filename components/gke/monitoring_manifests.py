@@ -11,7 +11,7 @@ from typing import Any
 
 from components import vllm_metrics
 from components.config import WorkloadSections
-from components.gke import k8s_manifests as m
+from components.gke import k8s_manifests
 
 API_VERSION = "monitoring.googleapis.com/v1"
 KIND = "PodMonitoring"
@@ -23,11 +23,11 @@ def pod_monitoring(config: WorkloadSections) -> dict[str, Any]:
         "kind": KIND,
         "metadata": {
             "name": vllm_metrics.job_name(config.stack),
-            "namespace": m.namespace_name(config.stack),
-            "labels": m.labels(config),
+            "namespace": k8s_manifests.namespace_name(config.stack),
+            "labels": k8s_manifests.labels(config),
         },
         "spec": {
-            "selector": {"matchLabels": m.selector(config)},
+            "selector": {"matchLabels": k8s_manifests.selector(config)},
             "endpoints": [
                 {
                     "port": "http",  # the server's named port
