@@ -18,3 +18,8 @@ def whole_numbers(value: Any) -> Any:
     if isinstance(value, Sequence):
         return [whole_numbers(v) for v in value]
     return value
+
+
+def without_provider(props: Mapping[str, Any]) -> dict[str, Any]:
+    """`props` less the `__provider` pickle the engine adds: what a provider returns as outputs."""
+    return {k: v for k, v in props.items() if k != "__provider"}

@@ -18,6 +18,7 @@ import pulumi
 import pulumi.dynamic as dyn
 
 from components import image_ref, registry
+from components.engine_values import without_provider
 
 KEY = "tpu-vllm:vllm.image"
 ENDPOINT_KEY = "tpu-vllm:vllm.registryEndpoint"
@@ -81,7 +82,7 @@ class ImagePinProvider(dyn.ResourceProvider):
         return dyn.CheckResult({**news, "digest": digest, "image": ref.pinned(digest)}, [])
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        outs = _outs(props)
+        outs = without_provider(props)
         return dyn.CreateResult(id_=str(outs["image"]), outs=outs)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
@@ -89,14 +90,10 @@ class ImagePinProvider(dyn.ResourceProvider):
         return dyn.DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        return dyn.UpdateResult(outs=_outs(news))
+        return dyn.UpdateResult(outs=without_provider(news))
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
         return dyn.ReadResult(id_=id_, outs=props)
-
-
-def _outs(props: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in props.items() if k != "__provider"}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import pulumi.dynamic as dyn
 
+from components.engine_values import without_provider
+
 
 class ClusterCheckProvider(dyn.ResourceProvider):
     """Runs `run(inputs)` at create and update; `watched` names the inputs it reads."""
@@ -23,12 +25,12 @@ class ClusterCheckProvider(dyn.ResourceProvider):
         raise NotImplementedError
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        outs = {k: v for k, v in props.items() if k != "__provider"}
+        outs = without_provider(props)
         return dyn.CreateResult(id_=self.resource_id(props), outs={**outs, **self.run(props)})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         return dyn.DiffResult(changes=any(olds.get(k) != news.get(k) for k in self.watched))
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        outs = {k: v for k, v in news.items() if k != "__provider"}
+        outs = without_provider(news)
         return dyn.UpdateResult(outs={**outs, **self.run(news)})

@@ -13,7 +13,7 @@ from components import log_links
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, EndpointNameArgs, ManagedZone
-from components.monitoring import StackMonitoring, StackMonitoringArgs
+from components.monitoring import StackMonitoring, StackMonitoringArgs, uptime_source_ranges
 from components.outputs import BackendOutputs, endpoint_urls, text_or_empty
 from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
@@ -33,7 +33,8 @@ def build_vm(
     `image` is the pinned `NAME@sha256:...` (components/image_pin.py) the node serves."""
     ssh = SshIdentity("ssh")
     metadata = ssh.metadata(publish_host_key=not config.access.allow_unverified_host_key)
-    tpu = FlexStartTpu("tpu", FlexStartTpuArgs.of(config, image, metadata))
+    uptime_ranges = uptime_source_ranges() if config.monitoring.uptime_check else []
+    tpu = FlexStartTpu("tpu", FlexStartTpuArgs.of(config, image, metadata, uptime_ranges))
     connection = ssh.connection(tpu.external_ip, tpu.host_key)
     secrets = NodeSecrets(
         "secrets",

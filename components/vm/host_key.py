@@ -15,6 +15,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 
+from components.engine_values import without_provider
 from components.vm import org_policy
 from components.vm.tpu_api import ApiError, TpuApi, poll_delays, report
 
@@ -77,7 +78,7 @@ def _no_host_key_reason(node: str, timeout: float, refused: ApiError | None) -> 
 class NodeHostKeyProvider(dyn.ResourceProvider):
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         node = str(props["node_name"])
-        outs = {k: v for k, v in props.items() if k != "__provider"}
+        outs = without_provider(props)
         if props.get("allow_unverified"):
             # No `enable-guest-attributes` then: polling would only bill TPU time to the bound.
             report(

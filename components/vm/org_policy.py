@@ -23,6 +23,7 @@ import pulumi.dynamic as dyn
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
+from components.engine_values import without_provider
 from components.vm.google_credentials import google_credentials
 from components.vm.tpu_api import report
 
@@ -260,7 +261,7 @@ class OrgPolicyGateProvider(dyn.ResourceProvider):
         return dyn.CheckResult(news, [])
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        outs = {k: v for k, v in props.items() if k != "__provider"}
+        outs = without_provider(props)
         return dyn.CreateResult(id_=f"{props['project']}/org-policy-gate", outs=outs)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
@@ -268,7 +269,7 @@ class OrgPolicyGateProvider(dyn.ResourceProvider):
         return dyn.DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        return dyn.UpdateResult(outs={k: v for k, v in news.items() if k != "__provider"})
+        return dyn.UpdateResult(outs=without_provider(news))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ import pulumi
 import pulumi.dynamic as dyn
 
 from components import renewal
-from components.engine_values import whole_numbers
+from components.engine_values import whole_numbers, without_provider
 from components.naming import resource_id, stack_labels
 from components.vm.queued_resource_create import try_zone
 from components.vm.queued_resource_delete import delete_and_wait, drain_if_succeeded
@@ -180,7 +180,7 @@ def _api(timing: Timing) -> TpuApi:
 
 
 def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in props.items() if k != "__provider" and k not in OUTPUT_KEYS}
+    return {k: v for k, v in without_provider(props).items() if k not in OUTPUT_KEYS}
 
 
 def _window_text(termination_time: str | None, lead: Any, drain: Any) -> str:

@@ -16,7 +16,6 @@ from components.config import (
     StackConfig,
     TpuSettings,
 )
-from components.monitoring import uptime_source_ranges
 from components.naming import resource_id
 from components.vm.host_key import NodeHostKey, NodeHostKeyArgs
 from components.vm.org_policy import OrgPolicyGate, OrgPolicyGateArgs
@@ -76,6 +75,8 @@ class FlexStartTpuArgs:
     #: Node metadata (SSH public key, guest attributes). Never secrets: metadata is readable
     #: from the VM and by anyone with compute.instances.get.
     metadata: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    #: Google's uptime checkers' addresses (`monitoring.uptimeCheck`), let in to `/health`.
+    uptime_ranges: Sequence[str] = ()
 
     @classmethod
     def of(
@@ -83,6 +84,7 @@ class FlexStartTpuArgs:
         config: StackConfig,
         image: pulumi.Input[str],
         metadata: Mapping[str, pulumi.Input[str]] | None = None,
+        uptime_ranges: Sequence[str] = (),
     ) -> FlexStartTpuArgs:
         return cls(
             project=config.project,
@@ -94,6 +96,7 @@ class FlexStartTpuArgs:
             port=config.vllm.port,
             image=image,
             metadata=dict(metadata or {}),
+            uptime_ranges=tuple(uptime_ranges),
         )
 
 
@@ -208,7 +211,7 @@ class FlexStartTpu(pulumi.ComponentResource):
         if args.monitoring.uptime_check:
             # Google's uptime checkers, to `/health`; what else they reach without the API key:
             # docs/operations.md "Watch it serve".
-            rules.insert(1, ("uptime-check", args.port, uptime_source_ranges()))
+            rules.insert(1, ("uptime-check", args.port, args.uptime_ranges))
         firewalls = []
         for what, port, cidrs in rules:
             firewalls.append(self._allow(name, args, what, port, cidrs))
