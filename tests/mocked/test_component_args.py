@@ -26,13 +26,17 @@ from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import (
     AccessSettings,
     DnsSettings,
+    GkeSettings,
+    ModelSettings,
     MonitoringSettings,
     RenewalSettings,
     StackConfig,
     TpuSettings,
 )
 from components.dns import EndpointName, EndpointNameArgs, ManagedZone
+from components.gke.cluster import GkeTpuCluster, GkeTpuClusterArgs
 from components.gke.k8s_workload import GkeWorkloadArgs
+from components.gke.preflight import Preflight
 from components.monitoring import StackMonitoring, StackMonitoringArgs
 from components.secrets import NodeSecrets, NodeSecretsArgs
 from components.vllm_metrics import queries_for
@@ -283,3 +287,44 @@ def test_stack_monitoring_alone() -> None:
     assert check.inputs["monitoredResource"]["labels"]["host"] == "203.0.113.7"
     assert check.inputs["httpCheck"]["port"] == 8000
     assert "my-project" in run.outputs["dashboard_url"]
+
+
+def test_gke_tpu_cluster_alone() -> None:
+    """A created cluster from its sections alone: no vLLM flags, no cache, no DNS."""
+
+    def program() -> None:
+        cluster = GkeTpuCluster(
+            "gke",
+            GkeTpuClusterArgs(
+                project="my-project",
+                stack="v6e4-gke",
+                gke=GkeSettings(
+                    replicas=2,
+                    existing_cluster="",
+                    cluster_project="my-project",
+                    location="us-east5-b",
+                    region="us-east5",
+                ),
+                access=ACCESS,
+                model=ModelSettings(id="google/gemma-4-31B-it", weights_gib=58.0),
+                tpu=TpuSettings(
+                    chip=catalog.CHIPS["v6e-4"],
+                    zones=("us-east5-b",),
+                    provisioning="flex-start",
+                    max_run_seconds=14400,
+                    runtime_version="v2-alpha-tpuv6e",
+                    capacity_wait_seconds=3600,
+                ),
+                monitoring=MonitoringSettings(),
+                checked=Preflight(found=None, managed_collection=True),
+            ),
+        )
+        pulumi.export("cluster", cluster.cluster)
+
+    run = alone(program)
+    [created] = [r for r in run.resources if r.type == "gcp:container/cluster:Cluster"]
+    assert (created.inputs["project"], created.inputs["location"]) == ("my-project", "us-east5-b")
+    assert created.inputs["network"] == ACCESS.network
+    assert "gemma-4-31B-it" in created.inputs["description"]
+    [address] = [r for r in run.resources if r.type == "gcp:compute/address:Address"]
+    assert address.inputs["region"] == "us-east5"
