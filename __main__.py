@@ -11,6 +11,7 @@ from components.dns import require_managed_zone
 from components.gke.backend import build_gke
 from components.gke.preflight import preflight
 from components.image_pin import ImagePin, ImagePinArgs, hold_everything_for
+from components.monitoring import uptime_source_ranges
 from components.outputs import object_or_empty, text_or_empty
 from components.secrets import require_hf_token_secret
 from components.vm.backend import build_vm
@@ -22,6 +23,7 @@ for warning in config.warnings:
 require_hf_token_secret(config)
 managed_zone = require_managed_zone(config)
 checked = preflight(config) if config.backend == "gke" else None
+uptime_ranges = uptime_source_ranges() if config.monitoring.uptime_check else []
 # Registered first, and everything waits for it: a failed image lookup creates nothing.
 pin = ImagePin(
     "vllm-image",
@@ -34,9 +36,9 @@ pin = ImagePin(
 hold_everything_for(pin)
 
 backend = (
-    build_gke(config, managed_zone, pin.image, checked)
+    build_gke(config, managed_zone, pin.image, checked, uptime_ranges)
     if checked is not None
-    else build_vm(config, managed_zone, pin.image)
+    else build_vm(config, managed_zone, pin.image, uptime_ranges)
 )
 
 # The output contract other stacks read (docs/outputs.md): never rename silently, never None.

@@ -7,6 +7,8 @@ Why and what is shared with the VM path: docs/gke.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 
 from components import compile_cache, log_links
@@ -17,7 +19,7 @@ from components.gke import k8s_manifests
 from components.gke.cluster import GkeTpuCluster, GkeTpuClusterArgs
 from components.gke.k8s_workload import GkeWorkload, GkeWorkloadArgs
 from components.gke.preflight import Preflight
-from components.monitoring import StackMonitoring, StackMonitoringArgs, uptime_source_ranges
+from components.monitoring import StackMonitoring, StackMonitoringArgs
 from components.outputs import BackendOutputs
 from components.renewal import gke_recycle_notice
 from components.secrets import NodeSecrets, NodeSecretsArgs
@@ -29,8 +31,10 @@ def build_gke(
     managed_zone: ManagedZone | None,
     image: pulumi.Input[str],
     checked: Preflight,
+    uptime_ranges: Sequence[str],
 ) -> BackendOutputs:
-    """`image` is the pinned `NAME@sha256:...`; `checked` is `preflight.preflight`'s answer."""
+    """`image` is the pinned `NAME@sha256:...`; `checked` is `preflight.preflight`'s answer;
+    `uptime_ranges` Google's uptime checkers' addresses (`monitoring.uptimeCheck`), else empty."""
     cluster = GkeTpuCluster("gke", GkeTpuClusterArgs.of(config, checked))
     # The reserved address never changes, so the record is written once and stays right.
     name = (
@@ -70,7 +74,7 @@ def build_gke(
             cache=cache,
             hostname=name.hostname if name is not None else None,
             managed_collection=cluster.managed_collection,
-            extra_source_ranges=uptime_source_ranges() if config.monitoring.uptime_check else [],
+            extra_source_ranges=list(uptime_ranges),
         ),
     )
     namespace = k8s_manifests.namespace_name(config.stack)

@@ -10,7 +10,6 @@ created. Why, the version floors and why not queued provisioning: docs/gke.md "P
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_gcp as gcp
@@ -24,13 +23,10 @@ from components.config import (
     TpuSettings,
 )
 from components.gke import k8s_manifests
+from components.gke.preflight import RELEASE_CHANNEL, Preflight, cluster_path
 from components.naming import resource_id, stack_labels
 
-if TYPE_CHECKING:  # preflight.py imports this module
-    from components.gke.preflight import Preflight
-
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-RELEASE_CHANNEL = "REGULAR"
 #: The system pods' and the readiness Job's node.
 SYSTEM_MACHINE_TYPE = "e2-standard-4"
 WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
@@ -42,10 +38,6 @@ NODE_POOL_TIMEOUT = "30m"
 def workload_identity_member(project: str, namespace: str, ksa: str) -> str:
     """The IAM member a KSA acts as under GKE Workload Identity (GKE docs)."""
     return f"serviceAccount:{project}.svc.id.goog[{namespace}/{ksa}]"
-
-
-def cluster_path(settings: GkeSettings, name: str) -> str:
-    return f"projects/{settings.cluster_project}/locations/{settings.location}/clusters/{name}"
 
 
 def kubeconfig(name: str, endpoint: str | None, ca_certificate: str | None) -> str:
@@ -210,7 +202,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
             initial_node_count=1,
             # A release channel keeps the control plane current: the ComputeClass's TPU pools
             # need catalog.GKE_MIN_CLASS_AUTO_CREATION_VERSION; the channel's default is checked
-            # against it before anything is created (`check_channel_version`).
+            # against it before anything is created (preflight.py `check_channel_version`).
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=RELEASE_CHANNEL),
             # `access.network`, as for the VM path's node (auto-mode: the region's subnet).
             network=config.access.network,

@@ -16,11 +16,16 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components import catalog
-from components.config import ConfigError, StackConfig
+from components.config import ConfigError, GkeSettings, StackConfig
 from components.gke import nap_limits
-from components.gke.cluster import RELEASE_CHANNEL, cluster_path
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
+
+RELEASE_CHANNEL = "REGULAR"
+
+
+def cluster_path(settings: GkeSettings, name: str) -> str:
+    return f"projects/{settings.cluster_project}/locations/{settings.location}/clusters/{name}"
 
 
 def gke_version_key(version: str) -> tuple[int, ...] | None:

@@ -7,13 +7,15 @@ create-first renewal the name moves only to a node that serves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 
 from components import log_links
 from components.compile_cache import CompileCache, CompileCacheArgs
 from components.config import StackConfig
 from components.dns import EndpointName, EndpointNameArgs, ManagedZone
-from components.monitoring import StackMonitoring, StackMonitoringArgs, uptime_source_ranges
+from components.monitoring import StackMonitoring, StackMonitoringArgs
 from components.outputs import BackendOutputs, endpoint_urls, text_or_empty
 from components.renewal import expiry_notice, renew_command
 from components.secrets import NodeSecrets, NodeSecretsArgs
@@ -26,14 +28,16 @@ from components.vm.vllm import VllmServer, VllmServerArgs
 
 
 def build_vm(
-    config: StackConfig, managed_zone: ManagedZone | None, image: pulumi.Input[str]
+    config: StackConfig,
+    managed_zone: ManagedZone | None,
+    image: pulumi.Input[str],
+    uptime_ranges: Sequence[str],
 ) -> BackendOutputs:
     """Register the VM backend's components and return its part of the outputs.
 
     `image` is the pinned `NAME@sha256:...` (components/image_pin.py) the node serves."""
     ssh = SshIdentity("ssh")
     metadata = ssh.metadata(publish_host_key=not config.access.allow_unverified_host_key)
-    uptime_ranges = uptime_source_ranges() if config.monitoring.uptime_check else []
     tpu = FlexStartTpu("tpu", FlexStartTpuArgs.of(config, image, metadata, uptime_ranges))
     connection = ssh.connection(tpu.external_ip, tpu.host_key)
     secrets = NodeSecrets(

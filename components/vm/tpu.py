@@ -101,7 +101,8 @@ class FlexStartTpuArgs:
 
 
 class FlexStartTpu(pulumi.ComponentResource):
-    """A TPU VM from a flex-start (or spot / on-demand) queued resource, firewalled."""
+    """A TPU VM from a flex-start (or spot / on-demand) queued resource, firewalled. One per
+    stack: its host key's name is fixed."""
 
     zone: pulumi.Output[str]
     queued_resource: pulumi.Output[str]
@@ -209,6 +210,8 @@ class FlexStartTpu(pulumi.ComponentResource):
             ("ssh", SSH_PORT, args.access.ssh_cidrs),
         ]
         if args.monitoring.uptime_check:
+            if not args.uptime_ranges:  # a rule with no source ranges lets everyone in
+                raise ValueError("monitoring.uptimeCheck is on but no uptime-check ranges given")
             # Google's uptime checkers, to `/health`; what else they reach without the API key:
             # docs/operations.md "Watch it serve".
             rules.insert(1, ("uptime-check", args.port, args.uptime_ranges))

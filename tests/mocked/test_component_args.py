@@ -328,3 +328,45 @@ def test_gke_tpu_cluster_alone() -> None:
     assert "gemma-4-31B-it" in created.inputs["description"]
     [address] = [r for r in run.resources if r.type == "gcp:compute/address:Address"]
     assert address.inputs["region"] == "us-east5"
+
+
+def node_program(
+    monitoring: MonitoringSettings, uptime_ranges: tuple[str, ...]
+) -> Callable[[], None]:
+    def program() -> None:
+        FlexStartTpu(
+            "tpu",
+            FlexStartTpuArgs(
+                project="my-project",
+                stack="v5e1",
+                tpu=TpuSettings(
+                    chip=catalog.CHIPS["v5e-1"],
+                    zones=("us-west4-a",),
+                    provisioning="flex-start",
+                    max_run_seconds=14400,
+                    runtime_version="v2-alpha-tpuv5-lite",
+                    capacity_wait_seconds=3600,
+                ),
+                access=ACCESS,
+                renewal=RenewalSettings(),
+                monitoring=monitoring,
+                port=8000,
+                image=IMAGE,
+                uptime_ranges=uptime_ranges,
+            ),
+        )
+
+    return program
+
+
+def test_the_uptime_checkers_get_only_the_ranges_they_are_given() -> None:
+    run = alone(node_program(MonitoringSettings(uptime_check=True), ("35.1.2.3/32",)))
+    by_name = {r.name: r for r in run.resources}
+    assert by_name["tpu-uptime-check"].inputs["sourceRanges"] == ["35.1.2.3/32"]
+
+
+def test_an_uptime_check_without_ranges_makes_no_rule_open_to_all() -> None:
+    """An ingress rule with no source ranges is open to everyone: the node refuses to make one."""
+    run = run_function(node_program(MonitoringSettings(uptime_check=True), ()), "v5e1", {})
+    assert run.error is not None and "uptimeCheck" in str(run.error)
+    assert not [r for r in run.resources if r.name == "tpu-uptime-check"]
