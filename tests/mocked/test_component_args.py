@@ -137,6 +137,14 @@ ACCESS = AccessSettings(
     allow_unverified_host_key=False,
 )
 IMAGE = "r/vllm@sha256:" + "a" * 64
+V5E1_TPU = TpuSettings(
+    chip=catalog.CHIPS["v5e-1"],
+    zones=("us-west4-a",),
+    provisioning="flex-start",
+    max_run_seconds=14400,
+    runtime_version="v2-alpha-tpuv5-lite",
+    capacity_wait_seconds=3600,
+)
 
 
 def alone(program: Callable[[], None]) -> ProgramRun:
@@ -199,20 +207,12 @@ def test_flex_start_tpu_alone() -> None:
     """The node from its sections alone: no model, no vLLM flags, no GKE, no DNS."""
 
     def program() -> None:
-        tpu = TpuSettings(
-            chip=catalog.CHIPS["v5e-1"],
-            zones=("us-west4-a",),
-            provisioning="flex-start",
-            max_run_seconds=14400,
-            runtime_version="v2-alpha-tpuv5-lite",
-            capacity_wait_seconds=3600,
-        )
         node = FlexStartTpu(
             "tpu",
             FlexStartTpuArgs(
                 project="my-project",
                 stack="v5e1",
-                tpu=tpu,
+                tpu=V5E1_TPU,
                 access=ACCESS,
                 renewal=RenewalSettings(),
                 monitoring=MonitoringSettings(),
@@ -339,14 +339,7 @@ def node_program(
             FlexStartTpuArgs(
                 project="my-project",
                 stack="v5e1",
-                tpu=TpuSettings(
-                    chip=catalog.CHIPS["v5e-1"],
-                    zones=("us-west4-a",),
-                    provisioning="flex-start",
-                    max_run_seconds=14400,
-                    runtime_version="v2-alpha-tpuv5-lite",
-                    capacity_wait_seconds=3600,
-                ),
+                tpu=V5E1_TPU,
                 access=ACCESS,
                 renewal=RenewalSettings(),
                 monitoring=monitoring,
