@@ -105,19 +105,18 @@ class GkeTpuCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GkeTpuClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        config = args
-        settings = config.gke
+        super().__init__("tpu-vllm:index:GkeTpuCluster", name, None, opts)
+        settings = args.gke
         found = args.checked.found
         #: Whether vLLM's metrics can be collected (a created cluster switches it on).
         self.managed_collection = args.checked.managed_collection
-        super().__init__("tpu-vllm:index:GkeTpuCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.system_pool: gcp.container.NodePool | None = None
         self.service_account = gcp.serviceaccount.Account(
             f"{name}-sa",
-            project=config.project,
-            account_id=resource_id(config.stack),
-            display_name=f"tpu-vllm workload ({config.stack})",
+            project=args.project,
+            account_id=resource_id(args.stack),
+            display_name=f"tpu-vllm workload ({args.stack})",
             description="Identity of the vLLM pods (Workload Identity); reads only its own "
             "secrets and compile cache.",
             opts=child,
@@ -125,7 +124,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
         self.service_account_email = self.service_account.email
         created: gcp.container.Cluster | None = None
         if found is None:
-            created = self._create_cluster(name, config, settings)
+            created = self._create_cluster(name, args, settings)
             cluster_name: pulumi.Input[str] = created.name
             endpoint: pulumi.Input[str | None] = created.endpoint
             ca: pulumi.Input[str | None] = created.master_auth.apply(
@@ -136,7 +135,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
             endpoint = getattr(found, "endpoint", None)
             auths = getattr(found, "master_auths", None) or []
             ca = auths[0].cluster_ca_certificate if auths else None
-        ns = k8s_manifests.namespace_name(config.stack)
+        ns = k8s_manifests.namespace_name(args.stack)
         # IAM refuses `PROJECT.svc.id.goog[...]` members ("Error 400: Identity Pool does not
         # exist") until the project's first Workload Identity cluster exists: a cluster this
         # stack creates must come first (terraform-google-kubernetes-engine PR #301 fixed the
@@ -155,13 +154,13 @@ class GkeTpuCluster(pulumi.ComponentResource):
         self.node_pools = self._own_pools()
         self.reserved_address = gcp.compute.Address(
             f"{name}-address",
-            name=resource_id(config.stack, "-lb"),
+            name=resource_id(args.stack, "-lb"),
             project=settings.cluster_project,
             region=settings.region,
             address_type="EXTERNAL",
             network_tier="PREMIUM",
-            description=f"tpu-vllm {config.stack}: the endpoint's stable address",
-            labels=stack_labels(config.stack),
+            description=f"tpu-vllm {args.stack}: the endpoint's stable address",
+            labels=stack_labels(args.stack),
             opts=child,
         )
         # Unknown only under mocks that know no cloud outputs; never None in the outputs.
@@ -171,7 +170,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
         self.cluster = pulumi.Output.from_input(cluster_name).apply(
             lambda n: cluster_path(settings, n)
         )
-        context = f"gke_{settings.cluster_project}_{settings.location}_{resource_id(config.stack)}"
+        context = f"gke_{settings.cluster_project}_{settings.location}_{resource_id(args.stack)}"
         self.kubeconfig = pulumi.Output.all(endpoint, ca).apply(
             lambda parts: kubeconfig(context, parts[0], parts[1])
         )
@@ -187,14 +186,14 @@ class GkeTpuCluster(pulumi.ComponentResource):
         return [self.system_pool] if self.system_pool is not None else []
 
     def _create_cluster(
-        self, name: str, config: GkeTpuClusterArgs, settings: GkeSettings
+        self, name: str, args: GkeTpuClusterArgs, settings: GkeSettings
     ) -> gcp.container.Cluster:
         cluster = gcp.container.Cluster(
             f"{name}-cluster",
-            name=resource_id(config.stack),
+            name=resource_id(args.stack),
             project=settings.cluster_project,
             location=settings.location,
-            description=f"tpu-vllm {config.stack}: flex-start TPU replicas of {config.model.id}",
+            description=f"tpu-vllm {args.stack}: flex-start TPU replicas of {args.model.id}",
             # No default node pool: the API needs one node to create the cluster, then the
             # provider deletes it; the system pool below and the ComputeClass's TPU pools are
             # the only ones.
@@ -205,7 +204,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
             # against it before anything is created (preflight.py `check_channel_version`).
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=RELEASE_CHANNEL),
             # `access.network`, as for the VM path's node (auto-mode: the region's subnet).
-            network=config.access.network,
+            network=args.access.network,
             networking_mode="VPC_NATIVE",
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
@@ -222,10 +221,10 @@ class GkeTpuCluster(pulumi.ComponentResource):
                         enabled=True
                     ),
                 )
-                if config.monitoring.enabled
+                if args.monitoring.enabled
                 else None
             ),
-            resource_labels=stack_labels(config.stack),
+            resource_labels=stack_labels(args.stack),
             # `pulumi destroy` must be able to delete what `pulumi up` made.
             deletion_protection=False,
             opts=pulumi.ResourceOptions(
@@ -241,7 +240,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
             project=settings.cluster_project,
             location=settings.location,
             cluster=cluster.name,
-            node_locations=[config.tpu.zones[0]],
+            node_locations=[args.tpu.zones[0]],
             node_count=1,
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=gcp.container.NodePoolNodeConfigArgs(
@@ -251,7 +250,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),
-                resource_labels=stack_labels(config.stack),
+                resource_labels=stack_labels(args.stack),
             ),
             opts=pulumi.ResourceOptions(parent=self, custom_timeouts=_pool_timeouts()),
         )
